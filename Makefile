@@ -1,0 +1,50 @@
+# gpuemu: the two commands a user needs are `make demo` and `make test`.
+SHELL := /bin/bash
+BUILD_DIR ?= build
+VENV ?= .venv
+PY := $(VENV)/bin/python
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+.PHONY: all deps venv build demo test test-cpp test-python test-ext bench format check clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(PY):
+	@/usr/bin/python3 -m venv --system-site-packages $(VENV)
+
+venv: deps $(PY)
+
+build: venv
+	@cmake -S . -B $(BUILD_DIR) -G Ninja $(CMAKE_FLAGS) -DPython_EXECUTABLE=$(abspath $(PY)) >/dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+	@bash scripts/install-python.sh $(PY)
+
+demo: build
+	@bash scripts/demo.sh
+
+test: build test-cpp test-python test-ext
+
+test-cpp:
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+test-python:
+	@GPUEMU_BIN_DIR=$(abspath $(BUILD_DIR))/bin $(PY) -m pytest -q tests/python
+
+test-ext:
+	@bash scripts/test-ext.sh
+
+bench: build
+	@bash scripts/bench.sh
+
+format:
+	@clang-format -i $$(git ls-files '*.cpp' '*.hpp')
+
+check:
+	@clang-format --dry-run --Werror $$(git ls-files '*.cpp' '*.hpp')
+
+clean:
+	@rm -rf $(BUILD_DIR)

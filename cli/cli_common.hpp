@@ -1,0 +1,50 @@
+// Shared plumbing of the `gpuemu` command line: every command family lives in its own
+// cmd_<family>.cpp and exposes one register_<family>_commands() that main.cpp calls.
+//
+// Conventions every command follows:
+//  - exit code 0: success / every case passed; 1: a verdict failed (a fuzz failure, a lint
+//    regression); 2: usage or setup error (unknown op, bad flag value, missing compiler, ...).
+//  - errors go to stderr on one line, "gpuemu: error: <message>".
+//  - every command that prints results takes --json and then prints one JSON document on stdout.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <gpuemu/fuzz.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <iostream>
+#include <string>
+
+namespace gpuemu::cli {
+
+constexpr int k_exit_ok = 0;
+constexpr int k_exit_failed = 1;
+constexpr int k_exit_usage = 2;
+
+// Shared state a command callback writes its exit code into.
+struct CliContext {
+  int exit_code = k_exit_ok;
+};
+
+// Prints "gpuemu: error: <message>" on stderr and returns k_exit_usage.
+inline int print_error(const std::string& message) {
+  std::cerr << "gpuemu: error: " << message << "\n";
+  return k_exit_usage;
+}
+
+void register_ops_commands(CLI::App& app, CliContext& ctx);
+void register_lint_commands(CLI::App& app, CliContext& ctx);
+void register_fuzz_commands(CLI::App& app, CliContext& ctx);
+
+// Parses "D=64,128" into a dim restriction; "name=value" attrs into JSON values.
+std::pair<std::string, std::vector<std::int64_t>> parse_dim_restriction(const std::string& text);
+std::pair<std::string, nlohmann::json> parse_attr_assignment(const std::string& text);
+
+// FuzzOptions from the common fuzzing flags (--dtype, --strategy, --dims, --attr, --vary-attr).
+FuzzOptions make_fuzz_options(const std::vector<std::string>& dtypes, const std::string& strategy,
+                              const std::vector<std::string>& dims, const std::vector<std::string>& attrs,
+                              const std::vector<std::string>& vary, bool no_layouts);
+
+}  // namespace gpuemu::cli

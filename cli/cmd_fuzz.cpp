@@ -1,0 +1,219 @@
+// gpuemu fuzz (in-process with --no-daemon: a built-in emulated kernel as the kernel under test)
+// and gpuemu calibrate.
+#include "cli_common.hpp"
+
+#include <gpuemu/engine.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <random>
+#include <unistd.h>
+
+namespace gpuemu::cli {
+namespace {
+
+Engine make_engine() {
+  auto e = Engine::create_default();
+  if (!e) throw GpuemuException(e.error());
+  return std::move(e).value();
+}
+
+std::string fmt(double v) {
+  if (!std::isfinite(v)) return v > 0 ? "inf" : (std::isnan(v) ? "nan" : "-inf");
+  std::ostringstream os;
+  os << std::setprecision(4) << v;
+  return os.str();
+}
+
+std::string dims_text(const TestCase& c) {
+  std::string s;
+  for (const auto& [k, v] : c.dims) s += (s.empty() ? "" : " ") + k + "=" + std::to_string(v);
+  return s;
+}
+
+std::string layouts_text(const TestCase& c) {
+  std::string s;
+  for (const auto& [k, l] : c.layouts)
+    if (l.kind != "contiguous") s += (s.empty() ? "" : " ") + k + "=" + l.kind;
+  return s.empty() ? "contiguous" : s;
+}
+
+bool color() { return isatty(1) && !std::getenv("NO_COLOR"); }
+std::string red(const std::string& s) { return color() ? "\033[31m" + s + "\033[0m" : s; }
+std::string green(const std::string& s) { return color() ? "\033[32m" + s + "\033[0m" : s; }
+
+void print_failure(const CaseResult& f, const std::optional<Minimized>& minimized) {
+  const TestCase& c = f.test_case;
+  std::cout << "\n" << red("FAIL") << " case " << c.index << "  seed " << c.seed << "  " << dtype_name(c.dtype)
+            << "  " << dims_text(c) << "  layouts: " << layouts_text(c) << "\n";
+  if (!c.attrs.empty()) std::cout << "  attrs:      " << c.attrs.dump() << "\n";
+  std::cout << "  verdict:    " << f.verdict.message << "\n";
+  for (const auto& o : f.verdict.outputs) {
+    if (o.passed || o.worst_index < 0) continue;
+    std::string coords;
+    for (auto x : o.worst_coords) coords += (coords.empty() ? "" : ", ") + std::to_string(x);
+    std::cout << "  worst:      " << o.name << "[" << coords << "] got " << fmt(o.worst_out) << ", expected "
+              << fmt(o.worst_ref) << " (error " << fmt(o.max_error) << " vs envelope " << fmt(f.verdict.envelope)
+              << ", " << o.failing << " failing elements)\n";
+  }
+  std::cout << "  diagnosis:  " << f.diagnosis.bug_class << ": " << f.diagnosis.summary << "\n";
+  for (const auto& e : f.diagnosis.evidence) std::cout << "              - " << e << "\n";
+  if (minimized) std::cout << "  minimized:  " << minimized->summary << "\n";
+  std::cout << "  repro:      " << f.repro << "\n";
+}
+
+}  // namespace
+
+void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
+  auto* fuzz = app.add_subcommand("fuzz", "Fuzz an op against a kernel and judge every case");
+  static std::string op, kernel, strategy = "adversarial";
+  static std::int64_t iterations = 100, only_case = -1;
+  static std::optional<std::uint64_t> seed;
+  static std::vector<std::string> dtypes, dims, attrs, vary;
+  static bool json = false, no_daemon = false, fail_fast = false, no_layouts = false, do_minimize = true;
+  fuzz->add_option("OP", op, "op name (gpuemu ops list)")->required();
+  fuzz->add_option("--kernel", kernel, "a built-in emulated kernel of the op (a control or a known bug)")->required();
+  fuzz->add_flag("--no-daemon", no_daemon, "run the engine in this process");
+  fuzz->add_option("--iterations,-n", iterations, "number of cases")->check(CLI::Range(1, 10000000));
+  fuzz->add_option("--seed", seed, "master seed (random when absent; printed)");
+  fuzz->add_option("--case", only_case, "replay only this case index of the run");
+  fuzz->add_option("--dtype", dtypes, "restrict dtypes (repeatable)");
+  fuzz->add_option("--strategy", strategy, "regular | boundary | adversarial | special");
+  fuzz->add_option("--dims", dims, "restrict a dim: D=64,128 (repeatable)");
+  fuzz->add_option("--attr", attrs, "pin an attr: name=value (repeatable)");
+  fuzz->add_option("--vary-attr", vary, "vary an attr over its domain (repeatable)");
+  fuzz->add_flag("--no-layouts", no_layouts, "contiguous inputs only");
+  fuzz->add_flag("--fail-fast", fail_fast, "stop at the first failing case");
+  fuzz->add_flag("!--no-minimize", do_minimize, "do not minimise the first failure");
+  fuzz->add_flag("--json", json, "JSON output");
+  fuzz->callback([&ctx] {
+    Engine engine = make_engine();
+    FuzzRequest req;
+    req.op = op;
+    req.options = make_fuzz_options(dtypes, strategy, dims, attrs, vary, no_layouts);
+    req.seed = seed ? *seed : std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32);
+    req.iterations = iterations;
+    req.fail_fast = fail_fast;
+    std::string prefix = "gpuemu fuzz " + op + " --kernel " + kernel + " --no-daemon";
+    if (strategy != "adversarial") prefix += " --strategy " + strategy;
+    for (const auto& d : dtypes) prefix += " --dtype " + d;
+    for (const auto& d : dims) prefix += " --dims " + d;
+    for (const auto& a : attrs) prefix += " --attr " + a;
+    for (const auto& v : vary) prefix += " --vary-attr " + v;
+    if (no_layouts) prefix += " --no-layouts";
+    req.repro_prefix = prefix;
+    auto runner = engine.builtin_kernel(op, kernel);
+    if (!runner) throw GpuemuException(runner.error());
+    if (only_case >= 0) {
+      // Replay one case of the run.
+      req.iterations = 1;
+      auto schema = engine.catalogue().get(op);
+      if (!schema) throw GpuemuException(schema.error());
+      CaseGenerator gen(**schema, req.options);
+      if (auto st = gen.validate(); !st) throw GpuemuException(st.error());
+      auto c = gen.generate(req.seed, only_case);
+      if (!c) throw GpuemuException(c.error());
+      auto r = engine.run_case(op, req.options, *c, *runner);
+      if (!r) throw GpuemuException(r.error());
+      r->repro = prefix + " --seed " + std::to_string(req.seed) + " --case " + std::to_string(only_case);
+      if (!r->verdict.passed) r->diagnosis = engine.diagnose(op, req.options, *r, &*runner);
+      if (json) std::cout << r->to_json(true).dump(2) << "\n";
+      else if (r->verdict.passed) std::cout << green("PASS") << " case " << only_case << ": " << r->verdict.message << "\n";
+      else print_failure(*r, std::nullopt);
+      ctx.exit_code = r->verdict.passed ? k_exit_ok : k_exit_failed;
+      return;
+    }
+    const bool tty = isatty(2) && !json;
+    auto report = engine.fuzz(req, *runner, [&](std::int64_t done, std::int64_t total) {
+      if (tty) std::cerr << "\r  " << done << "/" << total << std::flush;
+    });
+    if (tty) std::cerr << "\r\033[K";
+    if (!report) throw GpuemuException(report.error());
+    std::optional<Minimized> minimized;
+    if (!report->failures.empty() && do_minimize) {
+      auto m = engine.minimize(op, req.options, report->failures.front().test_case, *runner);
+      if (m) minimized = std::move(m).value();
+    }
+    if (json) {
+      Json j = report->to_json();
+      if (minimized) j["minimized"] = minimized->to_json();
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::cout << "gpuemu fuzz " << op << "  kernel " << kernel << "  strategy " << strategy << "  seed " << req.seed
+                << "  cases " << report->total << "\n";
+      if (report->failures.empty()) {
+        std::cout << green("PASSED") << " " << report->passed << "/" << report->total << " cases in "
+                  << fmt(report->elapsed_s) << " s\n";
+      } else {
+        std::cout << red("FAILED") << " " << (report->total - report->passed) << "/" << report->total
+                  << " cases (first failure at case " << report->first_failure << ") in " << fmt(report->elapsed_s)
+                  << " s\n";
+        print_failure(report->failures.front(), minimized);
+        if (report->failures.size() > 1) {
+          std::cout << "\n  other failing cases:";
+          for (std::size_t i = 1; i < report->failures.size() && i < 12; ++i)
+            std::cout << " " << report->failures[i].test_case.index;
+          if (report->failures.size() > 12) std::cout << " ...";
+          std::cout << "\n";
+        }
+      }
+    }
+    ctx.exit_code = report->failures.empty() ? k_exit_ok : k_exit_failed;
+  });
+
+  auto* cal = app.add_subcommand("calibrate", "Calibrate envelopes from correct controls");
+  static std::vector<std::string> cal_ops, cal_dtypes;
+  static std::int64_t cal_cases = 200;
+  static std::uint64_t cal_seed = 0xC0FFEE;
+  static std::string write_path;
+  static bool cal_json = false;
+  cal->add_option("OP", cal_ops, "ops (default: every op)");
+  cal->add_option("--dtype", cal_dtypes, "dtypes (default: each the op allows)");
+  cal->add_option("--cases", cal_cases, "cases per (op, dtype)")->check(CLI::Range(1, 1000000));
+  cal->add_option("--seed", cal_seed, "calibration seed");
+  cal->add_option("--write", write_path, "write the envelope table to this file");
+  cal->add_flag("--json", cal_json, "JSON output");
+  cal->callback([&ctx] {
+    Engine engine = make_engine();
+    std::vector<std::string> ops = cal_ops;
+    if (ops.empty())
+      for (const OpSchema* s : engine.catalogue().all()) ops.push_back(s->name);
+    EnvelopeTable table;
+    Json results = Json::array();
+    for (const auto& name : ops) {
+      auto schema = engine.catalogue().get(name);
+      if (!schema) throw GpuemuException(schema.error());
+      std::vector<DType> dts;
+      for (const auto& d : cal_dtypes) {
+        auto dt = parse_dtype(d);
+        if (!dt) throw GpuemuException(make_error(ErrorCode::invalid_argument, "unknown dtype '" + d + "'"));
+        dts.push_back(*dt);
+      }
+      if (dts.empty()) dts = (*schema)->dtypes;
+      for (DType dt : dts) {
+        auto r = engine.calibrate(name, dt, cal_cases, cal_seed);
+        if (!r) throw GpuemuException(r.error());
+        table.set(name, dt, r->envelope, r->to_json());
+        results.push_back(r->to_json());
+        if (!cal_json)
+          std::cout << std::left << std::setw(20) << name << std::setw(14) << dtype_name(dt) << " envelope "
+                    << std::setw(8) << fmt(r->envelope) << " p95 " << std::setw(8) << fmt(r->p95) << " max "
+                    << fmt(r->max) << "  (" << r->cases << " cases x " << r->controls.size() << " controls)\n";
+      }
+    }
+    if (cal_json) std::cout << results.dump(2) << "\n";
+    if (!write_path.empty()) {
+      Json j = table.to_json();
+      j["generated_by"] = "gpuemu calibrate --cases " + std::to_string(cal_cases) + " --seed " +
+                          std::to_string(cal_seed) + " --write " + write_path;
+      std::ofstream out(write_path);
+      out << j.dump(2) << "\n";
+      if (!out) throw GpuemuException(make_error(ErrorCode::io_error, "cannot write " + write_path));
+    }
+    ctx.exit_code = k_exit_ok;
+  });
+}
+
+}  // namespace gpuemu::cli

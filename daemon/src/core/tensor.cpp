@@ -1,0 +1,246 @@
+#include "gpuemu/tensor.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+namespace gpuemu {
+
+std::int64_t shape_numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size());
+  std::int64_t s = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<std::int64_t>(shape[i], 1);
+  }
+  return strides;
+}
+
+std::string shape_to_string(const Shape& shape) {
+  std::ostringstream os;
+  os << "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
+
+Tensor Tensor::zeros(DType dtype, Shape shape) {
+  Tensor t;
+  t.m_dtype = dtype;
+  t.m_strides = contiguous_strides(shape);
+  t.m_shape = std::move(shape);
+  t.m_storage = std::make_shared<std::vector<std::byte>>(
+      static_cast<std::size_t>(t.numel()) * dtype_size(dtype));
+  return t;
+}
+
+Tensor Tensor::from_values(DType dtype, Shape shape, std::span<const double> values,
+                           Overflow overflow) {
+  Tensor t = zeros(dtype, std::move(shape));
+  if (static_cast<std::int64_t>(values.size()) != t.numel())
+    throw std::invalid_argument("Tensor::from_values: value count does not match the shape");
+  const std::size_t es = dtype_size(dtype);
+  std::byte* base = t.m_storage->data();
+  for (std::size_t i = 0; i < values.size(); ++i) encode_element(dtype, values[i], base + i * es, overflow);
+  return t;
+}
+
+Result<Tensor> Tensor::view(DType dtype, Shape shape, std::vector<std::int64_t> strides,
+                            std::int64_t offset, std::shared_ptr<std::vector<std::byte>> storage) {
+  if (strides.size() != shape.size())
+    return make_error(ErrorCode::invalid_argument, "strides and shape have different ranks");
+  if (offset < 0) return make_error(ErrorCode::invalid_argument, "negative storage offset");
+  std::int64_t lo = offset, hi = offset;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) return make_error(ErrorCode::invalid_argument, "negative dimension size");
+    if (shape[i] == 0) {
+      lo = hi = offset;
+      break;
+    }
+    std::int64_t span = strides[i] * (shape[i] - 1);
+    (span < 0 ? lo : hi) += span;
+  }
+  const auto elems = static_cast<std::int64_t>((storage ? storage->size() : 0) / dtype_size(dtype));
+  if (shape_numel(shape) > 0 && (lo < 0 || hi >= elems))
+    return make_error(ErrorCode::invalid_argument,
+                      "view of shape " + shape_to_string(shape) + " reaches element " +
+                          std::to_string(hi) + " of a storage holding " + std::to_string(elems));
+  Tensor t;
+  t.m_dtype = dtype;
+  t.m_shape = std::move(shape);
+  t.m_strides = std::move(strides);
+  t.m_offset = offset;
+  t.m_storage = std::move(storage);
+  return t;
+}
+
+std::int64_t Tensor::size(std::int64_t d) const {
+  if (d < 0) d += dim();
+  return m_shape.at(static_cast<std::size_t>(d));
+}
+
+bool Tensor::is_contiguous() const {
+  std::int64_t expected = 1;
+  for (std::size_t i = m_shape.size(); i-- > 0;) {
+    if (m_shape[i] == 1) continue;
+    if (m_strides[i] != expected) return false;
+    expected *= m_shape[i];
+  }
+  return true;
+}
+
+std::int64_t Tensor::storage_index(std::span<const std::int64_t> index) const {
+  std::int64_t pos = m_offset;
+  for (std::size_t i = 0; i < index.size(); ++i) pos += index[i] * m_strides[i];
+  return pos;
+}
+
+double Tensor::at(std::span<const std::int64_t> index) const {
+  return decode_element(m_dtype, m_storage->data() + storage_index(index) * dtype_size(m_dtype));
+}
+
+namespace {
+// Storage element position of logical row-major element i.
+std::int64_t flat_to_storage(const Tensor& t, std::int64_t i) {
+  std::int64_t pos = t.offset();
+  const auto& shape = t.shape();
+  const auto& strides = t.strides();
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    std::int64_t idx = i % shape[d];
+    i /= shape[d];
+    pos += idx * strides[d];
+  }
+  return pos;
+}
+}  // namespace
+
+double Tensor::get_flat(std::int64_t i) const {
+  return decode_element(m_dtype, m_storage->data() + flat_to_storage(*this, i) * dtype_size(m_dtype));
+}
+
+void Tensor::set_flat(std::int64_t i, double value, Overflow overflow) {
+  encode_element(m_dtype, value, m_storage->data() + flat_to_storage(*this, i) * dtype_size(m_dtype),
+                 overflow);
+}
+
+std::vector<double> Tensor::to_f64() const {
+  const std::int64_t n = numel();
+  std::vector<double> out(static_cast<std::size_t>(n));
+  if (n == 0) return out;
+  const std::size_t es = dtype_size(m_dtype);
+  const std::byte* base = m_storage->data();
+  if (is_contiguous()) {
+    const std::byte* p = base + m_offset * static_cast<std::int64_t>(es);
+    if (m_dtype == DType::float64) {
+      std::memcpy(out.data(), p, out.size() * sizeof(double));
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) out[i] = decode_element(m_dtype, p + i * es);
+    }
+    return out;
+  }
+  // Odometer walk over the multi-index.
+  const std::size_t rank = m_shape.size();
+  std::vector<std::int64_t> idx(rank, 0);
+  std::int64_t pos = m_offset;
+  for (std::int64_t i = 0; i < n; ++i) {
+    out[i] = decode_element(m_dtype, base + pos * static_cast<std::int64_t>(es));
+    for (std::size_t d = rank; d-- > 0;) {
+      if (++idx[d] < m_shape[d]) {
+        pos += m_strides[d];
+        break;
+      }
+      pos -= m_strides[d] * (m_shape[d] - 1);
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+std::vector<std::byte> Tensor::contiguous_bytes() const {
+  const std::size_t es = dtype_size(m_dtype);
+  const std::int64_t n = numel();
+  std::vector<std::byte> out(static_cast<std::size_t>(n) * es);
+  if (n == 0) return out;
+  if (is_contiguous()) {
+    std::memcpy(out.data(), m_storage->data() + m_offset * static_cast<std::int64_t>(es), out.size());
+    return out;
+  }
+  for (std::int64_t i = 0; i < n; ++i)
+    std::memcpy(out.data() + i * es, m_storage->data() + flat_to_storage(*this, i) * es, es);
+  return out;
+}
+
+Tensor Tensor::transpose(std::int64_t d0, std::int64_t d1) const {
+  if (d0 < 0) d0 += dim();
+  if (d1 < 0) d1 += dim();
+  Tensor t = *this;
+  std::swap(t.m_shape.at(d0), t.m_shape.at(d1));
+  std::swap(t.m_strides.at(d0), t.m_strides.at(d1));
+  return t;
+}
+
+Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t stop, std::int64_t step) const {
+  if (d < 0) d += dim();
+  if (step <= 0) throw std::invalid_argument("Tensor::slice: step must be positive");
+  Tensor t = *this;
+  const auto n = m_shape.at(d);
+  start = std::clamp<std::int64_t>(start, 0, n);
+  stop = std::clamp<std::int64_t>(stop, start, n);
+  t.m_offset += start * m_strides[d];
+  t.m_shape[d] = (stop - start + step - 1) / step;
+  t.m_strides[d] *= step;
+  return t;
+}
+
+Result<Tensor> Tensor::expand(const Shape& shape) const {
+  if (shape.size() < m_shape.size())
+    return make_error(ErrorCode::invalid_argument, "expand: fewer dims than the tensor");
+  Tensor t = *this;
+  const std::size_t lead = shape.size() - m_shape.size();
+  t.m_shape = shape;
+  t.m_strides.assign(shape.size(), 0);
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i < lead) continue;
+    const auto have = m_shape[i - lead];
+    if (have == shape[i]) {
+      t.m_strides[i] = m_strides[i - lead];
+    } else if (have != 1) {
+      return make_error(ErrorCode::invalid_argument,
+                        "expand: cannot expand " + shape_to_string(m_shape) + " to " + shape_to_string(shape));
+    }
+  }
+  return t;
+}
+
+Tensor Tensor::contiguous() const {
+  Tensor t = zeros(m_dtype, m_shape);
+  auto bytes = contiguous_bytes();
+  std::memcpy(t.m_storage->data(), bytes.data(), bytes.size());
+  return t;
+}
+
+std::uint64_t fnv1a64(std::span<const std::byte> bytes, std::uint64_t seed) {
+  std::uint64_t h = seed;
+  for (auto b : bytes) {
+    h ^= static_cast<std::uint64_t>(b);
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+std::string tensor_digest(const Tensor& t) {
+  auto bytes = t.contiguous_bytes();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a64(bytes)));
+  return buf;
+}
+
+}  // namespace gpuemu

@@ -1,0 +1,162 @@
+#include "gpuemu/engine.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+namespace gpuemu {
+
+Engine::Engine(std::shared_ptr<const Catalogue> catalogue, EnvelopeTable envelopes)
+    : m_catalogue(std::move(catalogue)), m_envelopes(std::move(envelopes)) {}
+
+Result<Engine> Engine::create_default() {
+  GPUEMU_TRY(auto cat, Catalogue::load_default());
+  return Engine(std::move(cat), EnvelopeTable::load_default());
+}
+
+namespace {
+
+RefContext context_of(const OpSchema& schema, const TestCase& c) {
+  auto ctx = make_ref_context(schema, c.inputs, c.attrs, c.dtype);
+  ctx->dims = c.dims;
+  return std::move(ctx).value();
+}
+
+}  // namespace
+
+Result<KernelRunner> Engine::builtin_kernel(const std::string& op, const std::string& name) const {
+  GPUEMU_TRY(const OpSchema* schema, m_catalogue->get(op));
+  const BuiltinOp* builtin = BuiltinRegistry::instance().find(schema->reference.substr(8));
+  if (!builtin) return make_error(ErrorCode::not_found, "op '" + op + "' has no built-in kernels");
+  const NamedKernel* found = nullptr;
+  for (const auto& k : builtin->controls)
+    if (k.name == name) found = &k;
+  for (const auto& k : builtin->buggy)
+    if (k.name == name) found = &k;
+  if (!found) {
+    std::string names;
+    for (const auto& n : builtin_kernel_names(op)) names += (names.empty() ? "" : ", ") + n;
+    return make_error(ErrorCode::not_found, "op '" + op + "' has no built-in kernel '" + name + "' (it has: " + names + ")");
+  }
+  KernelFn fn = found->run;
+  return KernelRunner([schema, fn](const TestCase& c) -> Result<std::vector<Tensor>> {
+    RefContext ctx = context_of(*schema, c);
+    std::vector<std::vector<double>> values;
+    try {
+      GPUEMU_TRY(values, fn(ctx));
+    } catch (const GpuemuException& e) {
+      return e.error();
+    }
+    // Output shapes and dtypes are the reference's.
+    GPUEMU_TRY(auto ref, run_reference(*schema, ctx));
+    std::vector<Tensor> out;
+    for (std::size_t i = 0; i < values.size() && i < ref.size(); ++i)
+      out.push_back(Tensor::from_values(ref[i].dtype, ref[i].shape, values[i]));
+    return out;
+  });
+}
+
+std::vector<std::string> Engine::builtin_kernel_names(const std::string& op) const {
+  std::vector<std::string> names;
+  const OpSchema* schema = m_catalogue->find(op);
+  if (!schema || schema->reference.rfind("builtin:", 0) != 0) return names;
+  if (const BuiltinOp* b = BuiltinRegistry::instance().find(schema->reference.substr(8))) {
+    for (const auto& k : b->controls) names.push_back(k.name);
+    for (const auto& k : b->buggy) names.push_back(k.name);
+  }
+  return names;
+}
+
+Result<Verdict> Engine::judge_case(const TestCase& c, const std::vector<Tensor>& outputs) const {
+  GPUEMU_TRY(const OpSchema* schema, m_catalogue->get(c.op));
+  RefContext ctx = context_of(*schema, c);
+  GPUEMU_TRY(auto ref, run_reference(*schema, ctx));
+  return judge(*schema, ctx, ref, outputs, m_envelopes.get(c.op, c.dtype));
+}
+
+Result<CaseResult> Engine::run_case(const std::string& op, const FuzzOptions& options, const TestCase& c,
+                                    const KernelRunner& kernel) const {
+  (void)options;
+  (void)op;
+  CaseResult r;
+  r.test_case = c;
+  Result<std::vector<Tensor>> out = [&]() -> Result<std::vector<Tensor>> {
+    try {
+      return kernel(c);
+    } catch (const std::exception& e) {
+      return make_error(ErrorCode::internal, e.what());
+    }
+  }();
+  if (!out) {
+    r.kernel_error = out.error().message;
+    r.verdict.passed = false;
+    r.verdict.max_error = std::numeric_limits<double>::infinity();
+    r.verdict.message = "the kernel raised: " + out.error().message;
+    return r;
+  }
+  GPUEMU_TRY(r.verdict, judge_case(c, *out));
+  return r;
+}
+
+Result<FuzzReport> Engine::fuzz(const FuzzRequest& req, const KernelRunner& kernel,
+                                const std::function<void(std::int64_t, std::int64_t)>& progress) const {
+  GPUEMU_TRY(const OpSchema* schema, m_catalogue->get(req.op));
+  CaseGenerator gen(*schema, req.options);
+  GPUEMU_TRY_STATUS(gen.validate());
+  FuzzReport report;
+  report.op = req.op;
+  report.master_seed = req.seed;
+  const auto start = std::chrono::steady_clock::now();
+  for (std::int64_t i = 0; i < req.iterations; ++i) {
+    GPUEMU_TRY(TestCase c, gen.generate(req.seed, i));
+    GPUEMU_TRY(CaseResult r, run_case(req.op, req.options, c, kernel));
+    ++report.total;
+    if (r.verdict.passed) {
+      ++report.passed;
+    } else {
+      if (report.first_failure < 0) report.first_failure = i;
+      if (req.diagnose) r.diagnosis = diagnose(req.op, req.options, r, &kernel);
+      std::ostringstream repro;
+      repro << (req.repro_prefix.empty() ? "gpuemu fuzz " + req.op : req.repro_prefix) << " --seed " << req.seed
+            << " --case " << i;
+      r.repro = repro.str();
+      report.failures.push_back(std::move(r));
+    }
+    if (progress) progress(i + 1, req.iterations);
+    if (req.fail_fast && !report.failures.empty()) break;
+  }
+  report.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+Json Diagnosis::to_json() const {
+  return Json{{"bug_class", bug_class}, {"summary", summary}, {"evidence", evidence}};
+}
+
+Json CaseResult::to_json(bool with_inputs) const {
+  Json j = test_case.describe();
+  if (!with_inputs) j.erase("inputs");
+  j["layouts"] = Json::object();
+  for (const auto& [n, l] : test_case.layouts) j["layouts"][n] = l.kind;
+  j["shapes"] = Json::object();
+  for (const auto& [n, t] : test_case.inputs) j["shapes"][n] = t.shape();
+  j["passed"] = verdict.passed;
+  j["verdict"] = verdict.to_json();
+  j["max_error"] = verdict.to_json()["max_error"];
+  j["envelope"] = verdict.envelope;
+  j["message"] = verdict.message;
+  if (!kernel_error.empty()) j["kernel_error"] = kernel_error;
+  j["diagnosis"] = diagnosis.to_json();
+  j["repro"] = repro;
+  return j;
+}
+
+Json FuzzReport::to_json() const {
+  Json j{{"op", op}, {"seed", master_seed}, {"total", total}, {"passed", passed},
+         {"failed", total - passed}, {"first_failure", first_failure}, {"elapsed", elapsed_s}};
+  j["failures"] = Json::array();
+  for (const auto& f : failures) j["failures"].push_back(f.to_json(true));
+  return j;
+}
+
+}  // namespace gpuemu

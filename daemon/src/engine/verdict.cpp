@@ -1,0 +1,199 @@
+#include "gpuemu/verdict.hpp"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+namespace gpuemu {
+
+double normalised_error(double out, double ref, double c_acc, double c_in, DType out_dtype, DType in_dtype) {
+  const auto& o = dtype_info(out_dtype);
+  const auto& i = dtype_info(in_dtype);
+  const double u_out = o.is_floating ? o.unit_roundoff : 0.0;
+  const double u_in = i.is_floating ? i.unit_roundoff : 0.0;
+  const double tiny = o.is_floating ? o.min_normal : 0.5;
+  const double denom = u_out * std::fabs(ref) + k_u_acc * c_acc + u_in * c_in + tiny;
+  return std::fabs(out - ref) / denom;
+}
+
+namespace {
+
+std::vector<std::int64_t> coords_of(std::int64_t index, const Shape& shape) {
+  std::vector<std::int64_t> c(shape.size());
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    c[d] = shape[d] ? index % shape[d] : 0;
+    index = shape[d] ? index / shape[d] : 0;
+  }
+  return c;
+}
+
+std::string fmt(double v) {
+  std::ostringstream os;
+  os.precision(6);
+  os << v;
+  return os.str();
+}
+
+// argmax: the chosen index must hold a value tied (within input rounding) with the maximum.
+void judge_argmax(const RefContext& ctx, const RefOutput& ref, const std::vector<double>& out, OutputVerdict& v) {
+  const RefArg& x = ctx.input("x");
+  const std::int64_t dim_attr = ctx.attrs.contains("dim") && ctx.attrs["dim"].is_number_integer()
+                                    ? ctx.attrs["dim"].get<std::int64_t>() : -1;
+  const auto rank = static_cast<std::int64_t>(x.shape.size());
+  const std::int64_t dim = dim_attr < 0 ? dim_attr + rank : dim_attr;
+  std::int64_t outer = 1, len = 1, inner = 1;
+  for (std::int64_t d = 0; d < rank; ++d) (d < dim ? outer : d == dim ? len : inner) *= x.shape[d];
+  const double u_in = dtype_info(x.dtype).unit_roundoff;
+  for (std::size_t e = 0; e < out.size(); ++e) {
+    const auto o = static_cast<std::int64_t>(e) / inner, i = static_cast<std::int64_t>(e) % inner;
+    const auto chosen = static_cast<std::int64_t>(out[e]);
+    const auto want = static_cast<std::int64_t>(ref.value[e]);
+    bool ok = chosen == want;
+    if (!ok && chosen >= 0 && chosen < len) {
+      const double a = x.data[(o * len + chosen) * inner + i];
+      const double m = x.data[(o * len + want) * inner + i];
+      ok = (std::isnan(m) && std::isnan(a)) || (!std::isnan(m) && a >= m - u_in * std::fabs(m));
+    }
+    if (!ok) {
+      if (v.failing == 0) {
+        v.worst_index = static_cast<std::int64_t>(e);
+        v.worst_out = out[e];
+        v.worst_ref = ref.value[e];
+      }
+      ++v.failing;
+    }
+  }
+  v.max_error = v.failing ? std::numeric_limits<double>::infinity() : 0.0;
+  v.errors.assign(out.size(), 0.0);
+  if (v.failing)
+    v.message = std::to_string(v.failing) + " index(es) point at a value that is not the maximum (first at " +
+                std::to_string(v.worst_index) + ": got " + fmt(v.worst_out) + ", expected " + fmt(v.worst_ref) + ")";
+}
+
+}  // namespace
+
+Verdict judge(const OpSchema& schema, const RefContext& ctx, const std::vector<RefOutput>& reference,
+              const std::vector<Tensor>& outputs, double envelope) {
+  Verdict verdict;
+  verdict.envelope = envelope;
+  if (outputs.size() != reference.size()) {
+    verdict.passed = false;
+    verdict.message = "expected " + std::to_string(reference.size()) + " output(s), got " + std::to_string(outputs.size());
+    verdict.max_error = std::numeric_limits<double>::infinity();
+    return verdict;
+  }
+  for (std::size_t k = 0; k < reference.size(); ++k) {
+    const RefOutput& ref = reference[k];
+    const Tensor& got = outputs[k];
+    OutputVerdict v;
+    v.name = ref.name;
+    if (got.shape() != ref.shape) {
+      v.passed = false;
+      v.max_error = std::numeric_limits<double>::infinity();
+      v.message = "shape mismatch: output '" + ref.name + "' has shape " + shape_to_string(got.shape()) +
+                  ", expected " + shape_to_string(ref.shape);
+    } else if (got.dtype() != ref.dtype) {
+      v.passed = false;
+      v.max_error = std::numeric_limits<double>::infinity();
+      v.message = "dtype mismatch: output '" + ref.name + "' is " + std::string(dtype_name(got.dtype())) +
+                  ", expected " + std::string(dtype_name(ref.dtype));
+    } else if (schema.name == "argmax") {
+      judge_argmax(ctx, ref, got.to_f64(), v);
+      v.passed = v.failing == 0;
+    } else {
+      const std::vector<double> out = got.to_f64();
+      const DType od = ref.dtype;
+      const bool floating = dtype_info(od).is_floating;
+      const double fp32_max = static_cast<double>(std::numeric_limits<float>::max());
+      v.errors.assign(out.size(), 0.0);
+      std::int64_t first_nonfinite = -1;
+      std::string nonfinite_what;
+      for (std::size_t e = 0; e < out.size(); ++e) {
+        const double r = floating ? round_to(od, ref.value[e]) : ref.value[e];
+        const double o = out[e];
+        const double ca = ref.c_acc.empty() ? 0.0 : ref.c_acc[e];
+        const double ci = ref.c_in.empty() ? 0.0 : ref.c_in[e];
+        const bool of = std::isfinite(o), rf = std::isfinite(r);
+        double err = 0.0;
+        if (!of || !rf) {
+          const bool same = (std::isnan(o) && std::isnan(r)) || (!std::isnan(o) && !std::isnan(r) && o == r);
+          if (same) continue;
+          // A correct kernel's intermediates may overflow where the terms it accumulates exceed
+          // float32's range: the element cannot be judged.
+          if (rf && !of && ca * k_u_acc * 4.0 >= fp32_max * k_u_acc) {
+            ++v.indeterminate;
+            continue;
+          }
+          ++v.nonfinite_mismatch;
+          if (first_nonfinite < 0) {
+            first_nonfinite = static_cast<std::int64_t>(e);
+            nonfinite_what = std::string(of ? "finite " : (std::isnan(o) ? "NaN " : "Inf ")) + "output (" + fmt(o) +
+                             ") where the reference is " + (rf ? "finite (" : (std::isnan(r) ? "NaN (" : "Inf (")) + fmt(r) + ")";
+          }
+          err = std::numeric_limits<double>::infinity();
+        } else {
+          err = floating ? normalised_error(o, ref.value[e], ca, ci, od, ctx.case_dtype)
+                         : (o == r ? 0.0 : std::numeric_limits<double>::infinity());
+        }
+        v.errors[e] = err;
+        if (err > envelope) ++v.failing;
+        if (err > v.max_error || v.worst_index < 0) {
+          if (err >= v.max_error) {
+            v.max_error = err;
+            v.worst_index = static_cast<std::int64_t>(e);
+            v.worst_out = o;
+            v.worst_ref = ref.value[e];
+          }
+        }
+      }
+      v.passed = v.failing == 0;
+      if (v.nonfinite_mismatch > 0) {
+        v.worst_index = first_nonfinite;
+        v.worst_out = out[static_cast<std::size_t>(first_nonfinite)];
+        v.worst_ref = ref.value[static_cast<std::size_t>(first_nonfinite)];
+        v.message = std::to_string(v.nonfinite_mismatch) + " non-finite mismatch(es): " + nonfinite_what;
+      } else if (!v.passed) {
+        v.message = std::to_string(v.failing) + " of " + std::to_string(out.size()) +
+                    " elements over the envelope; worst error " + fmt(v.max_error) + " > " + fmt(envelope) +
+                    " (got " + fmt(v.worst_out) + ", expected " + fmt(v.worst_ref) + ")";
+      }
+    }
+    if (v.worst_index >= 0) v.worst_coords = coords_of(v.worst_index, ref.shape);
+    if (!v.passed) {
+      if (verdict.passed) verdict.message = (reference.size() > 1 ? "output '" + ref.name + "': " : "") + v.message;
+      verdict.passed = false;
+    }
+    verdict.max_error = std::max(verdict.max_error, v.max_error);
+    verdict.outputs.push_back(std::move(v));
+  }
+  if (verdict.passed)
+    verdict.message = "max error " + fmt(verdict.max_error) + " <= envelope " + fmt(envelope);
+  return verdict;
+}
+
+Json Verdict::to_json() const {
+  Json j;
+  j["passed"] = passed;
+  j["max_error"] = std::isfinite(max_error) ? Json(max_error) : Json("inf");
+  j["envelope"] = envelope;
+  j["message"] = message;
+  j["outputs"] = Json::array();
+  for (const auto& o : outputs) {
+    Json oj;
+    oj["name"] = o.name;
+    oj["passed"] = o.passed;
+    oj["max_error"] = std::isfinite(o.max_error) ? Json(o.max_error) : Json("inf");
+    oj["worst_index"] = o.worst_index;
+    oj["worst_coords"] = o.worst_coords;
+    oj["worst_out"] = std::isfinite(o.worst_out) ? Json(o.worst_out) : Json(fmt(o.worst_out));
+    oj["worst_ref"] = std::isfinite(o.worst_ref) ? Json(o.worst_ref) : Json(fmt(o.worst_ref));
+    oj["failing"] = o.failing;
+    oj["nonfinite_mismatch"] = o.nonfinite_mismatch;
+    oj["indeterminate"] = o.indeterminate;
+    oj["message"] = o.message;
+    j["outputs"].push_back(oj);
+  }
+  return j;
+}
+
+}  // namespace gpuemu

@@ -1,0 +1,164 @@
+#include "gpuemu/catalogue.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace gpuemu {
+namespace {
+
+std::vector<std::string> split_path(const char* value) {
+  std::vector<std::string> out;
+  if (!value) return out;
+  std::stringstream ss(value);
+  std::string item;
+  while (std::getline(ss, item, ':'))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// Edit distance, for "did you mean" suggestions.
+std::size_t distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::vector<fs::path> schema_files(const std::string& dir) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const fs::path base : {fs::path(dir), fs::path(dir) / "ops"}) {
+    if (!fs::is_directory(base, ec)) continue;
+    for (const auto& entry : fs::directory_iterator(base, ec))
+      if (entry.is_regular_file(ec) && entry.path().extension() == ".json") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+std::vector<std::string> default_schema_path() {
+  std::vector<std::string> dirs = split_path(std::getenv("GPUEMU_SCHEMA_PATH"));
+  if (const char* builtin = std::getenv("GPUEMU_BUILTIN_SCHEMAS"); builtin && *builtin)
+    dirs.emplace_back(builtin);
+  else
+    dirs.emplace_back(std::string(GPUEMU_SOURCE_SCHEMA_DIR) + "/ops");
+  return dirs;
+}
+
+Result<std::shared_ptr<const Catalogue>> Catalogue::load_default() { return load(default_schema_path()); }
+
+Result<std::shared_ptr<const Catalogue>> Catalogue::load(const std::vector<std::string>& dirs) {
+  auto cat = std::make_shared<Catalogue>();
+  // Earlier directories win: load in reverse so later inserts (earlier dirs) replace.
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    for (const auto& file : schema_files(*it)) {
+      if (file.filename() == "op.schema.json") continue;
+      GPUEMU_TRY(OpSchema s, load_op_schema_file(file.string()));
+      std::string name = s.name;
+      cat->m_ops.insert_or_assign(std::move(name), std::move(s));
+    }
+  }
+  return std::shared_ptr<const Catalogue>(std::move(cat));
+}
+
+const OpSchema* Catalogue::find(std::string_view name) const {
+  auto it = m_ops.find(name);
+  return it == m_ops.end() ? nullptr : &it->second;
+}
+
+Result<const OpSchema*> Catalogue::get(std::string_view name) const {
+  if (const OpSchema* s = find(name)) return s;
+  std::vector<std::pair<std::size_t, std::string>> close;
+  for (const auto& [n, s] : m_ops) {
+    auto d = distance(name, n);
+    if (d <= 3 || n.find(name) != std::string::npos) close.emplace_back(d, n);
+  }
+  std::sort(close.begin(), close.end());
+  std::string msg = "unknown op '" + std::string(name) + "'";
+  if (!close.empty()) {
+    msg += " (did you mean";
+    for (std::size_t i = 0; i < std::min<std::size_t>(3, close.size()); ++i)
+      msg += (i ? ", '" : " '") + close[i].second + "'";
+    msg += "?)";
+  }
+  msg += "; `gpuemu ops list` shows every op";
+  return make_error(ErrorCode::unknown_op, msg);
+}
+
+std::vector<const OpSchema*> Catalogue::all() const {
+  std::vector<const OpSchema*> out;
+  for (const auto& [n, s] : m_ops) out.push_back(&s);
+  return out;
+}
+
+Result<RefContext> make_ref_context(const OpSchema& schema,
+                                    const std::map<std::string, Tensor, std::less<>>& inputs,
+                                    const AttrMap& attrs, std::optional<DType> case_dtype) {
+  RefContext ctx;
+  ctx.schema = &schema;
+  GPUEMU_TRY(ctx.attrs, schema.resolve_attrs(attrs));
+  for (const auto& [name, t] : inputs) {
+    if (!schema.find_input(name)) {
+      std::string known;
+      for (const auto& i : schema.inputs) known += (known.empty() ? "" : ", ") + i.name;
+      return make_error(ErrorCode::invalid_argument,
+                        "op '" + schema.name + "' has no input '" + name + "' (inputs: " + known + ")");
+    }
+  }
+  std::optional<DType> first_case;
+  for (const auto& spec : schema.inputs) {
+    auto it = inputs.find(spec.name);
+    if (it == inputs.end()) {
+      if (spec.optional) continue;
+      return make_error(ErrorCode::invalid_argument,
+                        "op '" + schema.name + "' needs input '" + spec.name + "'");
+    }
+    const Tensor& t = it->second;
+    if (spec.dtype_rule == InputDtypeRule::case_dtype && !first_case) first_case = t.dtype();
+    RefArg arg;
+    arg.dtype = t.dtype();
+    arg.shape = t.shape();
+    arg.data = t.to_f64();
+    if (static_cast<std::int64_t>(spec.shape.size()) != t.dim() && !spec.shape.empty())
+      return make_error(ErrorCode::shape_mismatch,
+                        "input '" + spec.name + "' of op '" + schema.name + "' must have rank " +
+                            std::to_string(spec.shape.size()) + ", got shape " + shape_to_string(t.shape()));
+    ctx.inputs.emplace(spec.name, std::move(arg));
+  }
+  ctx.case_dtype = case_dtype ? *case_dtype : first_case.value_or(schema.dtypes.front());
+  // Dims named by plain input shape entries, for references that want them.
+  for (const auto& spec : schema.inputs) {
+    auto it = ctx.inputs.find(spec.name);
+    if (it == ctx.inputs.end()) continue;
+    for (std::size_t d = 0; d < spec.shape.size(); ++d) {
+      const std::string& e = spec.shape[d];
+      if (!schema.find_dim(e)) continue;
+      auto [pos, inserted] = ctx.dims.emplace(e, it->second.shape[d]);
+      if (!inserted && pos->second != it->second.shape[d])
+        return make_error(ErrorCode::shape_mismatch,
+                          "dim " + e + " is " + std::to_string(pos->second) + " in one input and " +
+                              std::to_string(it->second.shape[d]) + " in input '" + spec.name + "'");
+    }
+  }
+  return ctx;
+}
+
+Result<std::vector<RefOutput>> compute_reference(const OpSchema& schema,
+                                                 const std::map<std::string, Tensor, std::less<>>& inputs,
+                                                 const AttrMap& attrs) {
+  GPUEMU_TRY(RefContext ctx, make_ref_context(schema, inputs, attrs));
+  return run_reference(schema, ctx);
+}
+
+}  // namespace gpuemu

@@ -1,0 +1,96 @@
+// Built-in op implementations: the fp64 reference of each op, and the correct low-precision
+// "control" implementations used to calibrate tolerances (how production kernels really compute:
+// inputs in the case dtype, fp32 accumulation in tiles, output rounded once).
+#pragma once
+
+#include "gpuemu/dtype.hpp"
+#include "gpuemu/error.hpp"
+#include "gpuemu/op_schema.hpp"
+#include "gpuemu/tensor.hpp"
+
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpuemu {
+
+// One input as a reference sees it: the exact values the kernel received, as doubles, contiguous
+// row-major (whatever layout the kernel's tensor had).
+struct RefArg {
+  DType dtype = DType::float32;
+  Shape shape;
+  std::vector<double> data;
+  std::int64_t size(std::int64_t d) const {
+    return shape.at(static_cast<std::size_t>(d < 0 ? d + static_cast<std::int64_t>(shape.size()) : d));
+  }
+  std::int64_t numel() const { return shape_numel(shape); }
+};
+
+// Everything a reference or a control gets: inputs by schema name, attrs resolved (every attr
+// present, defaults filled in), the case dims and dtype.
+class RefContext {
+ public:
+  DType case_dtype = DType::float32;
+  std::map<std::string, RefArg, std::less<>> inputs;
+  AttrMap attrs = Json::object();
+  std::map<std::string, std::int64_t, std::less<>> dims;
+  const OpSchema* schema = nullptr;
+
+  bool has_input(std::string_view name) const { return inputs.find(name) != inputs.end(); }
+  const RefArg& input(std::string_view name) const;  // throws GpuemuException when absent
+  bool attr_is_null(std::string_view name) const;
+  bool attr_bool(std::string_view name) const;
+  std::int64_t attr_int(std::string_view name) const;
+  double attr_float(std::string_view name) const;
+  std::string attr_string(std::string_view name) const;
+  // An int or a list of ints, as `n` ints (an int is repeated): conv's stride=2 or stride=[2, 1].
+  std::vector<std::int64_t> attr_ints(std::string_view name, std::size_t n) const;
+  // The dtype of output `index` under the schema's rule.
+  DType output_dtype(std::size_t index = 0) const;
+};
+
+// One reference output, with the per-element condition terms the error model normalises by
+// (docs/error-model.md): err = |out - ref| / (u_out*|ref| + u_acc*c_acc + u_in*c_in + tiny_out).
+struct RefOutput {
+  std::string name;
+  DType dtype = DType::float32;   // the dtype the kernel must return
+  Shape shape;
+  std::vector<double> value;      // the fp64 reference, row-major
+  std::vector<double> c_acc;      // magnitude accumulated in fp32 (empty means zeros)
+  std::vector<double> c_in;       // magnitude that legitimately passes through input-dtype rounding
+};
+
+using ReferenceFn = std::function<Result<std::vector<RefOutput>>(const RefContext&)>;
+// A kernel emulated on the CPU: returns each output's values, already rounded to its dtype.
+using KernelFn = std::function<Result<std::vector<std::vector<double>>>(const RefContext&)>;
+
+struct NamedKernel {
+  std::string name;         // "fp32_tiled", "p_rounded", ...
+  std::string description;
+  KernelFn run;
+};
+
+struct BuiltinOp {
+  std::string name;                  // matches the schema's "builtin:<name>"
+  ReferenceFn reference;
+  std::vector<NamedKernel> controls; // correct low-precision implementations (calibration)
+  std::vector<NamedKernel> buggy;    // known-buggy implementations (demo, self-tests)
+};
+
+class BuiltinRegistry {
+ public:
+  static BuiltinRegistry& instance();  // filled by register_all_builtin_ops() on first use
+  void add(BuiltinOp op);
+  const BuiltinOp* find(std::string_view name) const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::map<std::string, BuiltinOp, std::less<>> m_ops;
+};
+
+// Runs the reference named by the schema (builtin only here) on `ctx`.
+Result<std::vector<RefOutput>> run_reference(const OpSchema& schema, const RefContext& ctx);
+
+}  // namespace gpuemu

@@ -1,0 +1,96 @@
+// Op schemas: the description of an op that drives fuzzing, the reference oracle and the error
+// model. One JSON file per op under schemas/ops/ (format: schemas/op.schema.json, documented in
+// docs/schemas.md). Users add ops by dropping files on GPUEMU_SCHEMA_PATH.
+#pragma once
+
+#include "gpuemu/dtype.hpp"
+#include "gpuemu/error.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpuemu {
+
+using Json = nlohmann::json;
+// Attribute values are JSON values: null, bool, integer, float, string or an array of integers.
+using AttrMap = Json;  // always an object
+
+// The domain a dim is drawn from. Free dims are sampled; derived dims (expr) are computed.
+struct DimDomain {
+  std::string name;
+  std::int64_t min = 1;
+  std::int64_t max = 1;
+  std::vector<std::int64_t> values;  // explicit choices (non-empty: only these)
+  std::string role;                  // batch | reduction | sequence | feature | head | channel |
+                                     // spatial | vocab | kernel (weights the sampler)
+  std::string expr;                  // derived dim: an integer expression over dims and attrs
+};
+
+enum class InputDtypeRule { case_dtype, fixed };
+
+struct InputSpec {
+  std::string name;
+  std::vector<std::string> shape;   // one integer expression per dim (usually a dim name)
+  InputDtypeRule dtype_rule = InputDtypeRule::case_dtype;
+  std::vector<DType> dtypes;        // fixed: the allowed dtypes (the first is the default)
+  std::string domain = "real";      // real | positive | nonnegative | probabilities | unit |
+                                    // indices:<expr> | lengths:<expr> | targets:<expr> | scale
+  bool optional = false;            // may be absent (e.g. bias); the fuzzer sometimes omits it
+  std::vector<std::string> layouts; // non-contiguous layouts it may take: transposed, strided,
+                                    // offset, expanded
+  std::string description;
+};
+
+struct AttrSpec {
+  std::string name;
+  std::string type;                 // bool | int | float | string | ints
+  bool nullable = false;
+  Json default_value;               // PyTorch's default
+  std::vector<Json> values;         // the domain as choices (may be empty)
+  std::optional<double> min, max;   // the domain as a range (int / float)
+  bool semantic = true;             // semantic attrs vary only when the caller asks
+  std::string description;
+};
+
+struct OutputSpec {
+  std::string name;
+  Json shape;                       // "like:<input>" or a list of expressions or a description
+  std::string dtype = "case";       // case | like:<input> | attr:<name> | a dtype name
+};
+
+struct OpSchema {
+  std::string name;
+  int version = 1;
+  std::string summary;
+  std::string family;               // elementwise | binary | reduction | scan | softmax | norm |
+                                    // gemm | attention | rope | conv | loss | gather | quant
+  std::vector<DType> dtypes;        // case dtypes the op allows
+  std::vector<DimDomain> dims;      // in sampling order
+  std::vector<InputSpec> inputs;
+  std::vector<AttrSpec> attrs;
+  std::vector<OutputSpec> outputs;
+  std::vector<std::string> reduced_dims;
+  std::vector<std::string> constraints;  // boolean expressions over dims and attrs
+  std::int64_t max_elements = 1 << 20;   // per-case budget over all inputs
+  std::int64_t max_work = 1LL << 28;     // per-case budget of reference multiply-adds
+  std::string reference;            // "builtin:<name>" or "script:<file>.py:<func>"
+  std::string source_file;          // where it was loaded from
+  Json raw;                         // the document as loaded
+
+  const DimDomain* find_dim(std::string_view n) const;
+  const InputSpec* find_input(std::string_view n) const;
+  const AttrSpec* find_attr(std::string_view n) const;
+  // Every attr at its default, overridden by `given` (which must only name known attrs).
+  Result<AttrMap> resolve_attrs(const AttrMap& given) const;
+};
+
+// Parses and validates one schema document. `file` names it in error messages ("file:line: ...").
+Result<OpSchema> parse_op_schema(const std::string& text, const std::string& file);
+Result<OpSchema> load_op_schema_file(const std::string& path);
+
+}  // namespace gpuemu

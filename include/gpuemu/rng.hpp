@@ -1,0 +1,56 @@
+// Reproducible randomness: xorshift128+ seeded through splitmix64, with named sub-streams.
+// The exact algorithm (every constant and every step of turning u64 draws into values) is in
+// docs/rng.md; python/gpuemu/rng.py reproduces it bit for bit, and tests/data/rng_vectors.json
+// holds the vectors both test suites check.
+//
+// Every value transform uses only IEEE-exact operations (+, -, *, /, sqrt, ldexp, frexp) in a fixed
+// order, and the build disables FMA contraction, so the same seed gives the same bits everywhere.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace gpuemu {
+
+// One splitmix64 step: advances `state` and returns the mixed output.
+std::uint64_t splitmix64_next(std::uint64_t& state);
+
+// The seed of the sub-stream named `domain` under `parent` (e.g. derive_seed(case_seed, "dim:N")).
+// Independent of which other streams were derived, and of the order they were derived in.
+std::uint64_t derive_seed(std::uint64_t parent, std::string_view domain);
+
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed);
+  // The stream named `domain` under `parent`: Rng(derive_seed(parent, domain)).
+  static Rng substream(std::uint64_t parent, std::string_view domain) {
+    return Rng(derive_seed(parent, domain));
+  }
+
+  std::uint64_t next_u64();
+  // Uniform in [0, 1) with 53 random bits.
+  double uniform01();
+  // Uniform in [lo, hi).
+  double uniform(double lo, double hi);
+  // Uniform integer in [0, n), n >= 1, unbiased (rejection).
+  std::uint64_t bounded(std::uint64_t n);
+  // Uniform integer in [lo, hi] inclusive.
+  std::int64_t integer(std::int64_t lo, std::int64_t hi);
+  // Standard normal (Marsaglia's polar method with gpuemu's own log; see docs/rng.md).
+  double normal();
+  // True with probability num/den (integers, so no rounding question arises).
+  bool chance(std::uint64_t num, std::uint64_t den) { return bounded(den) < num; }
+  // An index drawn with integer weights (sum > 0).
+  std::size_t weighted(std::span<const std::uint64_t> weights);
+
+ private:
+  std::uint64_t m_s0;
+  std::uint64_t m_s1;
+};
+
+// Natural logarithm of x > 0, finite, computed only with IEEE-exact operations in a fixed order
+// (frexp, then an atanh series of fixed length). Accurate to a few ulp; identical on every machine.
+double det_log(double x);
+
+}  // namespace gpuemu

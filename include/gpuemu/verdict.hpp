@@ -1,0 +1,48 @@
+// The verdict: a kernel's outputs against the fp64 reference, under the error model of
+// docs/error-model.md. Per element,
+//   err = |out - ref| / (u_out*|ref| + u_acc*c_acc + u_in*c_in + tiny_out)
+// and the case passes when max err <= the calibrated envelope of (op, dtype).
+#pragma once
+
+#include "gpuemu/fuzz.hpp"
+#include "gpuemu/op.hpp"
+
+#include <string>
+#include <vector>
+
+namespace gpuemu {
+
+struct OutputVerdict {
+  std::string name;
+  bool passed = true;
+  double max_error = 0.0;              // max normalised error over finite, comparable elements
+  std::int64_t worst_index = -1;       // row-major index of the worst element
+  std::vector<std::int64_t> worst_coords;
+  double worst_out = 0.0, worst_ref = 0.0;
+  std::int64_t failing = 0;            // elements over the envelope (or non-finite mismatches)
+  std::int64_t nonfinite_mismatch = 0; // NaN/Inf where the reference is finite, or the reverse
+  std::int64_t indeterminate = 0;      // elements whose intermediates overflow legitimately
+  std::string message;
+  std::vector<double> errors;          // per-element normalised error (kept for diagnosis)
+};
+
+struct Verdict {
+  bool passed = true;
+  double max_error = 0.0;
+  double envelope = 0.0;
+  std::string message;                 // one line
+  std::vector<OutputVerdict> outputs;
+  Json to_json() const;                // without the per-element errors
+};
+
+// Unit roundoff of the accumulator the error model assumes (fp32).
+constexpr double k_u_acc = 0x1.0p-24;
+
+// Normalised error of one element (finite out and ref).
+double normalised_error(double out, double ref, double c_acc, double c_in, DType out_dtype, DType in_dtype);
+
+// Judges `outputs` (what the kernel returned, any layout) against the reference.
+Verdict judge(const OpSchema& schema, const RefContext& ctx, const std::vector<RefOutput>& reference,
+              const std::vector<Tensor>& outputs, double envelope);
+
+}  // namespace gpuemu

@@ -1,0 +1,137 @@
+// The schema parser, the expression language and the catalogue.
+#include "gpuemu/catalogue.hpp"
+#include "schema/expr.hpp"
+
+#include <gtest/gtest.h>
+
+namespace gpuemu {
+namespace {
+
+std::int64_t eval(const std::string& text) {
+  auto e = Expr::parse(text);
+  EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.error().message);
+  auto v = e->eval([](const std::string& n, int idx) -> std::optional<std::int64_t> {
+    if (n == "H") return 32;
+    if (n == "Hkv") return 8;
+    if (n == "stride") return idx == 1 ? 3 : 2;
+    return std::nullopt;
+  });
+  EXPECT_TRUE(v.ok()) << (v.ok() ? "" : v.error().message);
+  return v.ok() ? *v : -999;
+}
+
+TEST(Expr, Arithmetic) {
+  EXPECT_EQ(eval("1 + 2 * 3"), 7);
+  EXPECT_EQ(eval("(1 + 2) * 3"), 9);
+  EXPECT_EQ(eval("H / Hkv"), 4);
+  EXPECT_EQ(eval("H % Hkv == 0"), 1);
+  EXPECT_EQ(eval("H < Hkv || H >= 32"), 1);
+  EXPECT_EQ(eval("-H + 1"), -31);
+  EXPECT_EQ(eval("stride[0] * 10 + stride[1]"), 23);
+  EXPECT_EQ(eval("!(H == 32) && 1"), 0);
+  EXPECT_EQ(eval("H != 3"), 1);
+  EXPECT_EQ(eval("H <= 32"), 1);
+}
+
+TEST(Expr, Errors) {
+  EXPECT_FALSE(Expr::parse("1 +").ok());
+  EXPECT_FALSE(Expr::parse("(1").ok());
+  EXPECT_FALSE(Expr::parse("1 $ 2").ok());
+  auto e = Expr::parse("H / (Hkv - 8)");
+  ASSERT_TRUE(e.ok());
+  auto v = e->eval([](const std::string& n, int) -> std::optional<std::int64_t> { return n == "H" ? 4 : 8; });
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.error().message.find("division by zero"), std::string::npos);
+  auto missing = Expr::parse("Q + 1")->eval([](const std::string&, int) { return std::optional<std::int64_t>(); });
+  EXPECT_FALSE(missing.ok());
+}
+
+const char* k_good = R"({
+  "name": "toy",
+  "version": 2,
+  "summary": "toy op",
+  "family": "custom",
+  "dtypes": ["float32", "bfloat16"],
+  "dims": {"M": {"min": 1, "max": 64}, "G": {"values": [1, 2]}, "C": {"expr": "G * 4"}},
+  "inputs": [{"name": "x", "shape": ["M", "C"], "dtype": "case", "layouts": ["transposed"]},
+             {"name": "idx", "shape": ["M"], "dtype": ["int64", "int32"], "domain": "indices:C"}],
+  "attrs": {"alpha": {"type": "float", "default": 1.0, "min": 0},
+            "mode": {"type": "string", "default": "a", "values": ["a", "b"]},
+            "scale": {"type": "float", "nullable": true}},
+  "outputs": [{"name": "out", "shape": "like:x", "dtype": "case"}],
+  "constraints": ["C % G == 0"],
+  "reference": "builtin:toy"
+})";
+
+TEST(Schema, ParsesAllFields) {
+  auto s = parse_op_schema(k_good, "toy.json");
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->name, "toy");
+  EXPECT_EQ(s->version, 2);
+  ASSERT_EQ(s->dims.size(), 3u);
+  EXPECT_EQ(s->find_dim("C")->expr, "G * 4");
+  EXPECT_EQ(s->find_dim("G")->max, 2);
+  EXPECT_EQ(s->find_input("idx")->dtypes.size(), 2u);
+  auto attrs = s->resolve_attrs({{"alpha", 2.5}});
+  ASSERT_TRUE(attrs.ok());
+  EXPECT_EQ((*attrs)["alpha"], 2.5);
+  EXPECT_EQ((*attrs)["mode"], "a");
+  EXPECT_TRUE((*attrs)["scale"].is_null());
+}
+
+struct BadCase {
+  std::string from, to, expect;
+  int line;
+};
+
+TEST(Schema, ErrorsNameFileAndLine) {
+  const std::vector<BadCase> cases = {
+      {"\"float32\", \"bfloat16\"", "\"float32\", \"bfloat17\"", "unknown dtype 'bfloat17'", 6},
+      {"\"layouts\": [\"transposed\"]", "\"layouts\": [\"diagonal\"]", "unknown layout", 8},
+      {"\"C % G == 0\"", "\"C % Q == 0\"", "'Q' in 'C % Q == 0' is neither a dim nor an attr", 14},
+      {"\"min\": 0}", "\"min\": 0, \"colour\": 1}", "unknown key 'colour'", 10},
+      {"\"summary\": \"toy op\",", "", "missing required key 'summary'", 1},
+      {"\"default\": 1.0", "\"default\": \"one\"", "is not of type float", 10},
+      {"\"custom\"", "\"weird\"", "unknown family", 5},
+      {"\"max\": 64", "\"max\": 64 ,,", "invalid JSON", 7},
+  };
+  for (const auto& c : cases) {
+    std::string text = k_good;
+    auto pos = text.find(c.from);
+    ASSERT_NE(pos, std::string::npos) << c.from;
+    text.replace(pos, c.from.size(), c.to);
+    auto s = parse_op_schema(text, "bad.json");
+    ASSERT_FALSE(s.ok()) << c.expect;
+    EXPECT_EQ(s.error().code, ErrorCode::schema_error);
+    EXPECT_NE(s.error().message.find(c.expect), std::string::npos) << s.error().message;
+    EXPECT_EQ(s.error().message.rfind("bad.json:" + std::to_string(c.line) + ":", 0), 0u)
+        << s.error().message;
+  }
+}
+
+TEST(Schema, AttrValidation) {
+  auto s = parse_op_schema(k_good, "toy.json");
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE(s->resolve_attrs({{"beta", 1}}).ok());
+  EXPECT_FALSE(s->resolve_attrs({{"alpha", "x"}}).ok());
+  EXPECT_FALSE(s->resolve_attrs({{"alpha", -1.0}}).ok());
+  EXPECT_FALSE(s->resolve_attrs({{"mode", "c"}}).ok());
+  EXPECT_TRUE(s->resolve_attrs({{"scale", nullptr}}).ok());
+}
+
+TEST(Catalogue, BuiltinSchemasAllLoadAndHaveReferences) {
+  auto cat = Catalogue::load({GPUEMU_SOURCE_DIR "/schemas/ops"});
+  ASSERT_TRUE(cat.ok()) << cat.error().message;
+  ASSERT_NE((*cat)->find("softmax"), nullptr);
+  for (const OpSchema* s : (*cat)->all()) {
+    ASSERT_EQ(s->reference.rfind("builtin:", 0), 0u) << s->name;
+    EXPECT_NE(BuiltinRegistry::instance().find(s->reference.substr(8)), nullptr) << s->name;
+  }
+  auto unknown = (*cat)->get("sofmax");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.error().code, ErrorCode::unknown_op);
+  EXPECT_NE(unknown.error().message.find("did you mean 'softmax'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpuemu
