@@ -2,6 +2,7 @@
 // comes from the failing verdict itself; probes re-run the kernel on related cases (the same
 // seed with inputs made contiguous, a dim at and just past a block boundary, shorter reductions).
 #include "gpuemu/engine.hpp"
+#include "gpuemu/rng.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -78,11 +79,24 @@ Diagnosis Engine::diagnose(const std::string& op, const FuzzOptions& options, co
   CaseGenerator gen(schema, probe_options);
   auto passes = [&](const std::map<std::string, std::int64_t, std::less<>>& dims, bool contiguous) -> std::optional<bool> {
     if (!kernel) return std::nullopt;
-    auto pc = gen.generate_pinned(c.seed, dims, c.value_transforms, contiguous);
-    if (!pc) return std::nullopt;
-    auto r = run_case(op, probe_options, *pc, *kernel);
-    if (!r) return std::nullopt;
-    return r->verdict.passed;
+    // The case's own seed and a second one: a probe passes only when both pass, so luck of the
+    // values (a leak hidden by a large max) does not read as a pass.
+    // A third variant with every real-valued input set to ones exposes what values can hide.
+    std::map<std::string, std::string, std::less<>> ones = c.value_transforms;
+    for (const auto& in : schema.inputs)
+      if (in.domain.find(':') == std::string::npos && c.inputs.count(in.name) &&
+          dtype_info(c.inputs.at(in.name).dtype()).is_floating)
+        ones[in.name] = "ones";
+    const std::pair<std::uint64_t, const std::map<std::string, std::string, std::less<>>*> variants[] = {
+        {c.seed, &c.value_transforms}, {derive_seed(c.seed, "probe"), &c.value_transforms}, {c.seed, &ones}};
+    for (const auto& [seed, transforms] : variants) {
+      auto pc = gen.generate_pinned(seed, dims, *transforms, contiguous);
+      if (!pc) return std::nullopt;
+      auto r = run_case(op, probe_options, *pc, *kernel);
+      if (!r) return std::nullopt;
+      if (!r->verdict.passed) return false;
+    }
+    return true;
   };
   std::map<std::string, std::int64_t, std::less<>> free_dims;
   for (const auto& dd : schema.dims)
@@ -103,16 +117,16 @@ Diagnosis Engine::diagnose(const std::string& op, const FuzzOptions& options, co
     }
   }
 
-  // 4. Shape probes on each long dim: a boundary at a block size.
+  // 3. Shape probes on each long dim: a boundary at a block size.
   if (kernel) {
     for (const auto& dd : schema.dims) {
       if (!dd.expr.empty() || !dd.values.empty() || options.dims.count(dd.name)) continue;
       const std::int64_t n = c.dims.at(dd.name);
       for (std::int64_t b : {16, 32, 64, 128, 256}) {
         if (b + 1 > dd.max || b < dd.min) continue;
+        // Only the probed dim is pinned: the others are drawn under the element budget.
         auto at = [&](std::int64_t v) {
-          auto dims = free_dims;
-          dims[dd.name] = v;
+          std::map<std::string, std::int64_t, std::less<>> dims{{dd.name, v}};
           return passes(dims, false);
         };
         auto p_b = at(b), p_b1 = at(b + 1);
@@ -143,35 +157,84 @@ Diagnosis Engine::diagnose(const std::string& op, const FuzzOptions& options, co
     }
   }
 
-  // 3. A near-constant out/ref ratio: a missing scale or normalisation.
+  // 4. A near-constant out/ref ratio, the same on a second case: a missing scale or normalisation.
+  if (kernel) {
+    struct Ratio {
+      double med = 0, lo = 0, hi = 0;
+      std::size_t count = 0;
+    };
+    auto ratio_of = [&](const TestCase& tc) -> std::optional<Ratio> {
+      auto out = (*kernel)(tc);
+      if (!out || out->empty()) return std::nullopt;
+      auto ctx = make_ref_context(schema, tc.inputs, tc.attrs, tc.dtype);
+      if (!ctx) return std::nullopt;
+      auto ref = run_reference(schema, *ctx);
+      if (!ref || ref->empty() || (*out)[0].shape() != (*ref)[0].shape) return std::nullopt;
+      auto o = (*out)[0].to_f64();
+      const auto& r = (*ref)[0].value;
+      double rmax = 0;
+      for (double x : r)
+        if (std::isfinite(x)) rmax = std::max(rmax, std::fabs(x));
+      std::vector<double> ratios;
+      for (std::size_t i = 0; i < o.size(); ++i)
+        if (std::isfinite(o[i]) && std::isfinite(r[i]) && std::fabs(r[i]) > 1e-3 * rmax && r[i] != 0)
+          ratios.push_back(o[i] / r[i]);
+      if (ratios.size() < 2) return std::nullopt;
+      std::sort(ratios.begin(), ratios.end());
+      return Ratio{ratios[ratios.size() / 2], ratios[ratios.size() / 10],
+                   ratios[ratios.size() - 1 - ratios.size() / 10], ratios.size()};
+    };
+    auto constant = [](const Ratio& x) {
+      return x.med != 0 && std::fabs(x.med - 1.0) > 0.02 && std::fabs(x.hi - x.lo) < 0.02 * std::fabs(x.med);
+    };
+    auto first = ratio_of(c);
+    if (first && constant(*first)) {
+      auto second_case = gen.generate_pinned(derive_seed(c.seed, "probe"), free_dims, c.value_transforms);
+      auto second = second_case ? ratio_of(*second_case) : std::nullopt;
+      if (second && constant(*second) && std::fabs(second->med / first->med - 1.0) < 0.02) {
+        d.bug_class = "missing_scale";
+        d.summary = "output = " + fmt(first->med) + " x reference" + name_ratio(first->med, c) +
+                    ": a missing or wrong scale factor or normalisation";
+        d.evidence.push_back("out/ref ratio over " + std::to_string(first->count) + " elements in [" +
+                             fmt(first->lo) + ", " + fmt(first->hi) + "], the same on a second case");
+        return d;
+      }
+    }
+  }
+
+  // 5. A wrong constant: the output matches the reference with one float attr changed
+  // (scale = 1 where 1/sqrt(D) was due, eps = 0, theta off, ...).
   if (kernel) {
     auto out = (*kernel)(c);
-    if (out && !out->empty()) {
-      auto ref = [&]() -> Result<std::vector<RefOutput>> {
-        auto ctx = make_ref_context(schema, c.inputs, c.attrs, c.dtype);
-        if (!ctx) return ctx.error();
-        return run_reference(schema, *ctx);
-      }();
-      if (ref && !ref->empty() && (*out)[0].shape() == (*ref)[0].shape) {
-        auto o = (*out)[0].to_f64();
-        const auto& r = (*ref)[0].value;
-        double rmax = 0;
-        for (double x : r)
-          if (std::isfinite(x)) rmax = std::max(rmax, std::fabs(x));
-        std::vector<double> ratios;
-        for (std::size_t i = 0; i < o.size(); ++i)
-          if (std::isfinite(o[i]) && std::isfinite(r[i]) && std::fabs(r[i]) > 1e-3 * rmax && r[i] != 0)
-            ratios.push_back(o[i] / r[i]);
-        if (ratios.size() >= 2) {
-          std::sort(ratios.begin(), ratios.end());
-          const double med = ratios[ratios.size() / 2];
-          const double lo = ratios[ratios.size() / 10], hi = ratios[ratios.size() - 1 - ratios.size() / 10];
-          if (med != 0 && std::fabs(med - 1.0) > 0.02 && std::fabs(hi - lo) < 0.02 * std::fabs(med)) {
-            d.bug_class = "missing_scale";
-            d.summary = "output = " + fmt(med) + " x reference" + name_ratio(med, c) +
-                        ": a missing or wrong scale factor or normalisation";
-            d.evidence.push_back("out/ref ratio over " + std::to_string(ratios.size()) + " elements in [" + fmt(lo) +
-                                 ", " + fmt(hi) + "]");
+    auto ctx = make_ref_context(schema, c.inputs, c.attrs, c.dtype);
+    if (out && ctx) {
+      for (const auto& a : schema.attrs) {
+        if (a.type != "float") continue;
+        const Json cur = c.attrs.contains(a.name) ? c.attrs[a.name] : Json();
+        std::vector<double> candidates = {1.0, 0.0};
+        if (cur.is_number()) {
+          const double v = cur.get<double>();
+          for (double f : {2.0, 0.5, 10.0, 0.1}) candidates.push_back(v * f);
+          for (const auto& [n, size] : c.dims)
+            if (size > 1) {
+              candidates.push_back(v * std::sqrt(static_cast<double>(size)));
+              candidates.push_back(v / std::sqrt(static_cast<double>(size)));
+            }
+        }
+        for (double alt : candidates) {
+          if (cur.is_number() && alt == cur.get<double>()) continue;
+          RefContext alt_ctx = *ctx;
+          alt_ctx.attrs[a.name] = alt;
+          auto ref = run_reference(schema, alt_ctx);
+          if (!ref) continue;
+          Verdict v = judge(schema, alt_ctx, *ref, *out, failing.verdict.envelope);
+          if (v.passed) {
+            d.bug_class = "wrong_constant";
+            d.summary = "the output matches the reference computed with " + a.name + "=" + fmt(alt) +
+                        " instead of " + (cur.is_null() ? std::string("its default") : cur.dump()) +
+                        ": a wrong or missing constant (e.g. a missing 1/sqrt(D) scale)";
+            d.evidence.push_back("max error " + fmt(v.max_error) + " against the reference with " + a.name + "=" +
+                                 fmt(alt) + ", vs " + fmt(failing.verdict.max_error) + " against the true one");
             return d;
           }
         }
@@ -179,7 +242,7 @@ Diagnosis Engine::diagnose(const std::string& op, const FuzzOptions& options, co
     }
   }
 
-  // 5. Error growing with a reduction length.
+  // 6. Error growing with a reduction length.
   if (kernel) {
     for (const auto& name : schema.reduced_dims) {
       const DimDomain* dd = schema.find_dim(name);

@@ -1,0 +1,53 @@
+"""gpuemu: catch silently wrong GPU kernels.
+
+gpuemu compares a kernel's output with an fp64 reference computed from the exact low-precision
+values the kernel received. This package is its Python side:
+
+- :func:`reference` — the fp64 reference oracle of any op in the catalogue, in process;
+- :mod:`gpuemu.dtypes` — exact conversions between float64 and float16/bfloat16/fp8 bits;
+- :mod:`gpuemu.rng` — gpuemu's reproducible RNG in pure Python, bit-identical to the C++ one;
+- :mod:`gpuemu.errors` — the exception hierarchy (:class:`GpuemuError` and its subclasses).
+"""
+
+from . import dtypes, errors, rng
+from ._reference import op_schema, ops, reference, reload_catalogue
+from .dtypes import from_bits, round_to, to_bits
+from .errors import (
+    GpuemuError,
+    GpuemuIOError,
+    InternalError,
+    NotFoundError,
+    SchemaError,
+    ShapeMismatchError,
+    ToolMissingError,
+    UnknownOpError,
+    ValidationError,
+)
+from .rng import Rng, derive_seed
+
+__version__ = "0.1.0"  # the CMake project's version; tests check _core.__version__ agrees
+
+__all__ = [
+    "GpuemuError",
+    "GpuemuIOError",
+    "InternalError",
+    "NotFoundError",
+    "Rng",
+    "SchemaError",
+    "ShapeMismatchError",
+    "ToolMissingError",
+    "UnknownOpError",
+    "ValidationError",
+    "__version__",
+    "derive_seed",
+    "dtypes",
+    "errors",
+    "from_bits",
+    "op_schema",
+    "ops",
+    "reference",
+    "reload_catalogue",
+    "rng",
+    "round_to",
+    "to_bits",
+]

@@ -1,0 +1,467 @@
+"""Fuzz a kernel in this process: the engine generates cases, your ``run_op`` computes them.
+
+::
+
+    import torch, gpuemu
+
+    def run_op(inputs):                      # every input by schema name, every attr by name
+        return my_softmax(inputs["x"], dim=inputs["dim"])
+
+    results = gpuemu.fuzz_op_in_process("softmax", run_op)   # adversarial, 100 cases
+    assert results.ok, results.summary()
+
+The engine (``gpuemu._core.Engine``) draws each case from the op's schema, computes the fp64
+reference from the exact low-precision values it generated, and judges ``run_op``'s output with
+the op's error model against the calibrated envelope of (op, dtype) (``schemas/envelopes.json``,
+or ``$GPUEMU_ENVELOPES``). Failing cases are diagnosed (the likely bug class with its evidence)
+and, with ``minimize=True``, shrunk to the smallest failing shape.
+
+How inputs reach ``run_op``:
+
+- ``framework="torch"``: a ``torch.Tensor`` per input with the case's real layout — the same
+  sizes, strides and storage offset over a storage holding the case's exact bytes (a fresh copy
+  per call, so a kernel that writes its inputs cannot change the case). Transposed, stepped,
+  offset and expanded (stride 0) views stay exactly that. ``bfloat16`` arrives as
+  ``torch.bfloat16``; fp8 as ``torch.float8_*`` where the installed torch has it, else as its
+  ``uint8`` bits.
+- ``framework="numpy"``: the numpy views the engine hands out (same strides and offset;
+  ``bfloat16`` as ``uint16`` bits, fp8 as ``uint8`` bits).
+- An optional input the case leaves out (e.g. layer_norm without ``bias``) arrives as ``None``.
+
+What ``run_op`` may return: one tensor/array, or a tuple/list of them (one per schema output).
+Torch tensors carry their dtype. Numpy arrays are taken by their numpy dtype, except that a
+``uint16`` (``uint8``) array in a ``bfloat16`` (fp8) case is read as that dtype's bits; an explicit
+``(array, "bfloat16")`` pair is accepted too. An exception raised by ``run_op`` (or an output that
+cannot be converted) is a failing case whose ``traceback`` holds the Python traceback.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+import traceback as _traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._native import core
+from .errors import ValidationError
+
+__all__ = ["Failure", "FuzzResults", "case_inputs", "fuzz_op_in_process", "replay"]
+
+Frameworks = ("torch", "numpy")
+Strategies = ("regular", "boundary", "adversarial", "special")
+
+_STORAGE_NUMPY = {
+    "float64": np.float64,
+    "float32": np.float32,
+    "float16": np.float16,
+    "bfloat16": np.uint16,
+    "float8_e4m3fn": np.uint8,
+    "float8_e5m2": np.uint8,
+    "int8": np.int8,
+    "int16": np.int16,
+    "int32": np.int32,
+    "int64": np.int64,
+    "uint8": np.uint8,
+    "bool": np.bool_,
+}
+_BITS_DTYPES = {"bfloat16": np.uint16, "float8_e4m3fn": np.uint8, "float8_e5m2": np.uint8}
+
+
+@dataclass
+class Failure:
+    """One failing case.
+
+    ``id`` is ``"<op>:<master seed>:<case index>"``; ``seed`` the case seed (which alone
+    regenerates the case's bytes, see :func:`replay`); ``shapes`` and ``layout`` map each input to
+    its shape and layout kind (contiguous, transposed, strided, offset, expanded); ``max_error``
+    is the worst normalised error (``inf`` when the kernel raised or returned non-finite values
+    where the reference is finite) against ``envelope``; ``diagnosis`` is the engine's
+    ``{"bug_class", "summary", "evidence"}``; ``repro`` a Python call that replays the case;
+    ``traceback`` the traceback when ``run_op`` raised; ``minimized`` the minimizer's result
+    (``{"summary", "dims", "transforms", "evaluations", ...}``) when asked for.
+    """
+
+    id: str
+    seed: int
+    index: int
+    dtype: str
+    dims: Dict[str, int]
+    shapes: Dict[str, List[int]]
+    attrs: Dict[str, Any]
+    layout: Dict[str, str]
+    max_error: float
+    envelope: float
+    message: str
+    diagnosis: Dict[str, Any]
+    repro: str
+    traceback: Optional[str] = None
+    minimized: Optional[Dict[str, Any]] = None
+    verdict: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def bug_class(self) -> str:
+        return str(self.diagnosis.get("bug_class", "")) if self.diagnosis else ""
+
+    def describe(self) -> str:
+        """A few lines for a human: what failed, where, the likely cause, how to replay it."""
+        layout = ", ".join(f"{k}={v}" for k, v in self.layout.items() if v != "contiguous")
+        lines = [
+            f"{self.id} [{self.dtype}] dims {self.dims}"
+            + (f" attrs {self.attrs}" if self.attrs else "")
+            + (f" layout {layout}" if layout else ""),
+            f"  {self.message}",
+        ]
+        if self.diagnosis and self.diagnosis.get("summary"):
+            lines.append(f"  diagnosis: {self.diagnosis.get('bug_class')}: {self.diagnosis['summary']}")
+        if self.minimized and self.minimized.get("summary"):
+            lines.append(f"  minimized: {self.minimized['summary']}")
+        if self.traceback:
+            lines.append("  " + self.traceback.rstrip().replace("\n", "\n  "))
+        lines.append(f"  replay: {self.repro}")
+        return "\n".join(lines)
+
+
+@dataclass
+class FuzzResults:
+    """The outcome of :func:`fuzz_op_in_process`. ``ok`` (and ``bool(results)``) when every case
+    passed. ``first_failure`` is the index of the first failing case (-1: none), so
+    ``first_failure + 1`` cases were needed to find the bug."""
+
+    op: str
+    seed: int
+    value_distribution: str
+    framework: str
+    total: int
+    passed: int
+    elapsed: float
+    first_failure: int
+    failures: List[Failure]
+
+    @property
+    def failed(self) -> int:
+        return self.total - self.passed
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def summary(self) -> str:
+        head = (
+            f"{self.op}: {self.passed}/{self.total} passed ({self.value_distribution}, seed {self.seed}, "
+            f"{self.elapsed:.2f}s)"
+        )
+        return "\n".join([head] + [f.describe() for f in self.failures[:5]])
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs: engine case -> framework tensors
+
+
+def _torch() -> Any:
+    import torch  # imported lazily: numpy users need not have it
+
+    return torch
+
+
+def _torch_dtype(name: str) -> Any:
+    torch = _torch()
+    if name == "bfloat16":
+        return torch.bfloat16
+    if name.startswith("float8"):
+        return getattr(torch, name, None)  # absent before torch 2.1: the caller gets uint8 bits
+    return getattr(torch, name)
+
+
+def _torch_view(dtype: str, shape: Sequence[int], strides: Sequence[int], offset: int, storage: bytes) -> Any:
+    """A torch tensor with exactly this layout over a private copy of the storage bytes."""
+    torch = _torch()
+    # bfloat16 bits go through int16: torch.from_numpy refuses uint16 before torch 2.3
+    np_dtype = np.int16 if dtype == "bfloat16" else _STORAGE_NUMPY[dtype]
+    base = torch.from_numpy(np.frombuffer(bytearray(storage), dtype=np_dtype))
+    if dtype in _BITS_DTYPES:
+        target = _torch_dtype(dtype)
+        if target is not None:
+            base = base.view(target)
+        elif dtype == "bfloat16":
+            raise ValidationError("this torch has no bfloat16")
+    return torch.as_strided(base, tuple(int(s) for s in shape), tuple(int(s) for s in strides), int(offset))
+
+
+_INPUT_NAMES: Dict[str, Tuple[str, ...]] = {}
+
+
+def _input_names(op: str) -> Tuple[str, ...]:
+    if op not in _INPUT_NAMES:
+        _INPUT_NAMES[op] = tuple(i["name"] for i in core().op_schema(op).get("inputs", []))
+    return _INPUT_NAMES[op]
+
+
+def case_inputs(case: Any, framework: str = "torch") -> Dict[str, Any]:
+    """The inputs of an engine ``TestCase`` as framework tensors with the case's exact layout, and
+    every resolved attr, by name: what ``run_op`` receives."""
+    if framework == "torch":
+        args: Dict[str, Any] = {
+            name: _torch_view(dt, shape, strides, offset, storage)
+            for name, (dt, shape, strides, offset, storage) in case.snapshot().items()
+        }
+    elif framework == "numpy":
+        args = {name: arr for name, (arr, _dt) in case.inputs().items()}
+    else:
+        raise ValidationError(f"unknown framework '{framework}' (torch, numpy)")
+    for name in _input_names(case.op):  # an optional input the case left out arrives as None
+        args.setdefault(name, None)
+    for name, value in case.attrs.items():
+        if name in args:
+            raise ValidationError(f"op '{case.op}': attr '{name}' has the name of an input")
+        args[name] = value
+    return args
+
+
+# ---------------------------------------------------------------------------------------------
+# Outputs: what run_op returned -> [(numpy array, gpuemu dtype name)]
+
+
+def _numpy_output(value: Any, case_dtype: str) -> Tuple[np.ndarray, str]:
+    arr = np.asarray(value)
+    kind = arr.dtype
+    if kind == np.uint16 and case_dtype == "bfloat16":
+        return arr, "bfloat16"
+    if kind == np.uint8 and case_dtype in ("float8_e4m3fn", "float8_e5m2"):
+        return arr, case_dtype
+    names = {np.dtype(v): k for k, v in _STORAGE_NUMPY.items() if k not in _BITS_DTYPES}
+    if kind not in names:
+        raise TypeError(f"run_op returned a numpy array of dtype {kind}, which gpuemu cannot judge")
+    return arr, names[kind]
+
+
+def _torch_output(t: Any) -> Tuple[np.ndarray, str]:
+    torch = _torch()
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16), "bfloat16"
+    for name in ("float8_e4m3fn", "float8_e5m2"):
+        if getattr(torch, name, None) is not None and t.dtype == getattr(torch, name):
+            return t.view(torch.uint8).numpy(), name
+    if t.dtype not in (torch.float64, torch.float32, torch.float16, torch.int8, torch.int16, torch.int32,
+                       torch.int64, torch.uint8, torch.bool):
+        raise TypeError(f"run_op returned a tensor of dtype {t.dtype}, which gpuemu cannot judge")
+    arr = t.numpy()
+    return arr, _numpy_output(arr, "")[1]
+
+
+def _outputs(result: Any, case_dtype: str) -> List[Tuple[np.ndarray, str]]:
+    torch = sys.modules.get("torch")
+
+    def one(v: Any) -> Tuple[np.ndarray, str]:
+        if torch is not None and isinstance(v, torch.Tensor):
+            return _torch_output(v)
+        if isinstance(v, tuple) and len(v) == 2 and isinstance(v[1], str):
+            return np.asarray(v[0]), v[1]
+        if v is None:
+            raise TypeError("run_op returned None where an output was expected")
+        return _numpy_output(v, case_dtype)
+
+    if isinstance(result, (list, tuple)) and not (
+        len(result) == 2 and isinstance(result, tuple) and isinstance(result[1], str)
+    ):
+        return [one(v) for v in result]
+    return [one(result)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel adapter handed to the engine
+
+
+class _Kernel:
+    """Wraps run_op as the engine's kernel: case -> [(array, dtype)]. Records the traceback of
+    the first exception per case seed; lets KeyboardInterrupt/SystemExit end the run."""
+
+    def __init__(self, run_op: Callable[[Dict[str, Any]], Any], framework: str) -> None:
+        self.run_op = run_op
+        self.framework = framework
+        self.tracebacks: Dict[int, str] = {}
+        self.abort: Optional[BaseException] = None
+
+    def __call__(self, case: Any) -> List[Tuple[np.ndarray, str]]:
+        if self.abort is not None:
+            raise RuntimeError("run aborted")
+        try:
+            return _outputs(self.run_op(case_inputs(case, self.framework)), case.dtype)
+        except Exception as exc:
+            self.tracebacks.setdefault(case.seed, _traceback.format_exc())
+            raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit: stop, re-raised after the run
+            self.abort = exc
+            raise RuntimeError("run aborted") from None
+
+
+def _engine() -> Any:
+    return core().Engine()
+
+
+def _canonical_dtypes(dtypes: Optional[Iterable[Any]]) -> Optional[List[str]]:
+    if dtypes is None:
+        return None
+    if isinstance(dtypes, str) or not isinstance(dtypes, Iterable):
+        dtypes = [dtypes]
+    from .dtypes import canonical
+
+    return [canonical(d) for d in dtypes]
+
+
+def _repro(op: str, case_seed: int, distribution: str, dtypes: Optional[List[str]], dims: Any, attrs: Any,
+           vary_attrs: Any, layouts: bool, framework: str) -> str:
+    args = [repr(op), "run_op", f"case_seed={case_seed:#x}", f"value_distribution={distribution!r}"]
+    for name, value in (("dtypes", dtypes), ("dims", dims), ("attrs", attrs), ("vary_attrs", vary_attrs)):
+        if value:
+            args.append(f"{name}={value!r}")
+    if not layouts:
+        args.append("layouts=False")
+    if framework != "torch":
+        args.append(f"framework={framework!r}")
+    return f"gpuemu.inprocess.replay({', '.join(args)})"
+
+
+def _failure(op: str, report_seed: int, f: Mapping[str, Any], kernel: _Kernel, repro: str) -> Failure:
+    traceback_text = kernel.tracebacks.get(int(f["seed"])) if f.get("kernel_error") else None
+    max_error = f.get("max_error")
+    return Failure(
+        id=f"{op}:{report_seed}:{f['index']}",
+        seed=int(f["seed"]),
+        index=int(f["index"]),
+        dtype=str(f["dtype"]),
+        dims=dict(f.get("dims", {})),
+        shapes={k: list(v) for k, v in f.get("shapes", {}).items()},
+        attrs=dict(f.get("attrs", {})),
+        layout=dict(f.get("layouts", {})),
+        max_error=float("inf") if max_error is None else float(max_error),
+        envelope=float(f.get("envelope", 0.0)),
+        message=str(f.get("message", "")).split("\n\nAt:\n")[0].strip(),
+        diagnosis=dict(f.get("diagnosis", {})),
+        repro=repro,
+        traceback=traceback_text,
+        verdict=dict(f.get("verdict", {})),
+    )
+
+
+def fuzz_op_in_process(
+    op: str,
+    run_op: Callable[[Dict[str, Any]], Any],
+    iterations: int = 100,
+    value_distribution: str = "adversarial",
+    dtypes: Optional[Union[str, Iterable[Any]]] = None,
+    seed: Optional[int] = None,
+    framework: str = "torch",
+    dims: Optional[Mapping[str, Union[int, Sequence[int]]]] = None,
+    attrs: Optional[Mapping[str, Any]] = None,
+    layouts: bool = True,
+    fail_fast: bool = False,
+    minimize: Union[bool, int] = False,
+    *,
+    vary_attrs: Optional[Sequence[str]] = None,
+    diagnose: bool = True,
+) -> FuzzResults:
+    """Fuzz ``run_op`` as an implementation of ``op`` for ``iterations`` cases.
+
+    ``value_distribution``: regular, boundary, adversarial (default) or special (NaN/Inf/-0 in
+    the inputs, judged by whether the output propagates them as the reference does).
+    ``dtypes``: restrict the case dtypes (names, aliases or torch/numpy dtypes); default: every
+    dtype of the op. ``seed``: the master seed (random when None; reported in the results).
+    ``dims``: restrict dims by name (``{"D": [64, 128]}``); ``attrs``: pin attrs;
+    ``vary_attrs``: attrs to draw from their schema values. ``layouts=False`` keeps every input
+    contiguous. ``fail_fast``: stop at the first failure. ``minimize``: shrink failing cases
+    (``True``: the first failure; an int n: the first n). ``diagnose``: name the likely bug class
+    of each failure (it re-runs the kernel on a few variants of the case).
+    """
+    if framework not in Frameworks:
+        raise ValidationError(f"unknown framework '{framework}' (torch, numpy)")
+    if value_distribution not in Strategies:
+        raise ValidationError(
+            f"unknown value distribution '{value_distribution}' (regular, boundary, adversarial, special)"
+        )
+    if iterations < 0:
+        raise ValidationError("iterations must be >= 0")
+    if seed is None:
+        seed = secrets.randbits(63)
+    dtype_names = _canonical_dtypes(dtypes)
+    dims_arg = {k: ([int(v)] if isinstance(v, int) else [int(x) for x in v]) for k, v in dims.items()} if dims else None
+    attrs_arg = dict(attrs) if attrs else None
+    vary_arg = list(vary_attrs) if vary_attrs else None
+
+    engine = _engine()
+    kernel = _Kernel(run_op, framework)
+    started = time.perf_counter()
+    report = engine.fuzz(
+        op, kernel, int(seed), int(iterations), dtypes=dtype_names, strategy=value_distribution, dims=dims_arg,
+        attrs=attrs_arg, vary_attrs=vary_arg, layouts=layouts, fail_fast=fail_fast, diagnose=diagnose,
+    )
+    if kernel.abort is not None:
+        raise kernel.abort
+
+    failures = []
+    for f in report["failures"]:
+        repro = _repro(op, int(f["seed"]), value_distribution, dtype_names, dims_arg, attrs_arg, vary_arg, layouts,
+                       framework)
+        failures.append(_failure(op, int(seed), f, kernel, repro))
+
+    n_min = int(minimize) if not isinstance(minimize, bool) else (1 if minimize else 0)
+    for failure in failures[:n_min]:
+        case = engine.cases(op, int(seed), 1, dtypes=dtype_names, strategy=value_distribution, dims=dims_arg,
+                            attrs=attrs_arg, vary_attrs=vary_arg, layouts=layouts, start=failure.index)[0]
+        failure.minimized = engine.minimize(case, kernel, dims=dims_arg, layouts=layouts)
+        if kernel.abort is not None:
+            raise kernel.abort
+
+    return FuzzResults(
+        op=op,
+        seed=int(seed),
+        value_distribution=value_distribution,
+        framework=framework,
+        total=int(report["total"]),
+        passed=int(report["passed"]),
+        elapsed=time.perf_counter() - started,
+        first_failure=int(report.get("first_failure", -1)),
+        failures=failures,
+    )
+
+
+def replay(
+    op: str,
+    run_op: Optional[Callable[[Dict[str, Any]], Any]],
+    case_seed: int,
+    value_distribution: str = "adversarial",
+    dtypes: Optional[Union[str, Iterable[Any]]] = None,
+    dims: Optional[Mapping[str, Union[int, Sequence[int]]]] = None,
+    attrs: Optional[Mapping[str, Any]] = None,
+    vary_attrs: Optional[Sequence[str]] = None,
+    layouts: bool = True,
+    framework: str = "torch",
+) -> Dict[str, Any]:
+    """Regenerates the case of ``case_seed`` (a failure's ``seed``; the other arguments as in the
+    run that found it). With ``run_op``, runs and judges it: returns the engine's verdict
+    (``passed``, ``max_error``, ``envelope``, ``message``, ...) plus ``"inputs"``; without it,
+    returns ``{"inputs": ..., "case": ...}`` so the case can be debugged by hand."""
+    engine = _engine()
+    dims_arg = {k: ([int(v)] if isinstance(v, int) else [int(x) for x in v]) for k, v in dims.items()} if dims else None
+    case = engine.case_from_seed(op, int(case_seed), dtypes=_canonical_dtypes(dtypes), strategy=value_distribution,
+                                 dims=dims_arg, attrs=dict(attrs) if attrs else None,
+                                 vary_attrs=list(vary_attrs) if vary_attrs else None, layouts=layouts)
+    inputs = case_inputs(case, framework)
+    if run_op is None:
+        return {"inputs": inputs, "case": case}
+    verdict = engine.judge(case, _outputs(run_op(case_inputs(case, framework)), case.dtype))
+    verdict["inputs"] = inputs
+    return verdict

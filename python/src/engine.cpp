@@ -1,0 +1,211 @@
+// gpuemu._core.Engine: the validation service in-process (fuzz, judge, minimise, diagnose,
+// calibrate), with Python callables as the kernel under test.
+#include "convert.hpp"
+#include "register.hpp"
+
+#include "gpuemu/engine.hpp"
+
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+namespace py = pybind11;
+
+namespace gpuemu::python {
+namespace {
+
+// numpy dtype holding a gpuemu dtype's storage (bf16 and fp8 as their bits).
+py::dtype storage_dtype(DType d) {
+  switch (d) {
+    case DType::float64: return py::dtype("float64");
+    case DType::float32: return py::dtype("float32");
+    case DType::float16: return py::dtype("float16");
+    case DType::bfloat16: return py::dtype("uint16");
+    case DType::float8_e4m3fn:
+    case DType::float8_e5m2: return py::dtype("uint8");
+    case DType::int8: return py::dtype("int8");
+    case DType::int16: return py::dtype("int16");
+    case DType::int32: return py::dtype("int32");
+    case DType::int64: return py::dtype("int64");
+    case DType::uint8: return py::dtype("uint8");
+    case DType::bool_: return py::dtype("bool");
+  }
+  return py::dtype("float32");
+}
+
+// A numpy view sharing the tensor's storage, with its strides and offset.
+py::array array_of(const Tensor& t) {
+  const auto es = static_cast<py::ssize_t>(dtype_size(t.dtype()));
+  std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+  std::vector<py::ssize_t> strides;
+  for (auto s : t.strides()) strides.push_back(static_cast<py::ssize_t>(s) * es);
+  auto* holder = new std::shared_ptr<std::vector<std::byte>>(t.storage());
+  py::capsule owner(holder, [](void* p) { delete static_cast<std::shared_ptr<std::vector<std::byte>>*>(p); });
+  auto* data = (*holder)->data() + t.offset() * es;
+  return py::array(storage_dtype(t.dtype()), shape, strides, data, owner);
+}
+
+FuzzOptions options_from(const py::object& dtypes, const std::string& strategy, const py::object& dims,
+                         const py::object& attrs, const py::object& vary_attrs, bool layouts) {
+  FuzzOptions o;
+  if (!dtypes.is_none())
+    for (auto d : dtypes) o.dtypes.push_back(dtype_from_name(py::str(d)));
+  auto dist = parse_distribution(strategy);
+  if (!dist)
+    throw_error(ErrorCode::invalid_argument,
+                "unknown value distribution '" + strategy + "' (regular, boundary, adversarial, special)");
+  o.distribution = *dist;
+  if (!dims.is_none()) {
+    for (auto [k, v] : dims.cast<py::dict>()) {
+      std::vector<std::int64_t> sizes;
+      if (py::isinstance<py::int_>(v)) sizes.push_back(v.cast<std::int64_t>());
+      else
+        for (auto x : v) sizes.push_back(x.cast<std::int64_t>());
+      o.dims[k.cast<std::string>()] = sizes;
+    }
+  }
+  if (!attrs.is_none()) o.attrs = json_from_py(attrs, "attrs");
+  if (!o.attrs.is_object()) o.attrs = Json::object();
+  if (!vary_attrs.is_none())
+    for (auto a : vary_attrs) o.vary_attrs.push_back(a.cast<std::string>());
+  o.layouts = layouts;
+  return o;
+}
+
+// Calls a Python kernel: kernel(case) -> list of (array, dtype name).
+KernelRunner runner_of(py::function fn) {
+  return [fn](const TestCase& c) -> Result<std::vector<Tensor>> {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object result = fn(py::cast(c));
+      std::vector<Tensor> out;
+      for (auto item : result) {
+        auto pair = item.cast<py::tuple>();
+        DType d = dtype_from_name(pair[1].cast<std::string>());
+        out.push_back(tensor_from_array(pair[0].cast<py::array>(), d, "output"));
+      }
+      return out;
+    } catch (py::error_already_set& e) {
+      return make_error(ErrorCode::internal, e.what());
+    } catch (const GpuemuException& e) {
+      return e.error();
+    }
+  };
+}
+
+template <typename T>
+T unwrap(Result<T> r) {
+  if (!r) throw GpuemuException(r.error());
+  return std::move(r).value();
+}
+
+}  // namespace
+
+void register_engine(py::module_& m) {
+  py::class_<TestCase>(m, "TestCase")
+      .def_readonly("op", &TestCase::op)
+      .def_readonly("seed", &TestCase::seed)
+      .def_readonly("master_seed", &TestCase::master_seed)
+      .def_readonly("index", &TestCase::index)
+      .def_property_readonly("dtype", [](const TestCase& c) { return std::string(dtype_name(c.dtype)); })
+      .def_property_readonly("distribution", [](const TestCase& c) { return std::string(distribution_name(c.distribution)); })
+      .def_property_readonly("dims", [](const TestCase& c) {
+        py::dict d;
+        for (const auto& [k, v] : c.dims) d[py::str(k)] = v;
+        return d;
+      })
+      .def_property_readonly("attrs", [](const TestCase& c) { return py_from_json(c.attrs); })
+      .def_property_readonly("layouts", [](const TestCase& c) {
+        py::dict d;
+        for (const auto& [k, v] : c.layouts) d[py::str(k)] = v.kind;
+        return d;
+      })
+      .def("describe", [](const TestCase& c) { return py_from_json(c.describe()); })
+      .def("inputs", [](const TestCase& c) {
+        // name -> (numpy view with the case's strides, dtype name)
+        py::dict d;
+        for (const auto& [k, t] : c.inputs)
+          d[py::str(k)] = py::make_tuple(array_of(t), std::string(dtype_name(t.dtype())));
+        return d;
+      }, "Each input as (numpy view sharing storage with the case's strides, dtype name); bfloat16 "
+         "and fp8 as their bits (uint16 / uint8)")
+      .def("snapshot", [](const TestCase& c) {
+        // name -> (dtype, shape, strides, offset, storage bytes): the exact input bytes.
+        py::dict d;
+        for (const auto& [k, t] : c.inputs) {
+          const auto& s = *t.storage();
+          d[py::str(k)] = py::make_tuple(std::string(dtype_name(t.dtype())), t.shape(), t.strides(), t.offset(),
+                                         py::bytes(reinterpret_cast<const char*>(s.data()), s.size()));
+        }
+        return d;
+      });
+
+  py::class_<Engine>(m, "Engine")
+      .def(py::init([] { return unwrap(Engine::create_default()); }))
+      .def("builtin_kernels", &Engine::builtin_kernel_names)
+      .def("envelope", [](const Engine& e, const std::string& op, const std::string& dtype) {
+        return e.envelopes().get(op, dtype_from_name(dtype));
+      })
+      .def("cases", [](const Engine& e, const std::string& op, std::uint64_t seed, std::int64_t count,
+                       py::object dtypes, const std::string& strategy, py::object dims, py::object attrs,
+                       py::object vary_attrs, bool layouts, std::int64_t start) {
+        const OpSchema* s = unwrap(e.catalogue().get(op));
+        CaseGenerator gen(*s, options_from(dtypes, strategy, dims, attrs, vary_attrs, layouts));
+        if (auto st = gen.validate(); !st) throw GpuemuException(st.error());
+        std::vector<TestCase> out;
+        for (std::int64_t i = start; i < start + count; ++i) out.push_back(unwrap(gen.generate(seed, i)));
+        return out;
+      }, py::arg("op"), py::arg("seed"), py::arg("count"), py::arg("dtypes") = py::none(),
+         py::arg("strategy") = "adversarial", py::arg("dims") = py::none(), py::arg("attrs") = py::none(),
+         py::arg("vary_attrs") = py::none(), py::arg("layouts") = true, py::arg("start") = 0)
+      .def("case_from_seed", [](const Engine& e, const std::string& op, std::uint64_t case_seed, py::object dtypes,
+                                const std::string& strategy, py::object dims, py::object attrs,
+                                py::object vary_attrs, bool layouts) {
+        const OpSchema* s = unwrap(e.catalogue().get(op));
+        CaseGenerator gen(*s, options_from(dtypes, strategy, dims, attrs, vary_attrs, layouts));
+        return unwrap(gen.generate_from_seed(case_seed));
+      }, py::arg("op"), py::arg("case_seed"), py::arg("dtypes") = py::none(), py::arg("strategy") = "adversarial",
+         py::arg("dims") = py::none(), py::arg("attrs") = py::none(), py::arg("vary_attrs") = py::none(),
+         py::arg("layouts") = true)
+      .def("judge", [](const Engine& e, const TestCase& c, py::list outputs) {
+        std::vector<Tensor> out;
+        for (auto item : outputs) {
+          auto pair = item.cast<py::tuple>();
+          out.push_back(tensor_from_array(pair[0].cast<py::array>(), dtype_from_name(pair[1].cast<std::string>()), "output"));
+        }
+        return py_from_json(unwrap(e.judge_case(c, out)).to_json());
+      })
+      .def("fuzz", [](const Engine& e, const std::string& op, py::function kernel, std::uint64_t seed,
+                      std::int64_t iterations, py::object dtypes, const std::string& strategy, py::object dims,
+                      py::object attrs, py::object vary_attrs, bool layouts, bool fail_fast, bool diagnose,
+                      const std::string& repro_prefix) {
+        FuzzRequest req;
+        req.op = op;
+        req.options = options_from(dtypes, strategy, dims, attrs, vary_attrs, layouts);
+        req.seed = seed;
+        req.iterations = iterations;
+        req.fail_fast = fail_fast;
+        req.diagnose = diagnose;
+        req.repro_prefix = repro_prefix;
+        return py_from_json(unwrap(e.fuzz(req, runner_of(kernel))).to_json());
+      }, py::arg("op"), py::arg("kernel"), py::arg("seed"), py::arg("iterations") = 100,
+         py::arg("dtypes") = py::none(), py::arg("strategy") = "adversarial", py::arg("dims") = py::none(),
+         py::arg("attrs") = py::none(), py::arg("vary_attrs") = py::none(), py::arg("layouts") = true,
+         py::arg("fail_fast") = false, py::arg("diagnose") = true, py::arg("repro_prefix") = "")
+      .def("minimize", [](const Engine& e, const TestCase& c, py::function kernel, py::object dims,
+                          py::object layouts_flag, int max_evaluations) {
+        FuzzOptions o = options_from(py::none(), std::string(distribution_name(c.distribution)), dims, py::none(),
+                                     py::none(), layouts_flag.is_none() ? true : layouts_flag.cast<bool>());
+        return py_from_json(unwrap(e.minimize(c.op, o, c, runner_of(kernel), max_evaluations)).to_json());
+      }, py::arg("case"), py::arg("kernel"), py::arg("dims") = py::none(), py::arg("layouts") = py::none(),
+         py::arg("max_evaluations") = 200)
+      .def("calibrate", [](const Engine& e, const std::string& op, const std::string& dtype, std::int64_t cases,
+                           std::uint64_t seed, py::object controls) {
+        std::vector<std::pair<std::string, KernelRunner>> ks;
+        if (!controls.is_none())
+          for (auto [k, v] : controls.cast<py::dict>()) ks.emplace_back(k.cast<std::string>(), runner_of(v.cast<py::function>()));
+        return py_from_json(unwrap(e.calibrate(op, dtype_from_name(dtype), cases, seed, ks)).to_json());
+      }, py::arg("op"), py::arg("dtype"), py::arg("cases") = 200, py::arg("seed") = 0xC0FFEE,
+         py::arg("controls") = py::none());
+}
+
+}  // namespace gpuemu::python

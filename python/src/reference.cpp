@@ -1,0 +1,126 @@
+// The op catalogue and the fp64 reference oracle, in process:
+//   reference(op, inputs, attrs, dtype) -> [(output name, float64 array), ...]
+// where each input is (array, dtype name): the array's items are that dtype's storage (bfloat16
+// and fp8 as their bits) and its layout (strides, offset, broadcast) is kept in the gpuemu::Tensor
+// the reference reads. The Python facade (gpuemu/_reference.py) turns numpy arrays and torch
+// tensors into that form.
+#include "convert.hpp"
+#include "register.hpp"
+
+#include "gpuemu/catalogue.hpp"
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace gpuemu::python {
+namespace {
+
+// The default catalogue, loaded on first use (GPUEMU_SCHEMA_PATH as it is then) and kept.
+std::mutex g_catalogue_mutex;
+std::shared_ptr<const Catalogue> g_catalogue;
+
+std::shared_ptr<const Catalogue> catalogue(bool reload = false) {
+  std::lock_guard<std::mutex> lock(g_catalogue_mutex);
+  if (!g_catalogue || reload) {
+    auto loaded = Catalogue::load_default();
+    if (!loaded) throw GpuemuException(loaded.error());
+    g_catalogue = std::move(loaded).value();
+  }
+  return g_catalogue;
+}
+
+std::shared_ptr<const Catalogue> catalogue_nogil(bool reload = false) {
+  py::gil_scoped_release release;
+  return catalogue(reload);
+}
+
+py::list reference(const std::string& op, const py::dict& inputs, const py::dict& attrs,
+                   const std::optional<std::string>& case_dtype) {
+  // Convert everything while holding the GIL, then compute without it.
+  std::map<std::string, Tensor, std::less<>> tensors;
+  for (auto [key, value] : inputs) {
+    if (!py::isinstance<py::str>(key))
+      throw_error(ErrorCode::invalid_argument, "input names must be strings");
+    const auto name = key.cast<std::string>();
+    if (!py::isinstance<py::tuple>(value) || py::len(value) != 2)
+      throw_error(ErrorCode::invalid_argument,
+                  "input '" + name + "': expected an (array, dtype name) pair");
+    auto pair = value.cast<py::tuple>();
+    const DType dtype = dtype_from_name(pair[1].cast<std::string>());
+    auto array = py::array::ensure(pair[0]);
+    if (!array) throw py::error_already_set();
+    tensors.emplace(name, tensor_from_array(array, dtype, "input '" + name + "'"));
+  }
+  const Json attr_json = json_from_py(attrs, "attrs");
+  std::optional<DType> dtype;
+  if (case_dtype) dtype = dtype_from_name(*case_dtype);
+
+  std::vector<RefOutput> outputs;
+  {
+    py::gil_scoped_release release;
+    auto cat = catalogue();
+    auto schema = cat->get(op);
+    if (!schema) throw GpuemuException(schema.error());
+    auto ctx = make_ref_context(**schema, tensors, attr_json, dtype);
+    if (!ctx) throw GpuemuException(ctx.error());
+    auto result = run_reference(**schema, *ctx);
+    if (!result) throw GpuemuException(result.error());
+    outputs = std::move(result).value();
+  }
+
+  py::list out;
+  for (auto& o : outputs) {
+    std::vector<py::ssize_t> shape(o.shape.begin(), o.shape.end());
+    if (static_cast<std::int64_t>(o.value.size()) != shape_numel(o.shape))
+      throw_error(ErrorCode::internal, "op '" + op + "': reference output '" + o.name + "' has " +
+                                           std::to_string(o.value.size()) + " values for shape " +
+                                           shape_to_string(o.shape));
+    py::array_t<double> arr(shape);
+    std::copy(o.value.begin(), o.value.end(), arr.mutable_data());
+    out.append(py::make_tuple(o.name, std::move(arr), std::string(dtype_name(o.dtype))));
+  }
+  return out;
+}
+
+}  // namespace
+
+void register_reference(py::module_& m) {
+  m.def("reference", &reference, py::arg("op"), py::arg("inputs"), py::arg("attrs"),
+        py::arg("dtype") = py::none(),
+        "fp64 reference outputs of `op`: a list of (name, float64 array, output dtype name); "
+        "inputs map names to (array, dtype name) pairs");
+  m.def(
+      "ops",
+      [] {
+        auto cat = catalogue_nogil();
+        std::vector<std::string> names;
+        for (const OpSchema* s : cat->all()) names.push_back(s->name);
+        return names;
+      },
+      "the names of every op in the catalogue, sorted");
+  m.def(
+      "op_schema",
+      [](const std::string& name) {
+        auto cat = catalogue_nogil();
+        auto schema = cat->get(name);
+        if (!schema) throw GpuemuException(schema.error());
+        py::dict out = py_from_json((*schema)->raw);
+        out["source_file"] = (*schema)->source_file;
+        return out;
+      },
+      py::arg("op"), "an op's schema document as loaded (plus its source_file)");
+  m.def(
+      "reload_catalogue", [] { catalogue_nogil(true); },
+      "reload the catalogue from the search path (GPUEMU_SCHEMA_PATH as it is now)");
+}
+
+}  // namespace gpuemu::python

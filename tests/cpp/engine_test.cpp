@@ -1,0 +1,200 @@
+// The fuzzer, the verdict, calibration, the minimizer and the diagnosis, end to end on the
+// built-in softmax kernels (a correct online softmax, a tail-mask leak, an online softmax without
+// the rescale, no max subtraction).
+#include "gpuemu/engine.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+namespace gpuemu {
+namespace {
+
+Engine& engine() {
+  static Engine e = [] {
+    auto cat = Catalogue::load({GPUEMU_SOURCE_DIR "/schemas/ops"});
+    EXPECT_TRUE(cat.ok());
+    auto env = EnvelopeTable::load_file(GPUEMU_SOURCE_DIR "/schemas/envelopes.json");
+    return Engine(*cat, env ? *env : EnvelopeTable{});
+  }();
+  return e;
+}
+
+const OpSchema& softmax() { return *engine().catalogue().find("softmax"); }
+
+TEST(Cases, SameSeedSameBytesOtherSeedOtherBytes) {
+  CaseGenerator gen(softmax(), FuzzOptions{});
+  for (std::int64_t i = 0; i < 10; ++i) {
+    auto a = gen.generate(42, i), b = gen.generate(42, i), c = gen.generate(43, i);
+    ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+    EXPECT_EQ(a->describe().dump(), b->describe().dump());
+    EXPECT_NE(a->describe().dump(), c->describe().dump());
+    // A case is the same whether generated as index i of a run or from its seed.
+    auto d = gen.generate_from_seed(a->seed);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(tensor_digest(a->inputs.at("x")), tensor_digest(d->inputs.at("x")));
+  }
+}
+
+TEST(Cases, RespectRestrictionsAndBudget) {
+  FuzzOptions o;
+  o.dims["N"] = {129, 257};
+  o.dtypes = {DType::bfloat16};
+  CaseGenerator gen(softmax(), o);
+  ASSERT_TRUE(gen.validate().ok());
+  bool saw_non_contiguous = false;
+  for (std::int64_t i = 0; i < 50; ++i) {
+    auto c = gen.generate(7, i);
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    EXPECT_TRUE(c->dims.at("N") == 129 || c->dims.at("N") == 257);
+    EXPECT_EQ(c->dtype, DType::bfloat16);
+    EXPECT_LE(c->inputs.at("x").numel(), softmax().max_elements);
+    saw_non_contiguous |= !c->inputs.at("x").is_contiguous() || c->inputs.at("x").offset() != 0;
+    // Values are exactly representable in the case dtype.
+    for (double v : c->inputs.at("x").to_f64()) ASSERT_EQ(v, round_to(DType::bfloat16, v));
+  }
+  EXPECT_TRUE(saw_non_contiguous);
+}
+
+TEST(Cases, BadOptionsAreClearErrors) {
+  FuzzOptions o;
+  o.dims["Q"] = {1};
+  auto st = CaseGenerator(softmax(), o).validate();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("has no dim 'Q'"), std::string::npos);
+  FuzzOptions o2;
+  o2.attrs = {{"dim", "x"}};
+  EXPECT_FALSE(CaseGenerator(softmax(), o2).validate().ok());
+  FuzzOptions o3;
+  o3.dtypes = {DType::int8};
+  EXPECT_FALSE(CaseGenerator(softmax(), o3).validate().ok());
+}
+
+TEST(Cases, ShapesHitTileBoundariesAndLongReductions) {
+  CaseGenerator gen(softmax(), FuzzOptions{});
+  int past_block = 0, long_rows = 0;
+  for (std::int64_t i = 0; i < 200; ++i) {
+    auto c = gen.generate(11, i);
+    ASSERT_TRUE(c.ok());
+    const auto n = c->dims.at("N");
+    past_block += (n % 16 != 0 && n > 16);
+    long_rows += n >= 1000;
+  }
+  EXPECT_GT(past_block, 60);
+  EXPECT_GT(long_rows, 20);
+}
+
+TEST(Verdict, MismatchesHaveTheirOwnMessages) {
+  CaseGenerator gen(softmax(), FuzzOptions{});
+  auto c = gen.generate(1, 0).value();
+  auto ctx = make_ref_context(softmax(), c.inputs, c.attrs, c.dtype).value();
+  auto ref = run_reference(softmax(), ctx).value();
+  Tensor wrong_shape = Tensor::zeros(ref[0].dtype, {1});
+  auto v = judge(softmax(), ctx, ref, {wrong_shape}, 4.0);
+  EXPECT_FALSE(v.passed);
+  EXPECT_NE(v.message.find("shape mismatch"), std::string::npos);
+  Tensor wrong_dtype = Tensor::zeros(DType::float64, ref[0].shape);
+  v = judge(softmax(), ctx, ref, {wrong_dtype}, 4.0);
+  EXPECT_NE(v.message.find("dtype mismatch"), std::string::npos);
+  auto vals = ref[0].value;
+  vals[0] = std::numeric_limits<double>::quiet_NaN();
+  v = judge(softmax(), ctx, ref, {Tensor::from_values(ref[0].dtype, ref[0].shape, vals)}, 4.0);
+  EXPECT_FALSE(v.passed);
+  EXPECT_NE(v.message.find("NaN output"), std::string::npos);
+  EXPECT_EQ(v.outputs[0].worst_index, 0);
+  // The exact reference rounded to the output dtype passes.
+  v = judge(softmax(), ctx, ref, {Tensor::from_values(ref[0].dtype, ref[0].shape, ref[0].value)}, 2.0);
+  EXPECT_TRUE(v.passed) << v.message;
+}
+
+TEST(Verdict, SpecialValuesJudgedByPropagation) {
+  // A correct kernel fed NaN/Inf passes; "any NaN fails" would flag it.
+  FuzzRequest req;
+  req.op = "softmax";
+  req.options.distribution = Distribution::special;
+  req.seed = 5;
+  req.iterations = 20;
+  auto k = engine().builtin_kernel("softmax", "fp32_two_pass").value();
+  auto r = engine().fuzz(req, k);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->passed, r->total) << (r->failures.empty() ? "" : r->failures[0].verdict.message);
+}
+
+TEST(Fuzz, CorrectKernelsPassBuggyKernelsAreCaught) {
+  for (const char* control : {"fp32_two_pass", "fp32_online"}) {
+    for (auto dist : {Distribution::regular, Distribution::adversarial, Distribution::boundary}) {
+      FuzzRequest req;
+      req.op = "softmax";
+      req.seed = 1001;
+      req.iterations = 20;
+      req.options.distribution = dist;
+      auto r = engine().fuzz(req, engine().builtin_kernel("softmax", control).value());
+      ASSERT_TRUE(r.ok());
+      EXPECT_EQ(r->passed, r->total) << control << " " << distribution_name(dist) << ": "
+                                     << (r->failures.empty() ? "" : r->failures[0].verdict.message);
+    }
+  }
+  for (const char* bug : {"tail_leak", "no_max_subtraction", "online_no_rescale"}) {
+    FuzzRequest req;
+    req.op = "softmax";
+    req.seed = 2002;
+    req.iterations = 30;
+    req.diagnose = false;
+    auto r = engine().fuzz(req, engine().builtin_kernel("softmax", bug).value());
+    ASSERT_TRUE(r.ok());
+    EXPECT_LT(r->passed, r->total) << bug;
+    EXPECT_GE(r->first_failure, 0);
+    EXPECT_LE(r->first_failure, 5) << bug;
+  }
+}
+
+TEST(Minimize, TailMaskLandsOnePastTheBlock) {
+  FuzzRequest req;
+  req.op = "softmax";
+  req.seed = 77;
+  req.iterations = 10;
+  req.fail_fast = true;
+  req.diagnose = false;
+  auto k = engine().builtin_kernel("softmax", "tail_leak").value();
+  auto r = engine().fuzz(req, k).value();
+  ASSERT_FALSE(r.failures.empty());
+  auto m = engine().minimize("softmax", req.options, r.failures[0].test_case, k);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_NE(m->summary.find("fails at N=129, passes at N=128"), std::string::npos) << m->summary;
+  EXPECT_EQ(m->test_case.dims.at("R"), 1);
+}
+
+TEST(Diagnose, NamesTheBugClass) {
+  struct Want {
+    const char* kernel;
+    const char* bug_class;
+  };
+  for (const Want& w : {Want{"tail_leak", "tail_mask"}, Want{"online_no_rescale", "online_rescale"},
+                        Want{"no_max_subtraction", "overflow"}}) {
+    FuzzRequest req;
+    req.op = "softmax";
+    req.seed = 31;
+    req.iterations = 40;
+    req.fail_fast = true;
+    auto k = engine().builtin_kernel("softmax", w.kernel).value();
+    auto r = engine().fuzz(req, k).value();
+    ASSERT_FALSE(r.failures.empty()) << w.kernel;
+    EXPECT_EQ(r.failures[0].diagnosis.bug_class, w.bug_class)
+        << w.kernel << ": " << r.failures[0].diagnosis.summary;
+    EXPECT_NE(r.failures[0].repro.find("--seed 31 --case"), std::string::npos);
+  }
+}
+
+TEST(Calibrate, EnvelopeIsFlooredAndFromControls) {
+  auto c = engine().calibrate("softmax", DType::bfloat16, 24, 9);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_GE(c->envelope, EnvelopeTable::k_floor);
+  EXPECT_GE(c->envelope, 1.5 * c->p95 - 1e-12);
+  EXPECT_EQ(c->controls.size(), 2u);
+  // Calibration seeds never collide with a fuzz run's case seeds.
+  EXPECT_NE(calibration_case_seed(9, DType::bfloat16, 0), case_seed(9, 0));
+}
+
+}  // namespace
+}  // namespace gpuemu

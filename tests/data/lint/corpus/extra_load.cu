@@ -1,0 +1,3 @@
+// Mutation EXTRA_LOAD of the evidence corpus (see kernels.cuh).
+#define GPUEMU_MUT_EXTRA_LOAD
+#include "kernels.cuh"

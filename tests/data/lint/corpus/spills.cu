@@ -1,0 +1,3 @@
+// Mutation SPILLS of the evidence corpus (see kernels.cuh).
+#define GPUEMU_MUT_SPILLS
+#include "kernels.cuh"

@@ -1,0 +1,3 @@
+// Mutation WRONG_CONSTANT of the evidence corpus (see kernels.cuh).
+#define GPUEMU_MUT_WRONG_CONSTANT
+#include "kernels.cuh"

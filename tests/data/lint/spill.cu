@@ -1,0 +1,17 @@
+// Register pressure beyond the budget of __launch_bounds__(1024, 2) (at most 32 registers per
+// thread): 48 live accumulators force ptxas to spill. tests/cpp/lint_test.cpp checks the spill
+// bytes against ptxas -v's own report.
+extern "C" __global__ void __launch_bounds__(1024, 2)
+    pressure(const float* __restrict__ x, float* __restrict__ y, int n) {
+  float acc[48];
+#pragma unroll
+  for (int j = 0; j < 48; ++j) acc[j] = x[threadIdx.x + j * n];
+  for (int it = 0; it < n; ++it) {
+#pragma unroll
+    for (int j = 0; j < 48; ++j) acc[j] = acc[j] * acc[(j + 1) % 48] + x[it];
+  }
+  float s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 48; ++j) s += acc[j];
+  y[threadIdx.x] = s;
+}
