@@ -40,7 +40,8 @@ class EnvelopeTable {
 
 struct Diagnosis {
   std::string bug_class;   // tail_mask | missing_scale | accumulation | online_rescale |
-                           // stride_assumption | overflow | no_pattern
+                           // stride_assumption | overflow | eps_placement | wrong_constant |
+                           // kernel_error | contract | no_pattern
   std::string summary;     // one line
   std::vector<std::string> evidence;
   Json to_json() const;

@@ -78,6 +78,7 @@ struct OpSchema {
   std::vector<std::string> constraints;  // boolean expressions over dims and attrs
   std::int64_t max_elements = 1 << 20;   // per-case budget over all inputs
   std::int64_t max_work = 1LL << 28;     // per-case budget of reference multiply-adds
+  std::string work;                      // the multiply-adds of a case, as an expression ("M*N*K")
   std::string reference;            // "builtin:<name>" or "script:<file>.py:<func>"
   std::string source_file;          // where it was loaded from
   Json raw;                         // the document as loaded

@@ -6,12 +6,14 @@ values the kernel received. This package is its Python side:
 - :func:`reference` — the fp64 reference oracle of any op in the catalogue, in process;
 - :mod:`gpuemu.dtypes` — exact conversions between float64 and float16/bfloat16/fp8 bits;
 - :mod:`gpuemu.rng` — gpuemu's reproducible RNG in pure Python, bit-identical to the C++ one;
+- :func:`fuzz_op_in_process` — fuzz an op against a Python kernel, in process;
 - :mod:`gpuemu.errors` — the exception hierarchy (:class:`GpuemuError` and its subclasses).
 """
 
 from . import dtypes, errors, rng
 from ._reference import op_schema, ops, reference, reload_catalogue
 from .dtypes import from_bits, round_to, to_bits
+from .inprocess import Failure, FuzzResults, fuzz_op_in_process
 from .errors import (
     GpuemuError,
     GpuemuIOError,
@@ -28,6 +30,9 @@ from .rng import Rng, derive_seed
 __version__ = "0.1.0"  # the CMake project's version; tests check _core.__version__ agrees
 
 __all__ = [
+    "Failure",
+    "FuzzResults",
+    "fuzz_op_in_process",
     "GpuemuError",
     "GpuemuIOError",
     "InternalError",

@@ -229,7 +229,7 @@ Diagnosis Engine::diagnose(const std::string& op, const FuzzOptions& options, co
           if (!ref) continue;
           Verdict v = judge(schema, alt_ctx, *ref, *out, failing.verdict.envelope);
           if (v.passed) {
-            d.bug_class = "wrong_constant";
+            d.bug_class = a.name == "scale" ? "missing_scale" : a.name == "eps" ? "eps_placement" : "wrong_constant";
             d.summary = "the output matches the reference computed with " + a.name + "=" + fmt(alt) +
                         " instead of " + (cur.is_null() ? std::string("its default") : cur.dump()) +
                         ": a wrong or missing constant (e.g. a missing 1/sqrt(D) scale)";

@@ -165,7 +165,13 @@ Result<std::map<std::string, std::int64_t, std::less<>>> ShapeSampler::sample(
     }
     if (!ok) continue;
     // Budget: shrink the largest free, unpinned, unrestricted dims until the case fits.
-    for (int shrink = 0; shrink < 64 && input_elements(dims, attrs) > budget; ++shrink) {
+    auto over = [&] {
+      if (input_elements(dims, attrs) > budget) return true;
+      if (m_schema.work.empty()) return false;
+      auto w = eval_expr(m_schema.work, dims, attrs);
+      return w.ok() && *w > m_schema.max_work;
+    };
+    for (int shrink = 0; shrink < 64 && over(); ++shrink) {
       const DimDomain* largest = nullptr;
       for (const auto& d : m_schema.dims) {
         if (!d.expr.empty() || pinned.count(d.name) || m_options.dims.count(d.name) || !d.values.empty())
@@ -183,8 +189,8 @@ Result<std::map<std::string, std::int64_t, std::less<>>> ShapeSampler::sample(
         if (!d.expr.empty())
           if (auto v = eval_expr(d.expr, dims, attrs)) dims[d.name] = *v;
     }
-    if (input_elements(dims, attrs) > budget) {
-      last_problem = "no dims within the element budget";
+    if (over()) {
+      last_problem = "no dims within the element and work budgets";
       continue;
     }
     bool constraints_hold = true;

@@ -80,8 +80,8 @@ class SchemaReader {
     s.raw = doc;
     GPUEMU_TRY_STATUS(check_keys(doc, {}, {"$schema", "name", "version", "summary", "family", "dtypes",
                                            "dims", "inputs", "attrs", "outputs", "reduced_dims",
-                                           "constraints", "max_elements", "max_work", "reference",
-                                           "notes"}));
+                                           "constraints", "max_elements", "max_work", "work",
+                                           "reference", "notes"}));
     GPUEMU_TRY(s.name, get_string(doc, {}, "name", true));
     if (s.name.empty() || !std::islower(static_cast<unsigned char>(s.name[0])) ||
         !std::all_of(s.name.begin(), s.name.end(),
@@ -130,6 +130,11 @@ class SchemaReader {
       if (!doc[key].is_number_integer() || doc[key].get<std::int64_t>() < 1)
         return error({key}, "must be a positive integer");
       (std::string(key) == "max_elements" ? s.max_elements : s.max_work) = doc[key].get<std::int64_t>();
+    }
+    if (doc.contains("work")) {
+      if (!doc["work"].is_string()) return error({"work"}, "must be an expression string");
+      s.work = doc["work"].get<std::string>();
+      GPUEMU_TRY_STATUS(check_expr(s.work, {"work"}));
     }
     GPUEMU_TRY_STATUS(check_names(s));
     return s;
@@ -325,6 +330,7 @@ class SchemaReader {
       if (colon != std::string::npos) GPUEMU_TRY_STATUS(check(in.domain.substr(colon + 1), {"inputs", in.name}));
     }
     for (const auto& c : s.constraints) GPUEMU_TRY_STATUS(check(c, {"constraints"}));
+    if (!s.work.empty()) GPUEMU_TRY_STATUS(check(s.work, {"work"}));
     for (const auto& o : s.outputs) {
       if (o.dtype.rfind("like:", 0) == 0 && !s.find_input(o.dtype.substr(5)))
         return error({"outputs", o.name}, "dtype names no input '" + o.dtype.substr(5) + "'");

@@ -1,0 +1,293 @@
+// flash_attention [q[B,H,Lq,D], k[B,Hkv,Lk,D], v[B,Hkv,Lk,D]; causal, scale, enable_gqa] with
+// torch.nn.functional.scaled_dot_product_attention semantics, and decode_attention
+// [q[B,H,D], k_cache[B,Hkv,L,D], v_cache[B,Hkv,L,D], seq_lens[B]; scale] where batch b attends
+// to its first seq_lens[b] cached positions (GQA: query head h reads KV head h / (H / Hkv)).
+// References: attention_reference.hpp (fp64 through dgemm, condition terms explained there).
+// Controls: online-softmax flash kernels over BLOCK_N = 64 / 128 tiles with P rounded to the input
+// dtype or kept in fp32, the exp2 formulation, and flash-decoding split-KV. Buggy kernels: missing
+// 1/sqrt(D), missing `acc *= alpha`, causal off-by-one, bottom-right causal alignment, wrong GQA
+// head mapping, seq_lens ignored or off by one, split-KV combined without the max correction.
+#include "core/parallel.hpp"
+#include "ops/attention_emulation.hpp"
+#include "ops/attention_reference.hpp"
+#include "ops/gemm_emulation.hpp"
+#include "ops/op_util.hpp"
+#include "ops/register.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gpuemu::ops {
+namespace {
+
+using KernelOut = Result<std::vector<std::vector<double>>>;
+
+Error shape_error(const std::string& msg) {
+  return make_error(ErrorCode::shape_mismatch, msg);
+}
+
+double resolve_scale(const RefContext& ctx, std::int64_t d) {
+  if (ctx.attr_is_null("scale")) return 1.0 / std::sqrt(static_cast<double>(d));
+  return ctx.attr_float("scale");
+}
+
+// The shapes of either op, as batches of heads: decode is flash with Lq = 1 per head.
+struct AttnProblem {
+  std::int64_t B = 0, H = 0, Hkv = 0, Lq = 0, Lk = 0, D = 0;
+  double scale = 1.0;
+  bool causal = false;
+  const double *q = nullptr, *k = nullptr, *v = nullptr;
+  std::vector<std::int64_t> seq_lens;  // decode only: keys attended per batch
+  Shape out_shape;
+  std::int64_t group() const { return H / Hkv; }
+  std::int64_t kv_head(std::int64_t h) const { return h / group(); }
+};
+
+Result<AttnProblem> flash_problem(const RefContext& ctx) {
+  const RefArg &q = ctx.input("q"), &k = ctx.input("k"), &v = ctx.input("v");
+  if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape != k.shape)
+    return shape_error(
+        "flash_attention needs q[B,H,Lq,D] and k, v [B,Hkv,Lk,D] of one shape; got " +
+        shape_to_string(q.shape) + ", " + shape_to_string(k.shape) + ", " +
+        shape_to_string(v.shape));
+  AttnProblem p;
+  p.B = q.shape[0], p.H = q.shape[1], p.Lq = q.shape[2], p.D = q.shape[3];
+  p.Hkv = k.shape[1], p.Lk = k.shape[2];
+  if (k.shape[0] != p.B || k.shape[3] != p.D)
+    return shape_error("flash_attention: q " + shape_to_string(q.shape) + " and k " +
+                       shape_to_string(k.shape) + " disagree on B or D");
+  const bool gqa = ctx.attr_bool("enable_gqa");
+  if (!gqa && p.Hkv != p.H)
+    return shape_error("flash_attention: Hkv (" + std::to_string(p.Hkv) + ") must equal H (" +
+                       std::to_string(p.H) + ") unless enable_gqa");
+  if (p.Hkv <= 0 || p.H % p.Hkv != 0)
+    return shape_error("flash_attention: H (" + std::to_string(p.H) +
+                       ") must be a multiple of Hkv (" + std::to_string(p.Hkv) + ")");
+  p.scale = resolve_scale(ctx, p.D);
+  p.causal = ctx.attr_bool("causal");
+  p.q = q.data.data(), p.k = k.data.data(), p.v = v.data.data();
+  p.out_shape = q.shape;
+  return p;
+}
+
+Result<AttnProblem> decode_problem(const RefContext& ctx) {
+  const RefArg &q = ctx.input("q"), &k = ctx.input("k_cache"), &v = ctx.input("v_cache");
+  const RefArg& lens = ctx.input("seq_lens");
+  if (q.shape.size() != 3 || k.shape.size() != 4 || v.shape != k.shape)
+    return shape_error(
+        "decode_attention needs q[B,H,D] and k_cache, v_cache [B,Hkv,L,D] of one "
+        "shape; got " +
+        shape_to_string(q.shape) + ", " + shape_to_string(k.shape) + ", " +
+        shape_to_string(v.shape));
+  AttnProblem p;
+  p.B = q.shape[0], p.H = q.shape[1], p.D = q.shape[2], p.Lq = 1;
+  p.Hkv = k.shape[1], p.Lk = k.shape[2];
+  if (k.shape[0] != p.B || k.shape[3] != p.D || lens.shape != Shape{p.B})
+    return shape_error("decode_attention: q " + shape_to_string(q.shape) + ", k_cache " +
+                       shape_to_string(k.shape) + " and seq_lens " + shape_to_string(lens.shape) +
+                       " disagree on B or D");
+  if (p.Hkv <= 0 || p.H % p.Hkv != 0)
+    return shape_error("decode_attention: H (" + std::to_string(p.H) +
+                       ") must be a multiple of Hkv (" + std::to_string(p.Hkv) + ")");
+  for (std::int64_t b = 0; b < p.B; ++b) {
+    const double n = lens.data[b];
+    if (!(n >= 1 && n <= static_cast<double>(p.Lk)) || n != std::floor(n))
+      return make_error(ErrorCode::invalid_argument,
+                        "decode_attention: seq_lens[" + std::to_string(b) + "] = " +
+                            std::to_string(n) + " is not in [1, L = " + std::to_string(p.Lk) + "]");
+    p.seq_lens.push_back(static_cast<std::int64_t>(n));
+  }
+  p.scale = resolve_scale(ctx, p.D);
+  p.q = q.data.data(), p.k = k.data.data(), p.v = v.data.data();
+  p.out_shape = q.shape;
+  return p;
+}
+
+const double* kv_block(const AttnProblem& p, const double* base, std::int64_t b, std::int64_t hk) {
+  return base + (b * p.Hkv + hk) * p.Lk * p.D;
+}
+
+Result<std::vector<RefOutput>> reference(const RefContext& ctx, bool decode) {
+  GPUEMU_TRY(AttnProblem p, decode ? decode_problem(ctx) : flash_problem(ctx));
+  const auto n = static_cast<std::size_t>(shape_numel(p.out_shape));
+  std::vector<double> out(n), c_acc(n), c_in(n);
+  for (std::int64_t b = 0; b < p.B; ++b) {
+    if (decode) {  // one block per KV head: its group of query heads against the valid prefix
+      for (std::int64_t hk = 0; hk < p.Hkv; ++hk) {
+        const std::int64_t row0 = (b * p.H + hk * p.group()) * p.D;
+        attention_block_reference({p.q + row0, kv_block(p, p.k, b, hk), kv_block(p, p.v, b, hk),
+                                   p.group(), p.seq_lens[b], p.D, p.scale, false, out.data() + row0,
+                                   c_acc.data() + row0, c_in.data() + row0});
+      }
+    } else {
+      for (std::int64_t h = 0; h < p.H; ++h) {
+        const std::int64_t row0 = (b * p.H + h) * p.Lq * p.D;
+        const std::int64_t hk = p.kv_head(h);
+        attention_block_reference({p.q + row0, kv_block(p, p.k, b, hk), kv_block(p, p.v, b, hk),
+                                   p.Lq, p.Lk, p.D, p.scale, p.causal, out.data() + row0,
+                                   c_acc.data() + row0, c_in.data() + row0});
+      }
+    }
+  }
+  return single_output(ctx.output_dtype(), p.out_shape, std::move(out), std::move(c_acc),
+                       std::move(c_in));
+}
+
+enum class AttnBug {
+  none,
+  missing_scale,        // softmax(q·kᵀ) without 1/sqrt(D) (or the given scale)
+  causal_strict,        // mask `offs_m > offs_n`: row i misses its own key, row 0 has none
+  causal_bottom_right,  // FA2's alignment (key j <= i + Lk - Lq), not SDPA's top-left
+  gqa_head_mod,         // KV head h % Hkv instead of h / (H / Hkv)
+  ignore_seq_lens,      // decode attends to all L cached positions
+  seq_len_off_by_one,   // decode attends to seq_len + 1 positions (`offs_n <= seq_len`)
+};
+
+// Keys attended by query row i of head h in batch b, under the kernel's (possibly buggy) logic.
+std::int64_t kernel_keys(const AttnProblem& p, bool decode, AttnBug bug, std::int64_t b,
+                         std::int64_t i) {
+  if (decode) {
+    if (bug == AttnBug::ignore_seq_lens) return p.Lk;
+    if (bug == AttnBug::seq_len_off_by_one) return std::min(p.Lk, p.seq_lens[b] + 1);
+    return p.seq_lens[b];
+  }
+  if (!p.causal) return p.Lk;
+  if (bug == AttnBug::causal_strict) return std::min(i, p.Lk);
+  if (bug == AttnBug::causal_bottom_right)
+    return std::clamp<std::int64_t>(i + 1 + p.Lk - p.Lq, 0, p.Lk);
+  return attended_keys(i, p.Lk, true);
+}
+
+KernelFn emulated(bool decode, AttentionEmulation cfg, AttnBug bug = AttnBug::none) {
+  return [=](const RefContext& ctx) -> KernelOut {
+    GPUEMU_TRY(AttnProblem p, decode ? decode_problem(ctx) : flash_problem(ctx));
+    AttentionEmulation run = cfg;
+    if (bug == AttnBug::causal_bottom_right) run.zero_empty_rows = true;
+    const float scale = bug == AttnBug::missing_scale ? 1.0f : f32(p.scale);
+    const std::vector<float> q = to_f32(p.q, shape_numel(p.out_shape));
+    const std::vector<float> v = to_f32(p.v, p.B * p.Hkv * p.Lk * p.D);
+    std::vector<float> kt(static_cast<std::size_t>(p.B * p.Hkv * p.Lk * p.D));
+    for (std::int64_t bh = 0; bh < p.B * p.Hkv; ++bh) {
+      const std::vector<float> t = transpose_to_f32(p.k + bh * p.Lk * p.D, p.Lk, p.D);
+      std::copy(t.begin(), t.end(), kt.begin() + bh * p.Lk * p.D);
+    }
+    const DType out_dtype = ctx.output_dtype();
+    std::vector<double> out(q.size());
+    const std::int64_t rows = p.B * p.H * p.Lq;
+    parallel_for(
+        rows,
+        [&](std::int64_t r0, std::int64_t r1) {
+          std::vector<float> o(static_cast<std::size_t>(p.D));
+          for (std::int64_t r = r0; r < r1; ++r) {
+            const std::int64_t i = r % p.Lq, h = (r / p.Lq) % p.H, b = r / (p.Lq * p.H);
+            const std::int64_t hk = bug == AttnBug::gqa_head_mod ? h % p.Hkv : p.kv_head(h);
+            const std::int64_t kv = (b * p.Hkv + hk) * p.Lk * p.D;
+            attention_row(q.data() + r * p.D, kt.data() + kv, p.Lk, v.data() + kv,
+                          kernel_keys(p, decode, bug, b, i), p.D, scale, ctx.case_dtype, run,
+                          o.data());
+            for (std::int64_t c = 0; c < p.D; ++c)
+              out[r * p.D + c] = round_to(out_dtype, static_cast<double>(o[c]));
+          }
+        },
+        std::max<std::int64_t>(1, (1 << 16) / std::max<std::int64_t>(1, p.Lk * p.D)));
+    return std::vector<std::vector<double>>{std::move(out)};
+  };
+}
+
+AttentionEmulation flash(std::int64_t block_n, bool round_p, bool exp2 = false) {
+  AttentionEmulation e;
+  e.block_n = block_n;
+  e.round_p = round_p;
+  e.exp2 = exp2;
+  return e;
+}
+
+AttentionEmulation split_kv(std::int64_t splits, bool round_p, bool max_correction = true) {
+  AttentionEmulation e = flash(64, round_p);
+  e.kv_splits = splits;
+  e.split_max_correction = max_correction;
+  return e;
+}
+
+AttentionEmulation no_rescale(std::int64_t block_n) {
+  AttentionEmulation e = flash(block_n, true);
+  e.rescale_acc = false;
+  return e;
+}
+
+BuiltinOp make_flash() {
+  BuiltinOp op;
+  op.name = "flash_attention";
+  op.reference = [](const RefContext& ctx) { return reference(ctx, false); };
+  op.controls = {
+      {"flash_bn64_p_rounded",
+       "online softmax over BLOCK_N=64, P rounded to the input dtype "
+       "before P·V (FA2 / Triton)",
+       emulated(false, flash(64, true))},
+      {"flash_bn128_p_rounded", "online softmax over BLOCK_N=128, P rounded to the input dtype",
+       emulated(false, flash(128, true))},
+      {"flash_bn64_fp32_p", "online softmax over BLOCK_N=64, P kept in fp32",
+       emulated(false, flash(64, false))},
+      {"flash_exp2_bn128", "Triton tutorial form: scores times scale·log2(e), exp2, P rounded",
+       emulated(false, flash(128, true, true))},
+  };
+  op.buggy = {
+      {"missing_scale", "softmax(q·kᵀ) without the 1/sqrt(D) scale",
+       emulated(false, flash(64, true), AttnBug::missing_scale)},
+      {"online_no_rescale",
+       "BLOCK_N=64 online softmax that forgets `acc *= alpha` (l is "
+       "rescaled): wrong once the max rises after the first tile (Lk > 64)",
+       emulated(false, no_rescale(64))},
+      {"causal_off_by_one",
+       "causal mask `offs_m > offs_n`: each row misses its own key, row 0 "
+       "attends nothing (0/0)",
+       emulated(false, flash(64, true), AttnBug::causal_strict)},
+      {"causal_bottom_right",
+       "causal mask aligned bottom-right (FA2 convention) instead of SDPA's "
+       "top-left: wrong whenever Lq != Lk",
+       emulated(false, flash(64, true), AttnBug::causal_bottom_right)},
+      {"gqa_head_mod", "KV head h % Hkv instead of h / (H / Hkv) (enable_gqa, Hkv > 1, H > Hkv)",
+       emulated(false, flash(64, true), AttnBug::gqa_head_mod)},
+  };
+  return op;
+}
+
+BuiltinOp make_decode() {
+  BuiltinOp op;
+  op.name = "decode_attention";
+  op.reference = [](const RefContext& ctx) { return reference(ctx, true); };
+  op.controls = {
+      {"single_pass_bn64_p_rounded",
+       "one pass over the valid prefix, BLOCK_N=64, P rounded to "
+       "the input dtype",
+       emulated(true, flash(64, true))},
+      {"split_kv4_p_rounded", "flash-decoding: 4 KV splits, partial (out, lse) combined in fp32",
+       emulated(true, split_kv(4, true))},
+      {"split_kv16_fp32_p", "flash-decoding: 16 KV splits of BLOCK_N=64 tiles, P kept in fp32",
+       emulated(true, split_kv(16, false))},
+      {"exp2_bn128", "exp2 form over BLOCK_N=128, P rounded",
+       emulated(true, flash(128, true, true))},
+  };
+  op.buggy = {
+      {"ignore_seq_lens", "attends to all L cached positions, ignoring seq_lens",
+       emulated(true, flash(64, true), AttnBug::ignore_seq_lens)},
+      {"seq_len_off_by_one", "attends to seq_lens[b] + 1 positions (`offs_n <= seq_len`)",
+       emulated(true, flash(64, true), AttnBug::seq_len_off_by_one)},
+      {"gqa_head_mod", "KV head h % Hkv instead of h / (H / Hkv) (Hkv > 1, H > Hkv)",
+       emulated(true, flash(64, true), AttnBug::gqa_head_mod)},
+      {"split_kv_no_rescale", "4 KV splits combined with weights l_s, without exp(m_s - m_max)",
+       emulated(true, split_kv(4, true, false))},
+      {"missing_scale", "softmax(q·kᵀ) without the 1/sqrt(D) scale",
+       emulated(true, flash(64, true), AttnBug::missing_scale)},
+  };
+  return op;
+}
+
+}  // namespace
+
+void register_attention_ops(BuiltinRegistry& r) {
+  r.add(make_flash());
+  r.add(make_decode());
+}
+
+}  // namespace gpuemu::ops

@@ -1,0 +1,118 @@
+#include "ops/attention_reference.hpp"
+
+#include "ops/gemm_blas.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace gpuemu::ops {
+namespace {
+
+constexpr double k_u_fp32 = 0x1.0p-24;
+
+bool all_finite(const double* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
+}
+
+}  // namespace
+
+void attention_block_reference(const AttentionBlock& blk) {
+  const std::int64_t lq = blk.lq, lk = blk.lk, d = blk.d;
+  if (lq <= 0 || d <= 0) return;
+  const std::vector<double> abs_k = abs_copy(blk.k, lk * d), abs_v = abs_copy(blk.v, lk * d);
+  // With a causal mask, P's masked zeros meet every value row in a dgemm: an Inf or NaN there
+  // would leak (0·Inf). Then the masked products are skipped row by row instead.
+  const bool row_wise_pv = blk.causal && !all_finite(blk.v, lk * d);
+  const double root_d = sqrt_len(d), abs_scale = std::fabs(blk.scale);
+  const std::int64_t chunk =
+      std::max<std::int64_t>(1, std::min(lq, (1 << 18) / std::max<std::int64_t>(lk, 1)));
+  const auto buf = static_cast<std::size_t>(chunk * std::max<std::int64_t>(lk, 1));
+  std::vector<double> S(buf), E(buf), P(buf), W(buf), tail(static_cast<std::size_t>(chunk));
+  // Rows fp32 cannot resolve (see the header), and their largest score condition.
+  std::vector<char> unresolved(static_cast<std::size_t>(chunk));
+  std::vector<double> e_max_row(static_cast<std::size_t>(chunk));
+  std::vector<double> prefix_max_v;  // [lk, d]: max_{j' <= j} |v_j'd|, built on first need
+  for (std::int64_t r0 = 0; r0 < lq; r0 += chunk) {
+    const std::int64_t rows = std::min(chunk, lq - r0);
+    const double* q = blk.q + r0 * d;
+    dgemm_rm(false, true, rows, lk, d, q, d, blk.k, d, S.data(), lk);
+    const std::vector<double> abs_q = abs_copy(q, rows * d);
+    dgemm_rm(false, true, rows, lk, d, abs_q.data(), d, abs_k.data(), d, E.data(), lk);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const std::int64_t n = attended_keys(r0 + i, lk, blk.causal);
+      double* s = S.data() + i * lk;
+      double* p = P.data() + i * lk;
+      double* w = W.data() + i * lk;
+      const double* e = E.data() + i * lk;
+      double m = -std::numeric_limits<double>::infinity();
+      bool nan = false;
+      for (std::int64_t j = 0; j < n; ++j) {
+        s[j] *= blk.scale;
+        nan |= std::isnan(s[j]);
+        m = std::max(m, s[j]);
+      }
+      if (nan) m = std::numeric_limits<double>::quiet_NaN();
+      double sum = 0;
+      for (std::int64_t j = 0; j < n; ++j) sum += std::exp(s[j] - m);
+      double e_bar = 0, e_max = 0, spread_max = 0;
+      for (std::int64_t j = 0; j < n; ++j) {
+        p[j] = std::exp(s[j] - m) / sum;
+        const double e_j = abs_scale * e[j] * root_d;
+        w[j] = p[j] * (std::fabs(s[j] - m) + e_j);
+        e_bar += p[j] * e_j;
+        e_max = std::max(e_max, e_j);
+        spread_max = std::max(spread_max, std::fabs(s[j] - m) + e_j);
+      }
+      unresolved[i] = k_u_fp32 * spread_max > 2.0;
+      e_max_row[i] = e_max;
+      std::fill(p + n, p + lk, 0.0);
+      std::fill(w + n, w + lk, 0.0);
+      tail[i] = 2.0 * sqrt_len(n) + e_bar;
+    }
+    double* out = blk.out + r0 * d;
+    double* c_in = blk.c_in + r0 * d;
+    double* c_acc = blk.c_acc + r0 * d;
+    if (!row_wise_pv) {
+      dgemm_rm(false, false, rows, d, lk, P.data(), lk, blk.v, d, out, d);
+      dgemm_rm(false, false, rows, d, lk, P.data(), lk, abs_v.data(), d, c_in, d);
+      dgemm_rm(false, false, rows, d, lk, W.data(), lk, abs_v.data(), d, c_acc, d);
+    } else {
+      for (std::int64_t i = 0; i < rows; ++i) {
+        const std::int64_t n = attended_keys(r0 + i, lk, blk.causal);
+        std::fill(out + i * d, out + (i + 1) * d, 0.0);
+        std::fill(c_in + i * d, c_in + (i + 1) * d, 0.0);
+        std::fill(c_acc + i * d, c_acc + (i + 1) * d, 0.0);
+        for (std::int64_t j = 0; j < n; ++j) {
+          const double pj = P[i * lk + j], wj = W[i * lk + j];
+          for (std::int64_t c = 0; c < d; ++c) {
+            out[i * d + c] += pj * blk.v[j * d + c];
+            c_in[i * d + c] += pj * abs_v[j * d + c];
+            c_acc[i * d + c] += wj * abs_v[j * d + c];
+          }
+        }
+      }
+    }
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t c = 0; c < d; ++c) c_acc[i * d + c] += tail[i] * c_in[i * d + c];
+    for (std::int64_t i = 0; i < rows; ++i) {
+      if (!unresolved[i]) continue;
+      if (prefix_max_v.empty()) {
+        prefix_max_v = abs_v;
+        for (std::int64_t j = 1; j < lk; ++j)
+          for (std::int64_t c = 0; c < d; ++c)
+            prefix_max_v[j * d + c] =
+                std::max(prefix_max_v[j * d + c], prefix_max_v[(j - 1) * d + c]);
+      }
+      const std::int64_t n = attended_keys(r0 + i, lk, blk.causal);
+      if (n == 0) continue;
+      const double* vmax = prefix_max_v.data() + (n - 1) * d;
+      for (std::int64_t c = 0; c < d; ++c) c_acc[i * d + c] += vmax[c] / k_u_fp32 + e_max_row[i];
+    }
+  }
+}
+
+}  // namespace gpuemu::ops

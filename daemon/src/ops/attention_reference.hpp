@@ -1,0 +1,51 @@
+// The fp64 reference of one attention block (one batch and query head, or one KV group of a
+// decode step) with the condition terms of the error model, through OpenBLAS.
+//
+// Semantics: softmax(scale·q·kᵀ) over the keys each query row may attend, times v. Row i attends
+// keys [0, n_i): n_i = min(i + 1, Lk) under a (top-left aligned, as in SDPA) causal mask, else Lk.
+// Masked keys take no part at all (they are not "multiplied by zero": an Inf or NaN in a masked
+// key or value does not reach the output, as in flash kernels and as a decode step must ignore
+// the cache beyond its length). A NaN among the attended scores makes the row NaN; so does an
+// all -Inf row (exp(-inf - -inf)), as torch.softmax does.
+//
+// Condition terms (docs/error-model.md), with p the fp64 probabilities, s the scaled scores,
+// m_i the row max and e_ij = |scale|·(|q_i|·|k_j|)·sqrt(D) the fp32 score dot product's own
+// condition:
+//   c_in[i,d]  = Σ_j p_ij·|v_jd|                       (P rounded to the input dtype before P·V)
+//   c_acc[i,d] = Σ_j p_ij·|v_jd|·(2·sqrt(n_i) + |s_ij − m_i| + e_ij + ē_i),  ē_i = Σ_j p_ij·e_ij
+// A score error δ_ij moves p_ij by p_ij·(δ_ij − Σ_k p_ik δ_ik), so out moves by at most
+// Σ_j p_ij|v_jd|(|δ_ij| + Σ_k p_ik|δ_ik|); δ_ij is u_fp32·e_ij from the fp32 dot, plus
+// u_fp32·|s_ij − m_i| from exp's argument (online rescaling at most doubles it); the fp32 sums of
+// P·V and of the denominator add u_fp32·sqrt(n_i)·Σ_j p_ij|v_jd| each.
+// That first-order analysis holds while the score errors are small. When u_fp32·max_j(e_ij +
+// |s_ij − m_i|) exceeds 2 nats (scores near fp32's range, from boundary-value inputs; the bound
+// overstates the typical score error several times), fp32 cannot tell which keys dominate: any
+// convex combination of the attended values is then what a correct kernel may return, and the
+// scores may overflow fp32. Such a row gets c_acc += (max_j |v_jd|)/u_fp32 + max_j e_ij (the
+// second term lets the verdict's fp32-overflow rule apply).
+#pragma once
+
+#include <cstdint>
+
+namespace gpuemu::ops {
+
+struct AttentionBlock {
+  const double* q = nullptr;  // [lq, d] contiguous
+  const double* k = nullptr;  // [lk, d] contiguous
+  const double* v = nullptr;  // [lk, d] contiguous
+  std::int64_t lq = 0, lk = 0, d = 0;
+  double scale = 1.0;
+  bool causal = false;
+  double* out = nullptr;    // [lq, d]
+  double* c_acc = nullptr;  // [lq, d]
+  double* c_in = nullptr;   // [lq, d]
+};
+
+// The number of keys row i attends.
+inline std::int64_t attended_keys(std::int64_t i, std::int64_t lk, bool causal) {
+  return causal ? (i + 1 < lk ? i + 1 : lk) : lk;
+}
+
+void attention_block_reference(const AttentionBlock& blk);
+
+}  // namespace gpuemu::ops

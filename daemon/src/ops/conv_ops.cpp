@@ -1,0 +1,149 @@
+// conv1d [x[B,Cin,L], weight[Cout,Cin/groups,Kl], bias[Cout]] and conv2d [x[B,Cin,H,W],
+// weight[Cout,Cin/groups,Kh,Kw], bias[Cout]]; stride, padding (zeros), dilation, groups as in
+// torch.nn.functional.conv1d / conv2d (cross-correlation, no kernel flip).
+// The reference is im2col + dgemm per (batch, group) in fp64. Error model: each output is a dot
+// product of length R = Cin/groups·Kh·Kw, so c_acc = (|W_g|·|cols|)·sqrt(R) + |bias| as for GEMM.
+// Controls: a direct fp32 loop, implicit GEMM over BLOCK_K=32 tiles, a channels-last reduction
+// order with BLOCK_K=64, split-K. Buggy: the padding mishandled two ways, dilation ignored, the
+// group's channel offset forgotten, the tail reduction tile dropped.
+#include "ops/conv_im2col.hpp"
+#include "ops/gemm_blas.hpp"
+#include "ops/gemm_emulation.hpp"
+#include "ops/op_util.hpp"
+#include "ops/register.hpp"
+
+#include <cmath>
+
+namespace gpuemu::ops {
+namespace {
+
+using KernelOut = Result<std::vector<std::vector<double>>>;
+
+Shape out_shape(const ConvGeom& g, int spatial_dims) {
+  return spatial_dims == 2 ? Shape{g.B, g.Cout, g.Hout, g.Wout} : Shape{g.B, g.Cout, g.Wout};
+}
+
+Result<std::vector<RefOutput>> reference(const RefContext& ctx, int spatial_dims) {
+  GPUEMU_TRY(ConvGeom g, conv_geometry(ctx, spatial_dims));
+  const double* x = ctx.input("x").data.data();
+  const double* weight = ctx.input("weight").data.data();
+  const double* bias = ctx.has_input("bias") ? ctx.input("bias").data.data() : nullptr;
+  const std::int64_t P = g.pixels(), R = g.red(), cog = g.cout_g();
+  const auto n = static_cast<std::size_t>(g.B * g.Cout * P);
+  std::vector<double> value(n), c_acc(n);
+  std::vector<double> cols(static_cast<std::size_t>(R * P));
+  std::vector<std::vector<double>> abs_w;
+  for (std::int64_t grp = 0; grp < g.groups; ++grp)
+    abs_w.push_back(abs_copy(weight + grp * cog * R, cog * R));
+  for (std::int64_t b = 0; b < g.B; ++b)
+    for (std::int64_t grp = 0; grp < g.groups; ++grp) {
+      im2col(x, g, b, grp, ReductionOrder::chw, Im2colBug::none, cols.data());
+      const std::int64_t o = (b * g.Cout + grp * cog) * P;
+      dgemm_rm(false, false, cog, P, R, weight + grp * cog * R, R, cols.data(), P, value.data() + o,
+               P);
+      for (auto& c : cols) c = std::fabs(c);
+      dgemm_rm(false, false, cog, P, R, abs_w[grp].data(), R, cols.data(), P, c_acc.data() + o, P);
+    }
+  const double root = sqrt_len(R);
+  for (std::int64_t b = 0; b < g.B; ++b)
+    for (std::int64_t c = 0; c < g.Cout; ++c)
+      for (std::int64_t p = 0; p < P; ++p) {
+        const std::int64_t i = (b * g.Cout + c) * P + p;
+        c_acc[i] *= root;
+        if (bias) value[i] += bias[c], c_acc[i] += std::fabs(bias[c]);
+      }
+  return single_output(ctx.output_dtype(), out_shape(g, spatial_dims), std::move(value),
+                       std::move(c_acc));
+}
+
+struct ConvKernel {
+  GemmEmulation gemm;
+  ReductionOrder order = ReductionOrder::chw;
+  Im2colBug bug = Im2colBug::none;
+};
+
+KernelFn emulated(int spatial_dims, ConvKernel k) {
+  return [spatial_dims, k](const RefContext& ctx) -> KernelOut {
+    GPUEMU_TRY(ConvGeom g, conv_geometry(ctx, spatial_dims));
+    const double* x = ctx.input("x").data.data();
+    const double* weight = ctx.input("weight").data.data();
+    const double* bias = ctx.has_input("bias") ? ctx.input("bias").data.data() : nullptr;
+    const std::int64_t P = g.pixels(), R = g.red(), cog = g.cout_g();
+    const DType out_dtype = ctx.output_dtype();
+    std::vector<double> out(static_cast<std::size_t>(g.B * g.Cout * P));
+    std::vector<float> cols(static_cast<std::size_t>(R * P));
+    for (std::int64_t grp = 0; grp < g.groups; ++grp) {
+      const std::vector<float> w = to_f32(group_weight(weight, g, grp, k.order));
+      for (std::int64_t b = 0; b < g.B; ++b) {
+        im2col(x, g, b, grp, k.order, k.bug, cols.data());
+        const std::vector<float> acc = emulate_gemm(w.data(), cols.data(), cog, R, P, k.gemm);
+        for (std::int64_t co = 0; co < cog; ++co) {
+          const std::int64_t c = grp * cog + co;
+          for (std::int64_t p = 0; p < P; ++p) {
+            float v = acc[co * P + p];
+            if (bias) v += f32(bias[c]);
+            out[(b * g.Cout + c) * P + p] = round_to(out_dtype, static_cast<double>(v));
+          }
+        }
+      }
+    }
+    return std::vector<std::vector<double>>{std::move(out)};
+  };
+}
+
+ConvKernel kernel(std::int64_t block_k, std::int64_t split_k = 1,
+                  ReductionOrder order = ReductionOrder::chw, Im2colBug bug = Im2colBug::none,
+                  GemmBug gemm_bug = GemmBug::none) {
+  ConvKernel k;
+  k.gemm.block_k = block_k;
+  k.gemm.split_k = split_k;
+  k.gemm.bug = gemm_bug;
+  k.order = order;
+  k.bug = bug;
+  return k;
+}
+
+BuiltinOp make_op(const std::string& name, int sd) {
+  BuiltinOp op;
+  op.name = name;
+  op.reference = [sd](const RefContext& ctx) { return reference(ctx, sd); };
+  const auto chw = ReductionOrder::chw;
+  op.controls = {
+      {"direct_fp32", "one fp32 chain per output over (ci, kh, kw), bias added last",
+       emulated(sd, kernel(0))},
+      {"implicit_gemm_k32", "implicit GEMM, reduction (ci, kh, kw) in BLOCK_K=32 fp32 tiles",
+       emulated(sd, kernel(32))},
+      {"channels_last_k64", "implicit GEMM walking (kh, kw, ci) in BLOCK_K=64 fp32 tiles",
+       emulated(sd, kernel(64, 1, ReductionOrder::hwc))},
+      {"split_k4", "reduction split in 4 chunks of BLOCK_K=32 tiles, fp32 partials summed",
+       emulated(sd, kernel(32, 4))},
+  };
+  op.buggy = {
+      {"pad_no_lower_check",
+       "bounds mask `ih < H && iw < W` only: padded taps at negative "
+       "indices read the neighbouring row or channel (padding > 0)",
+       emulated(sd, kernel(32, 1, chw, Im2colBug::pad_no_lower_check))},
+      {"pad_offset_missing",
+       "input index oh·stride + k·dilation without subtracting the padding "
+       "(padding > 0)",
+       emulated(sd, kernel(32, 1, chw, Im2colBug::pad_offset_missing))},
+      {"dilation_ignored", "taps at k instead of k·dilation (dilation > 1)",
+       emulated(sd, kernel(32, 1, chw, Im2colBug::dilation_ignored))},
+      {"group_offset_missing", "every group reads group 0's input channels (groups > 1)",
+       emulated(sd, kernel(32, 1, chw, Im2colBug::group_offset_missing))},
+      {"dropped_tail_k",
+       "implicit GEMM over R // 32 full tiles: the partial reduction tile is "
+       "lost (R = Cin/groups·kernel size not a multiple of 32)",
+       emulated(sd, kernel(32, 1, chw, Im2colBug::none, GemmBug::dropped_tail_k))},
+  };
+  return op;
+}
+
+}  // namespace
+
+void register_conv_ops(BuiltinRegistry& r) {
+  r.add(make_op("conv1d", 1));
+  r.add(make_op("conv2d", 2));
+}
+
+}  // namespace gpuemu::ops

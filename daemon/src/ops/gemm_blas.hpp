@@ -1,0 +1,47 @@
+// fp64 GEMM through OpenBLAS for the references of the GEMM-shaped ops (matmul, bmm, linear,
+// attention, convolution through im2col, scaled fp8 matmul), and the dot-product condition term.
+//
+// The condition term of a dot product of length K is c_acc = (|a|·|b|)·sqrt(K): what a correct
+// kernel summing the K products in fp32 can be off by, in units of u_fp32 (docs/error-model.md).
+// Computing |a|·|b| exactly costs a second dgemm on absolute values. We keep it exact (a cheaper
+// bound such as ‖a_i‖₂‖b_j‖₂ is loose exactly where it matters: outliers that do not meet in the
+// same k), and offer gemm_reference_value_only() for callers that want only the fp64 value at raw
+// dgemm speed (the matmul benchmark compares that path with a bare cblas_dgemm).
+#pragma once
+
+#include "gpuemu/op.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace gpuemu::ops {
+
+// Row-major C[M,N] = op(A)·op(B) + beta·C in fp64. op(A) is [M,K]: A is stored [M,K] (lda >= K)
+// or, when trans_a, [K,M] (lda >= M); likewise op(B) is [K,N] from B stored [K,N] or [N,K].
+// Any of M, N, K may be 0. IEEE semantics throughout (NaN and Inf propagate; 0·Inf is NaN).
+void dgemm_rm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+              const double* A, std::int64_t lda, const double* B, std::int64_t ldb, double* C,
+              std::int64_t ldc, double beta = 0.0);
+
+// |x| element-wise, as a new vector.
+std::vector<double> abs_copy(const double* x, std::int64_t n);
+inline std::vector<double> abs_copy(const std::vector<double>& x) {
+  return abs_copy(x.data(), static_cast<std::int64_t>(x.size()));
+}
+
+// c[M,N] = (|A|·|B|)·factor for A [M,K] and B [K,N] (or [N,K] when trans_b), both contiguous.
+std::vector<double> abs_gemm_condition(const double* A, const double* B, std::int64_t M,
+                                       std::int64_t N, std::int64_t K, bool trans_b, double factor);
+
+// sqrt(max(n, 1)): the length factor of an fp32 accumulation of n terms.
+double sqrt_len(std::int64_t n);
+
+// The fp64 value of a[M,K]·b[K,N] (row-major, contiguous) and nothing else: one dgemm into the
+// returned buffer. This is the path the matmul benchmark holds against a bare cblas_dgemm.
+std::vector<double> gemm_reference_value_only(const double* a, const double* b, std::int64_t M,
+                                              std::int64_t K, std::int64_t N);
+
+// matmul's reference without condition terms (c_acc and c_in empty): the value path alone.
+Result<std::vector<RefOutput>> matmul_reference_value_only(const RefContext& ctx);
+
+}  // namespace gpuemu::ops

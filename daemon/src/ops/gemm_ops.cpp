@@ -1,0 +1,233 @@
+// matmul [a[M,K], b[K,N]], bmm [a[B,M,K], b[B,K,N]] and linear [x[...,K], weight[N,K], bias[N]]:
+// fp64 references through OpenBLAS with the dot-product condition term, fp32-tiled controls (K
+// tiles of 32 / 64, one fp32 chain, split-K, linear's unfused bias add) and known-buggy kernels.
+//
+// Error model (docs/error-model.md): c_acc = (|a|·|b|)·sqrt(K) — an fp32 sum of K products is off
+// by at most about u_fp32·Σ|a_k b_k| per step; summed over K steps with random-sign rounding
+// errors it grows like sqrt(K) when the partial sums grow linearly (all-positive products), and it
+// is smaller when they cancel. linear adds |bias| (an fp32 add) to c_acc and, with a bias, c_in =
+// |x·Wᵀ|: PyTorch's unfused path rounds the product to the input dtype before adding the bias.
+#include "ops/gemm_blas.hpp"
+#include "ops/gemm_emulation.hpp"
+#include "ops/op_util.hpp"
+#include "ops/register.hpp"
+
+#include <cmath>
+
+namespace gpuemu::ops {
+namespace {
+
+using KernelOut = Result<std::vector<std::vector<double>>>;
+
+Status check_rank(const RefArg& t, std::size_t rank, const char* what) {
+  if (t.shape.size() != rank)
+    return make_error(ErrorCode::shape_mismatch, std::string(what) + " must have rank " +
+                                                     std::to_string(rank) + ", got " +
+                                                     shape_to_string(t.shape));
+  return {};
+}
+
+Error shape_error(const std::string& msg) {
+  return make_error(ErrorCode::shape_mismatch, msg);
+}
+
+// The batched problem every op here reduces to: `batches` products of A[M,K]·B[K,N] (B stored
+// [N,K] when b_transposed), plus an optional bias[N].
+struct GemmProblem {
+  std::int64_t batches = 1, M = 0, K = 0, N = 0;
+  const double* a = nullptr;
+  const double* b = nullptr;
+  bool b_transposed = false;
+  bool b_shared = false;  // one B for every batch (linear's weight)
+  const double* bias = nullptr;
+  Shape out_shape;
+};
+
+Result<GemmProblem> problem_of(const RefContext& ctx, std::string_view op) {
+  GemmProblem p;
+  if (op == "matmul") {
+    const RefArg &a = ctx.input("a"), &b = ctx.input("b");
+    GPUEMU_TRY_STATUS(check_rank(a, 2, "matmul's a"));
+    GPUEMU_TRY_STATUS(check_rank(b, 2, "matmul's b"));
+    if (a.shape[1] != b.shape[0])
+      return shape_error("matmul: a " + shape_to_string(a.shape) + " and b " +
+                         shape_to_string(b.shape) + " disagree on K");
+    p.M = a.shape[0], p.K = a.shape[1], p.N = b.shape[1];
+    p.a = a.data.data(), p.b = b.data.data();
+    p.out_shape = {p.M, p.N};
+  } else if (op == "bmm") {
+    const RefArg &a = ctx.input("a"), &b = ctx.input("b");
+    GPUEMU_TRY_STATUS(check_rank(a, 3, "bmm's a"));
+    GPUEMU_TRY_STATUS(check_rank(b, 3, "bmm's b"));
+    if (a.shape[0] != b.shape[0] || a.shape[2] != b.shape[1])
+      return shape_error("bmm: a " + shape_to_string(a.shape) + " and b " +
+                         shape_to_string(b.shape) + " disagree on B or K");
+    p.batches = a.shape[0], p.M = a.shape[1], p.K = a.shape[2], p.N = b.shape[2];
+    p.a = a.data.data(), p.b = b.data.data();
+    p.out_shape = {p.batches, p.M, p.N};
+  } else {  // linear: x[..., K] flattened to rows
+    const RefArg &x = ctx.input("x"), &w = ctx.input("weight");
+    GPUEMU_TRY_STATUS(check_rank(w, 2, "linear's weight"));
+    if (x.shape.empty() || x.shape.back() != w.shape[1])
+      return shape_error("linear: x " + shape_to_string(x.shape) + " and weight " +
+                         shape_to_string(w.shape) + " disagree on K");
+    p.K = w.shape[1], p.N = w.shape[0];
+    p.M = p.K > 0 ? x.numel() / p.K : 0;
+    if (p.K == 0) {
+      p.M = 1;
+      for (std::size_t i = 0; i + 1 < x.shape.size(); ++i) p.M *= x.shape[i];
+    }
+    p.a = x.data.data(), p.b = w.data.data();
+    p.b_transposed = true, p.b_shared = true;
+    p.out_shape = x.shape;
+    p.out_shape.back() = p.N;
+    if (ctx.has_input("bias")) {
+      const RefArg& bias = ctx.input("bias");
+      if (bias.shape != Shape{p.N})
+        return shape_error("linear: bias " + shape_to_string(bias.shape) + " must be [" +
+                           std::to_string(p.N) + "]");
+      p.bias = bias.data.data();
+    }
+  }
+  return p;
+}
+
+const double* b_of(const GemmProblem& p, std::int64_t batch) {
+  return p.b_shared ? p.b : p.b + batch * p.K * p.N;
+}
+
+Result<std::vector<RefOutput>> reference(const RefContext& ctx, std::string_view op) {
+  GPUEMU_TRY(GemmProblem p, problem_of(ctx, op));
+  const std::int64_t mn = p.M * p.N;
+  std::vector<double> value(static_cast<std::size_t>(p.batches * mn));
+  std::vector<double> c_acc(value.size()), c_in;
+  const std::vector<double> abs_b = abs_copy(p.b, (p.b_shared ? 1 : p.batches) * p.K * p.N);
+  const std::int64_t ldb = p.b_transposed ? p.K : p.N;
+  for (std::int64_t t = 0; t < p.batches; ++t) {
+    const double* a = p.a + t * p.M * p.K;
+    dgemm_rm(false, p.b_transposed, p.M, p.N, p.K, a, p.K, b_of(p, t), ldb, value.data() + t * mn,
+             p.N);
+    const std::vector<double> abs_a = abs_copy(a, p.M * p.K);
+    const double* abs_bt = abs_b.data() + (p.b_shared ? 0 : t * p.K * p.N);
+    dgemm_rm(false, p.b_transposed, p.M, p.N, p.K, abs_a.data(), p.K, abs_bt, ldb,
+             c_acc.data() + t * mn, p.N);
+  }
+  const double root_k = sqrt_len(p.K);
+  for (auto& c : c_acc) c *= root_k;
+  if (p.bias) {
+    c_in.resize(value.size());
+    for (std::int64_t r = 0; r < p.batches * p.M; ++r)
+      for (std::int64_t j = 0; j < p.N; ++j) {
+        const std::int64_t i = r * p.N + j;
+        c_in[i] = std::fabs(value[i]);  // the product, rounded to the input dtype when unfused
+        value[i] += p.bias[j];
+        c_acc[i] += std::fabs(p.bias[j]);
+      }
+  }
+  return single_output(ctx.output_dtype(), p.out_shape, std::move(value), std::move(c_acc),
+                       std::move(c_in));
+}
+
+// How an emulated kernel differs from a plain tiled one, beyond the K-loop configuration.
+enum class Epilogue { fused_bias, unfused_bias, bias_per_tile, batch0_b };
+
+KernelFn emulated(std::string op, GemmEmulation cfg, Epilogue epi = Epilogue::fused_bias) {
+  return [op, cfg, epi](const RefContext& ctx) -> KernelOut {
+    GPUEMU_TRY(GemmProblem p, problem_of(ctx, op));
+    GemmEmulation run = cfg;
+    if (run.bug == GemmBug::low_precision_acc)  // the case's 16-bit dtype, bf16 for fp32 cases
+      run.low_dtype = (ctx.case_dtype == DType::float16 || ctx.case_dtype == DType::bfloat16)
+                          ? ctx.case_dtype
+                          : DType::bfloat16;
+    const DType out_dtype = ctx.output_dtype();
+    std::vector<double> out;
+    out.reserve(static_cast<std::size_t>(p.batches * p.M * p.N));
+    for (std::int64_t t = 0; t < p.batches; ++t) {
+      const std::int64_t tb = epi == Epilogue::batch0_b ? 0 : t;
+      const std::vector<float> a = to_f32(p.a + t * p.M * p.K, p.M * p.K);
+      const std::vector<float> b =
+          p.b_transposed ? transpose_to_f32(b_of(p, tb), p.N, p.K) : to_f32(b_of(p, tb), p.K * p.N);
+      std::vector<float> acc = emulate_gemm(a.data(), b.data(), p.M, p.K, p.N, run);
+      const std::int64_t bk = run.block_k > 0 ? run.block_k : std::max<std::int64_t>(p.K, 1);
+      const float tiles = static_cast<float>(std::max<std::int64_t>(1, (p.K + bk - 1) / bk));
+      for (std::int64_t i = 0; i < p.M; ++i)
+        for (std::int64_t j = 0; j < p.N; ++j) {
+          float v = acc[i * p.N + j];
+          if (p.bias) {
+            const float bias = f32(p.bias[j]);
+            if (epi == Epilogue::unfused_bias)  // matmul stored in the dtype, then add_(bias)
+              v = f32(round_to(out_dtype, v)) + bias;
+            else if (epi == Epilogue::bias_per_tile)
+              v += tiles * bias;
+            else
+              v += bias;
+          }
+          out.push_back(round_to(out_dtype, static_cast<double>(v)));
+        }
+    }
+    return std::vector<std::vector<double>>{std::move(out)};
+  };
+}
+
+GemmEmulation tiled(std::int64_t block_k, std::int64_t split_k = 1, GemmBug bug = GemmBug::none) {
+  GemmEmulation cfg;
+  cfg.block_k = block_k;
+  cfg.split_k = split_k;
+  cfg.bug = bug;
+  return cfg;
+}
+
+BuiltinOp make_op(const std::string& name) {
+  BuiltinOp op;
+  op.name = name;
+  op.reference = [name](const RefContext& ctx) { return reference(ctx, name); };
+  op.controls = {
+      {"fp32_tiled_k32", "fp32 accumulator over BLOCK_K=32 tiles (each tile's dot summed from 0)",
+       emulated(name, tiled(32))},
+      {"fp32_tiled_k64", "fp32 accumulator over BLOCK_K=64 tiles", emulated(name, tiled(64))},
+      {"fp32_sequential", "one fp32 chain over all of K (a SIMT kernel without tiles)",
+       emulated(name, tiled(0))},
+      {"fp32_split_k4", "split-K: four K chunks of BLOCK_K=64 tiles, fp32 partials summed last",
+       emulated(name, tiled(64, 4))},
+  };
+  op.buggy = {
+      {"acc_overwrite",
+       "BLOCK_K=32 with `acc = dot(a, b)` instead of `acc +=`: only the last K "
+       "tile survives (K > 32)",
+       emulated(name, tiled(32, 1, GemmBug::acc_overwrite))},
+      {"low_precision_acc",
+       "the accumulator is a 16-bit variable (the case dtype, bf16 for fp32 "
+       "cases) rounded after every product",
+       emulated(name, tiled(32, 1, GemmBug::low_precision_acc))},
+      {"dropped_tail_k",
+       "BLOCK_K=32 loop over K // BLOCK_K tiles: the partial last tile is lost "
+       "(K % 32 != 0)",
+       emulated(name, tiled(32, 1, GemmBug::dropped_tail_k))},
+  };
+  if (name == "linear")
+    op.controls.push_back({"unfused_bias",
+                           "fp32 BLOCK_K=32 product stored in the dtype, then "
+                           "bias added (PyTorch's matmul + add_ path)",
+                           emulated(name, tiled(32), Epilogue::unfused_bias)});
+  if (name == "linear")
+    op.buggy.push_back({"bias_per_tile",
+                        "bias added inside the K loop, once per BLOCK_K=32 tile "
+                        "(K > 32, with a bias)",
+                        emulated(name, tiled(32), Epilogue::bias_per_tile)});
+  if (name == "bmm")
+    op.buggy.push_back({"batch_offset_missing",
+                        "b's pointer never advances by the batch stride: "
+                        "every batch multiplies by b[0] (B > 1)",
+                        emulated(name, tiled(32), Epilogue::batch0_b)});
+  return op;
+}
+
+}  // namespace
+
+void register_gemm_ops(BuiltinRegistry& r) {
+  r.add(make_op("matmul"));
+  r.add(make_op("bmm"));
+  r.add(make_op("linear"));
+}
+
+}  // namespace gpuemu::ops

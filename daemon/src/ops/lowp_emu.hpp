@@ -1,0 +1,155 @@
+// Helpers for the emulated low-precision kernels of the elementwise, reduction, norm and loss ops:
+// storing an fp32 value to a tensor of a low-precision dtype, summing a row the ways GPU kernels do
+// (fp32 tiles reduced as trees, two-stage splits, Welford lanes), and the accumulation bugs
+// LLM-written kernels make (a running sum kept in the input dtype, a dropped tail tile, `acc =`
+// instead of `acc +=`). Also the condition-term conventions those ops share.
+#pragma once
+
+#include "gpuemu/dtype.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace gpuemu::ops {
+
+using KernelOutputs = std::vector<std::vector<double>>;
+
+constexpr double k_fp32_max = static_cast<double>(std::numeric_limits<float>::max());
+// FLT_MIN = 2^-126: half of float32's subnormal spacing in units of u_fp32 (2^-150 / 2^-24). An
+// fp32 intermediate that underflows is off by up to u_fp32 * FLT_MIN times what multiplies it next.
+constexpr double k_fp32_min_normal = 0x1p-126;
+constexpr float k_inf_f = std::numeric_limits<float>::infinity();
+constexpr double k_nan = std::numeric_limits<double>::quiet_NaN();
+
+// `v` (an fp32 value) stored to a tensor of `dtype` and loaded back.
+inline float store_as(DType dtype, float v) {
+  if (dtype == DType::float32) return v;
+  return static_cast<float>(round_to(dtype, static_cast<double>(v)));
+}
+
+// The condition term of an element whose correct fp32 computation forms the intermediate
+// `intermediate` (a sum of magnitudes, a sum of squares): when that exceeds a quarter of float32's
+// range a correct kernel may overflow and return anything (a finite 0, or Inf/NaN), so the term
+// becomes the intermediate itself. The verdict reads c_acc >= FLT_MAX/4 as "indeterminate" for
+// non-finite outputs, and a finite output then sits far inside u_fp32 * c_acc.
+// (An infinite intermediate comes from an infinite input, which the reference propagates itself.)
+inline double overflow_guard(double c_acc, double intermediate) {
+  return intermediate >= k_fp32_max / 4 && std::isfinite(intermediate) ? std::max(c_acc, intermediate) : c_acc;
+}
+
+// Pairwise (tree) sum of buf[0, n), in place: how tl.sum / a warp-shuffle reduction adds a tile.
+inline float tree_sum(float* buf, std::int64_t n) {
+  for (std::int64_t width = 1; width < n; width *= 2)
+    for (std::int64_t i = 0; i + width < n; i += 2 * width) buf[i] += buf[i + width];
+  return n > 0 ? buf[0] : 0.0f;
+}
+
+// How an emulated kernel sums `len` fp32 terms of a row.
+enum class RowSum {
+  tiled,         // fp32: each `block`-wide tile summed as a tree, tile sums added to an fp32 acc
+  lanes,         // fp32: 32 lanes each summing k = lane (mod 32) in sequence, then a tree (a warp
+                 // per row). Sequential chains stay short, as in GPU reductions: one fp32 running
+                 // sum over thousands of near-constant terms has correlated rounding errors that
+                 // grow like len, not sqrt(len) (measured 12x past the sqrt model at len 8192), so
+                 // a single-thread loop over a long row is not a control.
+  split,         // fp32: the row split over 8 CTAs, each a running sum, partials added at the end
+  lowp,          // bug: one running sum rounded to the input dtype after every add (`scalar_t acc`)
+  tail_dropped,  // bug: only len / block full tiles are read; the partial tail tile never is
+  overwrite,     // bug: `acc = tile_sum` instead of `acc += tile_sum`: only the last tile survives
+};
+
+constexpr std::int64_t k_max_block = 4096;
+
+// Sum over k in [0, len) of term(k) (a float), the way `how` forms it. `dtype` is the input dtype
+// (used by RowSum::lowp).
+template <class Term>
+float row_sum(std::int64_t len, RowSum how, std::int64_t block, DType dtype, Term&& term) {
+  switch (how) {
+    case RowSum::lanes: {
+      std::array<float, 32> lane{};
+      for (std::int64_t k = 0; k < len; ++k) lane[static_cast<std::size_t>(k % 32)] += term(k);
+      return tree_sum(lane.data(), std::min<std::int64_t>(len, 32));
+    }
+    case RowSum::lowp: {
+      float acc = 0.0f;
+      for (std::int64_t k = 0; k < len; ++k) acc = store_as(dtype, acc + term(k));
+      return acc;
+    }
+    case RowSum::split: {
+      constexpr std::int64_t parts = 8;
+      const std::int64_t chunk = (len + parts - 1) / parts;
+      float total = 0.0f;
+      for (std::int64_t p = 0; p * chunk < len; ++p) {
+        float part = 0.0f;
+        for (std::int64_t k = p * chunk; k < std::min(len, (p + 1) * chunk); ++k) part += term(k);
+        total += part;
+      }
+      return total;
+    }
+    case RowSum::tiled:
+    case RowSum::tail_dropped:
+    case RowSum::overwrite: {
+      std::array<float, k_max_block> buf;
+      block = std::clamp<std::int64_t>(block, 1, k_max_block);
+      const std::int64_t end = how == RowSum::tail_dropped ? len / block * block : len;
+      float acc = 0.0f;
+      for (std::int64_t t = 0; t < end; t += block) {
+        const std::int64_t n = std::min(block, end - t);
+        for (std::int64_t k = 0; k < n; ++k) buf[static_cast<std::size_t>(k)] = term(t + k);
+        const float s = tree_sum(buf.data(), n);
+        acc = how == RowSum::overwrite ? s : acc + s;
+      }
+      return acc;
+    }
+  }
+  return 0.0f;
+}
+
+// Mean and sum of squared deviations of a row in fp32 by Welford's algorithm: `lanes` lanes each
+// run Welford over the elements k = lane (mod lanes), then the lanes merge pairwise (Chan et al.),
+// as a Triton/CUDA Welford reduction does.
+struct Moments {
+  float count = 0.0f, mean = 0.0f, m2 = 0.0f;
+};
+
+inline Moments merge_moments(const Moments& a, const Moments& b) {
+  if (a.count == 0.0f) return b;
+  if (b.count == 0.0f) return a;
+  Moments m;
+  m.count = a.count + b.count;
+  const float delta = b.mean - a.mean;
+  const float wb = b.count / m.count;
+  m.mean = a.mean + delta * wb;
+  m.m2 = a.m2 + b.m2 + delta * delta * a.count * wb;
+  return m;
+}
+
+template <class Load>
+Moments welford_row(std::int64_t len, std::int64_t lanes, Load&& load) {
+  std::vector<Moments> lane(static_cast<std::size_t>(std::max<std::int64_t>(1, std::min(lanes, len))));
+  const auto nl = static_cast<std::int64_t>(lane.size());
+  for (std::int64_t k = 0; k < len; ++k) {
+    Moments& m = lane[static_cast<std::size_t>(k % nl)];
+    const float x = load(k);
+    m.count += 1.0f;
+    const float delta = x - m.mean;
+    m.mean += delta / m.count;
+    m.m2 += delta * (x - m.mean);
+  }
+  for (std::int64_t width = 1; width < nl; width *= 2)
+    for (std::int64_t i = 0; i + width < nl; i += 2 * width)
+      lane[static_cast<std::size_t>(i)] =
+          merge_moments(lane[static_cast<std::size_t>(i)], lane[static_cast<std::size_t>(i + width)]);
+  return lane[0];
+}
+
+// The smallest multiple of `block` >= n (a padded length), at least `block`.
+inline std::int64_t padded_length(std::int64_t n, std::int64_t block) {
+  return std::max<std::int64_t>(block, (n + block - 1) / block * block);
+}
+
+}  // namespace gpuemu::ops

@@ -1,0 +1,391 @@
+// Norms: layer_norm and rms_norm over the last dim, group_norm over x[B, C, S], batch_norm
+// (inference) over x[B, C, S]. fp64 references with their condition terms, correct fp32 controls
+// (two-pass and Welford statistics, x_hat stored in the input dtype before the affine as HF's
+// LlamaRMSNorm does, cuDNN's fused scale/shift), and known-buggy kernels (one-pass
+// E[x^2] - E[x]^2, eps outside the sqrt, accumulators in the input dtype, a mean divided by the
+// padded block length, interleaved groups, channel indexing, training-mode statistics).
+//
+// Error model (docs/error-model.md), per element with sigma = sqrt(var + eps):
+//   layer_norm, group_norm  c_acc = (|x| + mean|x|) / sigma * |w| * sqrt(len) + |b|
+//   rms_norm                c_acc = |x| / rms * |w| * sqrt(len)
+//   batch_norm              c_acc = (|x| + |running_mean|) * |w| / sigma + |b|
+//   and c_in = |x_hat * w| (x_hat may pass through the input dtype before the weight product).
+// The fp32 mean's error (u * mean|x| * sqrt(len)) amplified by 1/sigma is what a large offset over
+// a tiny variance costs a correct two-pass kernel; a one-pass variance costs (mean/sigma)^2 more,
+// which is how it is caught. Where an fp32 intermediate (sum|x|, sum of squares) can exceed
+// float32's range, c_acc becomes that intermediate (overflow_guard): indeterminate. Near underflow,
+// x_hat is only known to its dtype's subnormal spacing, which |w| amplifies: c_acc adds
+// |w| * FLT_MIN and c_in adds |w| * the input dtype's smallest normal (half a subnormal spacing,
+// in units of u).
+#include "core/parallel.hpp"
+#include "ops/lowp_emu.hpp"
+#include "ops/op_util.hpp"
+#include "ops/register.hpp"
+
+#include <cmath>
+
+namespace gpuemu::ops {
+namespace {
+
+// Rows of contiguous `len` elements, each normalised by its own statistics, with a per-element
+// affine index: layer_norm / rms_norm (rows of x[..., N], affine index k) and group_norm (rows are
+// the groups of x[B, C, S], affine index = the channel of element k).
+struct NormRows {
+  std::int64_t rows = 0, len = 0;
+  std::int64_t groups = 1, per_group_channels = 1, spatial = 1;  // group_norm; else 1, 1, 1
+  bool grouped = false;
+  std::int64_t affine_index(std::int64_t r, std::int64_t k) const {
+    return grouped ? (r % groups) * per_group_channels + k / spatial : k;
+  }
+};
+
+struct Affine {
+  const RefArg* weight = nullptr;
+  const RefArg* bias = nullptr;
+  double w(std::int64_t i) const { return weight ? weight->data[static_cast<std::size_t>(i)] : 1.0; }
+  double b(std::int64_t i) const { return bias ? bias->data[static_cast<std::size_t>(i)] : 0.0; }
+};
+
+Result<Affine> affine_of(const RefContext& ctx, std::int64_t size, bool with_bias) {
+  Affine a;
+  for (const char* name : {"weight", "bias"}) {
+    if ((!with_bias && std::string(name) == "bias") || !ctx.has_input(name)) continue;
+    const RefArg& t = ctx.input(name);
+    if (t.numel() != size)
+      return make_error(ErrorCode::shape_mismatch, std::string(name) + " has " + std::to_string(t.numel()) +
+                                                       " elements, expected " + std::to_string(size));
+    (std::string(name) == "weight" ? a.weight : a.bias) = &t;
+  }
+  return a;
+}
+
+enum class NormKind { layer, rms, group };
+
+Result<NormRows> norm_rows(const RefContext& ctx, NormKind kind) {
+  const RefArg& x = ctx.input("x");
+  NormRows nr;
+  if (kind == NormKind::group) {
+    if (x.shape.size() < 2) return make_error(ErrorCode::shape_mismatch, "group_norm needs x of rank >= 2");
+    const std::int64_t groups = ctx.attr_int("num_groups"), channels = x.shape[1];
+    if (groups < 1 || channels % groups != 0)
+      return make_error(ErrorCode::invalid_argument, "num_groups " + std::to_string(groups) +
+                                                         " does not divide the " + std::to_string(channels) + " channels");
+    nr.grouped = true;
+    nr.groups = groups;
+    nr.per_group_channels = channels / groups;
+    nr.spatial = channels ? x.numel() / (x.shape[0] * channels) : 1;
+    nr.rows = x.shape[0] * groups;
+    nr.len = nr.per_group_channels * nr.spatial;
+  } else {
+    nr.len = x.shape.empty() ? 1 : x.shape.back();
+    nr.rows = nr.len ? x.numel() / nr.len : 0;
+  }
+  return nr;
+}
+
+std::int64_t affine_size(const RefContext& ctx, const NormRows& nr) {
+  return nr.grouped ? ctx.input("x").shape[1] : nr.len;
+}
+
+Result<std::vector<RefOutput>> norm_reference(const RefContext& ctx, NormKind kind) {
+  const RefArg& x = ctx.input("x");
+  GPUEMU_TRY(NormRows nr, norm_rows(ctx, kind));
+  const std::int64_t affine_n = affine_size(ctx, nr);
+  GPUEMU_TRY(Affine af, affine_of(ctx, affine_n, kind != NormKind::rms));
+  std::vector<double> wv(static_cast<std::size_t>(affine_n)), bv(static_cast<std::size_t>(affine_n));
+  for (std::int64_t a = 0; a < affine_n; ++a) wv[static_cast<std::size_t>(a)] = af.w(a), bv[static_cast<std::size_t>(a)] = af.b(a);
+  const double eps = ctx.attr_float("eps");
+  const double in_min_normal = dtype_info(x.dtype).min_normal;
+  const bool centered = kind != NormKind::rms;
+  const double len = static_cast<double>(nr.len), sqrt_len = std::sqrt(len);
+  // A row is `chans` runs of `spatial` elements sharing one affine channel.
+  const std::int64_t chans = nr.grouped ? nr.per_group_channels : nr.len;
+  const std::int64_t spatial = nr.grouped ? nr.spatial : 1;
+  std::vector<double> out(x.data.size()), c_acc(x.data.size()), c_in(x.data.size());
+  parallel_for(nr.rows, [&](std::int64_t rb, std::int64_t re) {
+    for (std::int64_t r = rb; r < re; ++r) {
+      const double* row = x.data.data() + r * nr.len;
+      double mean = 0.0, abs_sum = 0.0;
+      for (std::int64_t k = 0; k < nr.len; ++k) mean += row[k], abs_sum += std::fabs(row[k]);
+      mean = centered ? mean / len : 0.0;
+      double ssq = 0.0;
+      for (std::int64_t k = 0; k < nr.len; ++k) ssq += (row[k] - mean) * (row[k] - mean);
+      const double rstd = 1.0 / std::sqrt(ssq / len + eps);
+      const double intermediate = std::max(abs_sum, ssq);
+      // The fp32 mean is off by about u * mean|x| * sqrt(len) (mean|x| >= |mean|: mixed signs).
+      const double mean_abs = centered ? abs_sum / len : 0.0;
+      const double amp = rstd * sqrt_len;
+      const std::int64_t c0 = nr.grouped ? (r % nr.groups) * nr.per_group_channels : 0;
+      for (std::int64_t j = 0; j < chans; ++j) {
+        const double w = wv[static_cast<std::size_t>(c0 + j)], b = bv[static_cast<std::size_t>(c0 + j)];
+        const double aw = std::fabs(w), ab = std::fabs(b);
+        for (std::int64_t sp = 0; sp < spatial; ++sp) {
+          const std::int64_t k = j * spatial + sp;
+          const double xh = (row[k] - mean) * rstd;
+          const double y = xh * w + b;
+          const auto i = static_cast<std::size_t>(r * nr.len + k);
+          out[i] = y;
+          const bool ok = finite(y);
+          c_acc[i] = ok ? overflow_guard((std::fabs(row[k]) + mean_abs) * amp * aw + ab + aw * k_fp32_min_normal,
+                                         intermediate) : 0.0;
+          c_in[i] = ok ? std::fabs(xh * w) + aw * in_min_normal : 0.0;
+        }
+      }
+    }
+  }, std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(nr.len, 1)));
+  return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc), std::move(c_in));
+}
+
+// How an emulated norm kernel forms its statistics and normalises.
+enum class Stats {
+  two_pass,   // fp32: tiled mean, then tiled sum of squared deviations
+  welford,    // fp32: 128 Welford lanes merged pairwise
+  one_pass,   // bug: E[x^2] - E[x]^2 in fp32 (cancels under a large offset)
+  lowp,       // bug: two-pass with the sums kept in the input dtype
+  padded,     // bug: sums divided by BLOCK = next_power_of_2(len) instead of len
+  interleaved // bug (group_norm): channel c belongs to group c % G instead of c / (C/G)
+};
+
+struct NormVariant {
+  Stats stats = Stats::two_pass;
+  bool eps_outside = false;  // bug: 1 / (sqrt(var) + eps)
+  bool round_xhat = false;   // control: x_hat stored in the input dtype before the affine
+};
+
+std::int64_t next_pow2(std::int64_t n) {
+  std::int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// Mean and 1/sigma of `len` floats in fp32, per the variant.
+void row_stats(const float* x, std::int64_t len, bool centered, float eps, DType dt, const NormVariant& v,
+               float& mean, float& rstd) {
+  const float n = static_cast<float>(v.stats == Stats::padded ? next_pow2(len) : len);
+  const RowSum how = v.stats == Stats::lowp ? RowSum::lowp : RowSum::tiled;
+  float var = 0.0f;
+  mean = 0.0f;
+  if (v.stats == Stats::welford && centered) {
+    const Moments m = welford_row(len, 128, [x](std::int64_t k) { return x[k]; });
+    mean = m.mean;
+    var = m.m2 / n;
+  } else if (v.stats == Stats::one_pass && centered) {
+    const float s = row_sum(len, RowSum::tiled, 1024, dt, [x](std::int64_t k) { return x[k]; });
+    const float sq = row_sum(len, RowSum::tiled, 1024, dt, [x](std::int64_t k) { return x[k] * x[k]; });
+    mean = s / n;
+    var = sq / n - mean * mean;
+  } else {
+    if (centered) mean = row_sum(len, how, 1024, dt, [x](std::int64_t k) { return x[k]; }) / n;
+    const float m = mean;
+    var = row_sum(len, how, 1024, dt, [x, m](std::int64_t k) { return (x[k] - m) * (x[k] - m); }) / n;
+  }
+  rstd = v.eps_outside ? 1.0f / (std::sqrt(var) + eps) : 1.0f / std::sqrt(var + eps);
+}
+
+KernelFn norm_kernel(NormKind kind, NormVariant v) {
+  return [kind, v](const RefContext& ctx) -> Result<KernelOutputs> {
+    const RefArg& x = ctx.input("x");
+    GPUEMU_TRY(NormRows nr, norm_rows(ctx, kind));
+    GPUEMU_TRY(Affine af, affine_of(ctx, affine_size(ctx, nr), kind != NormKind::rms));
+    const float eps = f32(ctx.attr_float("eps"));
+    const DType od = ctx.output_dtype();
+    const bool centered = kind != NormKind::rms;
+    std::vector<double> out(x.data.size());
+    parallel_for(nr.rows, [&](std::int64_t rb, std::int64_t re) {
+      std::vector<float> row(static_cast<std::size_t>(nr.len));
+      std::vector<std::size_t> where(static_cast<std::size_t>(nr.len));
+      std::vector<std::int64_t> channel(static_cast<std::size_t>(nr.len));
+      for (std::int64_t r = rb; r < re; ++r) {
+        // The elements of this row (interleaved groups gather channels g, g+G, g+2G, ...).
+        for (std::int64_t k = 0; k < nr.len; ++k) {
+          std::int64_t flat = r * nr.len + k, a = nr.affine_index(r, k);
+          if (v.stats == Stats::interleaved) {
+            const std::int64_t b = r / nr.groups, g = r % nr.groups;
+            const std::int64_t c = g + (k / nr.spatial) * nr.groups;
+            flat = (b * nr.groups * nr.per_group_channels + c) * nr.spatial + k % nr.spatial;
+            a = c;
+          }
+          where[static_cast<std::size_t>(k)] = static_cast<std::size_t>(flat);
+          channel[static_cast<std::size_t>(k)] = a;
+          row[static_cast<std::size_t>(k)] = f32(x.data[static_cast<std::size_t>(flat)]);
+        }
+        float mean = 0.0f, rstd = 0.0f;
+        NormVariant sv = v;
+        if (sv.stats == Stats::interleaved) sv.stats = Stats::two_pass;
+        row_stats(row.data(), nr.len, centered, eps, x.dtype, sv, mean, rstd);
+        for (std::int64_t k = 0; k < nr.len; ++k) {
+          const auto ks = static_cast<std::size_t>(k);
+          float xh = (row[ks] - mean) * rstd;
+          if (v.round_xhat) xh = store_as(x.dtype, xh);
+          const float y = xh * f32(af.w(channel[ks])) + f32(af.b(channel[ks]));
+          out[where[ks]] = round_to(od, static_cast<double>(y));
+        }
+      }
+    }, std::max<std::int64_t>(1, (1 << 13) / std::max<std::int64_t>(nr.len, 1)));
+    return KernelOutputs{std::move(out)};
+  };
+}
+
+BuiltinOp norm_op(const char* name, NormKind kind) {
+  BuiltinOp op;
+  op.name = name;
+  op.reference = [kind](const RefContext& ctx) { return norm_reference(ctx, kind); };
+  const bool centered = kind != NormKind::rms;
+  op.controls.push_back({"fp32_two_pass", centered ? "fp32 tiled mean, then tiled sum of squared deviations, "
+                                                     "(x - mean) * rsqrt(var + eps) * w + b"
+                                                   : "fp32 tiled mean of squares, x * rsqrt(ms + eps) * w",
+                         norm_kernel(kind, {Stats::two_pass})});
+  if (centered)
+    op.controls.push_back({"fp32_welford", "128 Welford lanes in fp32 merged pairwise (Chan)",
+                           norm_kernel(kind, {Stats::welford})});
+  op.controls.push_back({"xhat_rounded", "x_hat stored in the input dtype before the weight product (HF "
+                                         "LlamaRMSNorm's `weight * x.to(input_dtype)`)",
+                         norm_kernel(kind, {Stats::two_pass, false, true})});
+  if (centered)
+    op.buggy.push_back({"one_pass_variance", "var = E[x^2] - E[x]^2 in fp32: cancels under a large offset",
+                        norm_kernel(kind, {Stats::one_pass})});
+  op.buggy.push_back({"eps_outside_sqrt", "1 / (sqrt(var) + eps) instead of 1 / sqrt(var + eps)",
+                      norm_kernel(kind, {Stats::two_pass, true})});
+  if (kind == NormKind::group) {
+    op.buggy.push_back({"interleaved_groups", "channel c is put in group c % G instead of c / (C/G)",
+                        norm_kernel(kind, {Stats::interleaved})});
+  } else {
+    op.buggy.push_back({"lowp_accumulator", "the statistics' sums are kept in the input dtype",
+                        norm_kernel(kind, {Stats::lowp})});
+    op.buggy.push_back({"padded_divisor", "sums divided by BLOCK = next_power_of_2(N) instead of N",
+                        norm_kernel(kind, {Stats::padded})});
+  }
+  return op;
+}
+
+// ---- batch_norm (inference) --------------------------------------------------------------------
+
+struct BnView {
+  std::int64_t batch = 1, channels = 1, spatial = 1;
+};
+
+Result<BnView> bn_view(const RefContext& ctx) {
+  const RefArg& x = ctx.input("x");
+  if (x.shape.size() < 2) return make_error(ErrorCode::shape_mismatch, "batch_norm needs x of rank >= 2");
+  BnView v;
+  v.batch = x.shape[0];
+  v.channels = x.shape[1];
+  v.spatial = v.batch * v.channels != 0 ? x.numel() / (v.batch * v.channels) : 1;
+  for (const char* name : {"running_mean", "running_var"})
+    if (ctx.input(name).numel() != v.channels)
+      return make_error(ErrorCode::shape_mismatch, std::string(name) + " must have C elements");
+  return v;
+}
+
+Result<std::vector<RefOutput>> batch_norm_reference(const RefContext& ctx) {
+  const RefArg& x = ctx.input("x");
+  GPUEMU_TRY(BnView v, bn_view(ctx));
+  GPUEMU_TRY(Affine af, affine_of(ctx, v.channels, true));
+  const RefArg& rm = ctx.input("running_mean");
+  const RefArg& rv = ctx.input("running_var");
+  const double eps = ctx.attr_float("eps");
+  const double in_min_normal = dtype_info(x.dtype).min_normal;
+  std::vector<double> out(x.data.size()), c_acc(x.data.size()), c_in(x.data.size());
+  parallel_for(v.batch * v.channels, [&](std::int64_t pb, std::int64_t pe) {
+    for (std::int64_t p = pb; p < pe; ++p) {
+      const auto c = static_cast<std::size_t>(p % v.channels);
+      const double rstd = 1.0 / std::sqrt(rv.data[c] + eps);
+      const double w = af.w(static_cast<std::int64_t>(c)), b = af.b(static_cast<std::int64_t>(c));
+      for (std::int64_t s = 0; s < v.spatial; ++s) {
+        const auto i = static_cast<std::size_t>(p * v.spatial + s);
+        const double xh = (x.data[i] - rm.data[c]) * rstd;
+        const double y = xh * w + b;
+        out[i] = y;
+        const bool ok = finite(y);
+        const double spread = std::fabs(x.data[i]) + std::fabs(rm.data[c]);  // x - mean in fp32
+        // Underflowed fp32 intermediates ((x - mean) * rstd, or w * rstd in the fused form) are
+        // off by up to half a subnormal spacing, amplified by w or by x and mean.
+        const double underflow = (std::fabs(w) + spread) * k_fp32_min_normal;
+        c_acc[i] = ok ? overflow_guard(spread * std::fabs(w) * rstd + std::fabs(b) + underflow, spread) : 0.0;
+        c_in[i] = ok ? std::fabs(xh * w) + std::fabs(w) * in_min_normal : 0.0;
+      }
+    }
+  }, std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(v.spatial, 1)));
+  return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc), std::move(c_in));
+}
+
+enum class BnVariant { direct, scale_shift, eps_outside, channel_last_index, batch_stats };
+
+KernelFn batch_norm_kernel(BnVariant variant) {
+  return [variant](const RefContext& ctx) -> Result<KernelOutputs> {
+    const RefArg& x = ctx.input("x");
+    GPUEMU_TRY(BnView v, bn_view(ctx));
+    GPUEMU_TRY(Affine af, affine_of(ctx, v.channels, true));
+    const RefArg& rm = ctx.input("running_mean");
+    const RefArg& rv = ctx.input("running_var");
+    const float eps = f32(ctx.attr_float("eps"));
+    const DType od = ctx.output_dtype();
+    // Per-channel mean and variance; training-mode statistics for the batch_stats bug.
+    std::vector<float> mean(static_cast<std::size_t>(v.channels)), var(static_cast<std::size_t>(v.channels));
+    for (std::int64_t c = 0; c < v.channels; ++c) {
+      const auto cs = static_cast<std::size_t>(c);
+      mean[cs] = f32(rm.data[cs]);
+      var[cs] = f32(rv.data[cs]);
+      if (variant == BnVariant::batch_stats) {
+        const std::int64_t n = v.batch * v.spatial;
+        auto at = [&](std::int64_t k) { return f32(x.data[static_cast<std::size_t>(((k / v.spatial) * v.channels + c) * v.spatial + k % v.spatial)]); };
+        const float m = row_sum(n, RowSum::tiled, 1024, x.dtype, at) / static_cast<float>(n);
+        mean[cs] = m;
+        var[cs] = row_sum(n, RowSum::tiled, 1024, x.dtype, [&](std::int64_t k) { return (at(k) - m) * (at(k) - m); }) /
+                  static_cast<float>(n);
+      }
+    }
+    std::vector<double> out(x.data.size());
+    const std::int64_t n = x.numel();
+    parallel_for(n, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        const std::int64_t c = variant == BnVariant::channel_last_index ? i % v.channels : (i / v.spatial) % v.channels;
+        const auto cs = static_cast<std::size_t>(c);
+        const float xv = f32(x.data[static_cast<std::size_t>(i)]);
+        const float w = f32(af.w(c)), bias = f32(af.b(c));
+        const float rstd = variant == BnVariant::eps_outside ? 1.0f / (std::sqrt(var[cs]) + eps)
+                                                              : 1.0f / std::sqrt(var[cs] + eps);
+        float y = 0.0f;
+        if (variant == BnVariant::scale_shift) {
+          const float scale = w * rstd;
+          const float shift = bias - mean[cs] * scale;
+          y = xv * scale + shift;
+        } else {
+          y = (xv - mean[cs]) * rstd * w + bias;
+        }
+        out[static_cast<std::size_t>(i)] = round_to(od, static_cast<double>(y));
+      }
+    }, 1 << 14);
+    return KernelOutputs{std::move(out)};
+  };
+}
+
+BuiltinOp batch_norm_op() {
+  BuiltinOp op;
+  op.name = "batch_norm";
+  op.reference = batch_norm_reference;
+  op.controls = {
+      {"fp32_direct", "(x - mean) * rsqrt(var + eps) * w + b in fp32", batch_norm_kernel(BnVariant::direct)},
+      {"fp32_scale_shift", "cuDNN inference: scale = w * rsqrt(var + eps), shift = b - mean * scale, "
+                           "x * scale + shift", batch_norm_kernel(BnVariant::scale_shift)},
+  };
+  op.buggy = {
+      {"eps_outside_sqrt", "1 / (sqrt(var) + eps)", batch_norm_kernel(BnVariant::eps_outside)},
+      {"channel_last_index", "channel taken as flat_index % C (channels-last indexing of an NCHW tensor)",
+       batch_norm_kernel(BnVariant::channel_last_index)},
+      {"batch_statistics", "normalises with the batch's own mean and variance (training mode) instead of the "
+                           "running statistics", batch_norm_kernel(BnVariant::batch_stats)},
+  };
+  return op;
+}
+
+}  // namespace
+
+void register_norm_ops(BuiltinRegistry& r) {
+  r.add(norm_op("layer_norm", NormKind::layer));
+  r.add(norm_op("rms_norm", NormKind::rms));
+  r.add(norm_op("group_norm", NormKind::group));
+  r.add(batch_norm_op());
+}
+
+}  // namespace gpuemu::ops
