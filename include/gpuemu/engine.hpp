@@ -74,6 +74,7 @@ struct FuzzRequest {
   std::int64_t iterations = 100;
   bool fail_fast = false;
   bool diagnose = true;
+  int diagnose_limit = 3;    // failures diagnosed per run (each diagnosis re-runs the kernel)
   std::string repro_prefix;  // how to replay: "gpuemu fuzz softmax --kernel tail_leak"
 };
 

@@ -115,7 +115,12 @@ Result<FuzzReport> Engine::fuzz(const FuzzRequest& req, const KernelRunner& kern
       ++report.passed;
     } else {
       if (report.first_failure < 0) report.first_failure = i;
-      if (req.diagnose) r.diagnosis = diagnose(req.op, req.options, r, &kernel);
+      // Diagnosis re-runs the kernel on probe cases: the first few failures get one.
+      if (req.diagnose && report.failures.size() < static_cast<std::size_t>(req.diagnose_limit))
+        r.diagnosis = diagnose(req.op, req.options, r, &kernel);
+      else
+        r.diagnosis = {"not_diagnosed", "not diagnosed (only the first " + std::to_string(req.diagnose_limit) +
+                       " failures of a run are)", {}};
       std::ostringstream repro;
       repro << (req.repro_prefix.empty() ? "gpuemu fuzz " + req.op : req.repro_prefix) << " --seed " << req.seed
             << " --case " << i;
