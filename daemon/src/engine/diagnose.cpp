@@ -121,7 +121,6 @@ Diagnosis Engine::diagnose(const std::string& op, const FuzzOptions& options, co
   if (kernel) {
     for (const auto& dd : schema.dims) {
       if (!dd.expr.empty() || !dd.values.empty() || options.dims.count(dd.name)) continue;
-      const std::int64_t n = c.dims.at(dd.name);
       for (std::int64_t b : {16, 32, 64, 128, 256}) {
         if (b + 1 > dd.max || b < dd.min) continue;
         // Only the probed dim is pinned: the others are drawn under the element budget.

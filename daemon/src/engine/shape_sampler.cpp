@@ -116,7 +116,6 @@ std::int64_t ShapeSampler::input_elements(const std::map<std::string, std::int64
 Result<std::map<std::string, std::int64_t, std::less<>>> ShapeSampler::sample(
     std::uint64_t seed, const Json& attrs,
     const std::map<std::string, std::int64_t, std::less<>>& pinned) const {
-  Rng rng = Rng::substream(seed, "dims");
   const auto budget = static_cast<std::int64_t>(static_cast<double>(m_schema.max_elements) *
                                                 m_options.element_budget_scale);
   std::string last_problem;

@@ -36,7 +36,7 @@ std::size_t distance(std::string_view a, std::string_view b) {
 std::vector<fs::path> schema_files(const std::string& dir) {
   std::vector<fs::path> files;
   std::error_code ec;
-  for (const fs::path base : {fs::path(dir), fs::path(dir) / "ops"}) {
+  for (const fs::path& base : {fs::path(dir), fs::path(dir) / "ops"}) {
     if (!fs::is_directory(base, ec)) continue;
     for (const auto& entry : fs::directory_iterator(base, ec))
       if (entry.is_regular_file(ec) && entry.path().extension() == ".json") files.push_back(entry.path());
