@@ -15,8 +15,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -66,7 +66,8 @@ inline RefArg arg(DType dtype, Shape shape, std::vector<double> values) {
 }
 
 // A context for `op` with the given inputs and attrs (the rest at their schema defaults).
-inline RefContext make_ctx(const std::string& op, DType dtype, std::map<std::string, RefArg, std::less<>> inputs,
+inline RefContext make_ctx(const std::string& op, DType dtype,
+                           std::map<std::string, RefArg, std::less<>> inputs,
                            const Json& attrs = Json::object()) {
   const OpSchema& s = schema_of(op);
   RefContext ctx;
@@ -80,7 +81,8 @@ inline RefContext make_ctx(const std::string& op, DType dtype, std::map<std::str
 }
 
 // ---- values (every one exactly representable in `dtype`)
-inline std::vector<double> normal_values(Rng& rng, std::int64_t n, double mean, double stddev, DType dtype) {
+inline std::vector<double> normal_values(Rng& rng, std::int64_t n, double mean, double stddev,
+                                         DType dtype) {
   std::vector<double> v(static_cast<std::size_t>(n));
   for (auto& x : v) x = round_to(dtype, mean + stddev * rng.normal());
   return v;
@@ -97,7 +99,8 @@ inline std::vector<double> wide_values(Rng& rng, std::int64_t n, double lo, doub
   return v;
 }
 
-inline std::vector<double> uniform_values(Rng& rng, std::int64_t n, double lo, double hi, DType dtype) {
+inline std::vector<double> uniform_values(Rng& rng, std::int64_t n, double lo, double hi,
+                                          DType dtype) {
   std::vector<double> v(static_cast<std::size_t>(n));
   for (auto& x : v) x = round_to(dtype, rng.uniform(lo, hi));
   return v;
@@ -111,14 +114,17 @@ inline void sprinkle_specials(std::vector<double>& v, Rng& rng, std::uint64_t ev
 }
 
 // ---- scoring
-inline double element_error(double out, double ref, double c_acc, double c_in, DType out_dtype, DType in_dtype) {
+inline double element_error(double out, double ref, double c_acc, double c_in, DType out_dtype,
+                            DType in_dtype) {
   const auto& o = dtype_info(out_dtype);
   const double r = round_to(out_dtype, ref);
   if (!std::isfinite(out) || !std::isfinite(r)) {
-    const bool same = (std::isnan(out) && std::isnan(r)) || (!std::isnan(out) && !std::isnan(r) && out == r);
+    const bool same =
+        (std::isnan(out) && std::isnan(r)) || (!std::isnan(out) && !std::isnan(r) && out == r);
     if (same) return 0.0;
     const double fp32_max = static_cast<double>(std::numeric_limits<float>::max());
-    if (std::isfinite(r) && !std::isfinite(out) && c_acc >= fp32_max / 4) return 0.0;  // indeterminate
+    if (std::isfinite(r) && !std::isfinite(out) && c_acc >= fp32_max / 4)
+      return 0.0;  // indeterminate
     return k_inf;
   }
   const double denom = o.unit_roundoff * std::fabs(ref) + k_u_fp32 * c_acc +
@@ -126,8 +132,8 @@ inline double element_error(double out, double ref, double c_acc, double c_in, D
   return std::fabs(out - ref) / denom;
 }
 
-inline double max_error(const std::vector<RefOutput>& ref, const std::vector<std::vector<double>>& out,
-                        DType in_dtype) {
+inline double max_error(const std::vector<RefOutput>& ref,
+                        const std::vector<std::vector<double>>& out, DType in_dtype) {
   if (ref.size() != out.size()) return k_inf;
   double worst = 0.0;
   for (std::size_t k = 0; k < ref.size(); ++k) {
@@ -164,7 +170,7 @@ struct ControlExemption {
 
 struct OpScores {
   std::map<std::string, std::map<DType, double>> control, buggy;  // kernel -> dtype -> max err
-  std::map<std::string, std::map<DType, std::string>> worst_at;    // kernel -> dtype -> scenario
+  std::map<std::string, std::map<DType, std::string>> worst_at;   // kernel -> dtype -> scenario
 };
 
 inline std::string fmt_err(double e) {
@@ -195,16 +201,21 @@ inline OpScores score_op(const std::string& op, const std::vector<Scenario>& sce
     auto run = [&](const NamedKernel& k, std::map<std::string, std::map<DType, double>>& into) {
       auto out = k.run(sc.ctx);
       double e = k_inf;
-      if (out) e = scorer ? scorer(sc.ctx, *ref, *out) : max_error(*ref, *out, dt);
-      else ADD_FAILURE() << op << " / " << k.name << " / " << sc.label << ": " << out.error().message;
+      if (out)
+        e = scorer ? scorer(sc.ctx, *ref, *out) : max_error(*ref, *out, dt);
+      else
+        ADD_FAILURE() << op << " / " << k.name << " / " << sc.label << ": " << out.error().message;
       const bool excused = &into == &s.control &&
-                           std::any_of(control_exemptions.begin(), control_exemptions.end(), [&](const ControlExemption& x) {
-                             return x.kernel == k.name && x.dtype == dt && sc.label.find(x.scenario) != std::string::npos;
-                           });
+                           std::any_of(control_exemptions.begin(), control_exemptions.end(),
+                                       [&](const ControlExemption& x) {
+                                         return x.kernel == k.name && x.dtype == dt &&
+                                                sc.label.find(x.scenario) != std::string::npos;
+                                       });
       if (excused) {
         if (!(e <= k_control_limit))
-          std::printf("[ops-a] %s: control %s excused at %s on '%s' (%s)\n", op.c_str(), k.name.c_str(),
-                      fmt_err(e).c_str(), sc.label.c_str(), std::string(dtype_name(dt)).c_str());
+          std::printf("[ops-a] %s: control %s excused at %s on '%s' (%s)\n", op.c_str(),
+                      k.name.c_str(), fmt_err(e).c_str(), sc.label.c_str(),
+                      std::string(dtype_name(dt)).c_str());
         return;
       }
       double& slot = into[k.name].try_emplace(dt, 0.0).first->second;
@@ -213,8 +224,8 @@ inline OpScores score_op(const std::string& op, const std::vector<Scenario>& sce
         s.worst_at[k.name][dt] = sc.label;
       }
       if (&into == &s.control && !(e <= k_control_limit))
-        ADD_FAILURE() << op << ": control " << k.name << " at " << fmt_err(e) << " on '" << sc.label << "' ("
-                      << dtype_name(dt) << ")";
+        ADD_FAILURE() << op << ": control " << k.name << " at " << fmt_err(e) << " on '" << sc.label
+                      << "' (" << dtype_name(dt) << ")";
     };
     for (const auto& k : b.controls) run(k, s.control);
     for (const auto& k : b.buggy) run(k, s.buggy);
@@ -223,12 +234,12 @@ inline OpScores score_op(const std::string& op, const std::vector<Scenario>& sce
     for (DType dt : k_dtypes) {
       auto it = s.buggy[k.name].find(dt);
       if (it == s.buggy[k.name].end()) continue;
-      const bool exempt = std::any_of(exemptions.begin(), exemptions.end(), [&](const Exemption& x) {
-        return x.kernel == k.name && x.dtype == dt;
-      });
+      const bool exempt =
+          std::any_of(exemptions.begin(), exemptions.end(),
+                      [&](const Exemption& x) { return x.kernel == k.name && x.dtype == dt; });
       if (!exempt && !(it->second > k_bug_floor))
-        ADD_FAILURE() << op << ": buggy " << k.name << " only reaches " << fmt_err(it->second) << " in "
-                      << dtype_name(dt);
+        ADD_FAILURE() << op << ": buggy " << k.name << " only reaches " << fmt_err(it->second)
+                      << " in " << dtype_name(dt);
     }
   }
   // The table: one line per kernel, max error per dtype.
@@ -236,7 +247,8 @@ inline OpScores score_op(const std::string& op, const std::vector<Scenario>& sce
     std::printf("[ops-a] %-13s %-8s %-22s", op.c_str(), kind, name.c_str());
     for (DType dt : k_dtypes) {
       auto it = m.find(dt);
-      std::printf(" %9s=%-9s", std::string(dtype_name(dt)).c_str(), it == m.end() ? "-" : fmt_err(it->second).c_str());
+      std::printf(" %9s=%-9s", std::string(dtype_name(dt)).c_str(),
+                  it == m.end() ? "-" : fmt_err(it->second).c_str());
     }
     std::printf("\n");
   };

@@ -6,11 +6,14 @@
 namespace gpuemu::test_a {
 namespace {
 
-const std::vector<double> k_logits = {1, 2, 3, 4, 5, 0.5, -1, 2, 0, 1, 3, 3, 3, 3, 3, -2, 4, 1, 0, -1};
+const std::vector<double> k_logits = {1, 2, 3, 4, 5, 0.5, -1, 2, 0, 1,
+                                      3, 3, 3, 3, 3, -2,  4,  1, 0, -1};
 
 std::vector<double> ce(const std::vector<double>& target, const Json& attrs) {
-  auto ctx = make_ctx("cross_entropy", DType::float32, {{"logits", arg(DType::float32, {4, 5}, k_logits)},
-                                                        {"target", arg(DType::int64, {4}, target)}}, attrs);
+  auto ctx = make_ctx("cross_entropy", DType::float32,
+                      {{"logits", arg(DType::float32, {4, 5}, k_logits)},
+                       {"target", arg(DType::int64, {4}, target)}},
+                      attrs);
   auto ref = builtin_of("cross_entropy").reference(ctx);
   EXPECT_TRUE(ref.ok()) << (ref.ok() ? "" : ref.error().message);
   return ref.ok() ? ref->at(0).value : std::vector<double>{};
@@ -20,9 +23,11 @@ TEST(OpsALoss, CrossEntropyFollowsTorch) {
   // torch 1.13 float64 on the same logits, target [1, -100, 3, 0].
   const std::vector<double> t = {1, -100, 3, 0};
   EXPECT_NEAR(ce(t, {{"reduction", "mean"}})[0], 3.711942744360394, 1e-13);
-  EXPECT_NEAR(ce(t, {{"reduction", "mean"}, {"label_smoothing", 0.1}})[0], 3.5986094110270606, 1e-13);
+  EXPECT_NEAR(ce(t, {{"reduction", "mean"}, {"label_smoothing", 0.1}})[0], 3.5986094110270606,
+              1e-13);
   EXPECT_NEAR(ce(t, {{"reduction", "sum"}})[0], 11.135828233081181, 1e-13);
-  EXPECT_NEAR(ce(t, {{"reduction", "sum"}, {"label_smoothing", 0.1}})[0], 10.795828233081181, 1e-13);
+  EXPECT_NEAR(ce(t, {{"reduction", "sum"}, {"label_smoothing", 0.1}})[0], 10.795828233081181,
+              1e-13);
   const auto none = ce(t, {{"reduction", "none"}, {"label_smoothing", 0.1}});
   const std::vector<double> want = {3.351914395937593, 0.0, 1.6094379124341003, 5.834475924709488};
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(none[i], want[i], 1e-13);
@@ -31,21 +36,27 @@ TEST(OpsALoss, CrossEntropyFollowsTorch) {
   EXPECT_TRUE(std::isnan(ce({-100, -100, -100, -100}, {})[0]));
   EXPECT_EQ(ce({-100, -100, -100, -100}, {{"reduction", "sum"}})[0], 0.0);
   // A target outside [0, C) that is not ignore_index is an error.
-  auto bad = builtin_of("cross_entropy").reference(make_ctx("cross_entropy", DType::float32,
-      {{"logits", arg(DType::float32, {4, 5}, k_logits)}, {"target", arg(DType::int64, {4}, {1, 5, 0, 0})}}));
+  auto bad = builtin_of("cross_entropy")
+                 .reference(make_ctx("cross_entropy", DType::float32,
+                                     {{"logits", arg(DType::float32, {4, 5}, k_logits)},
+                                      {"target", arg(DType::int64, {4}, {1, 5, 0, 0})}}));
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().code, ErrorCode::invalid_argument);
 }
 
 TEST(OpsALoss, EmbeddingFollowsTorch) {
-  auto ctx = make_ctx("embedding", DType::float32, {{"weight", arg(DType::float32, {3, 2}, {0, 1, 2, 3, 4, 5})},
-                                                    {"indices", arg(DType::int64, {2, 2}, {2, 0, 1, 2})}});
+  auto ctx = make_ctx("embedding", DType::float32,
+                      {{"weight", arg(DType::float32, {3, 2}, {0, 1, 2, 3, 4, 5})},
+                       {"indices", arg(DType::int64, {2, 2}, {2, 0, 1, 2})}});
   auto ref = builtin_of("embedding").reference(ctx);
   ASSERT_TRUE(ref.ok());
   EXPECT_EQ(ref->at(0).shape, (Shape{2, 2, 2}));
   EXPECT_EQ(ref->at(0).value, (std::vector<double>{4, 5, 0, 1, 2, 3, 4, 5}));
-  auto bad = builtin_of("embedding").reference(make_ctx("embedding", DType::float32,
-      {{"weight", arg(DType::float32, {3, 2}, std::vector<double>(6))}, {"indices", arg(DType::int64, {1}, {3})}}));
+  auto bad =
+      builtin_of("embedding")
+          .reference(make_ctx("embedding", DType::float32,
+                              {{"weight", arg(DType::float32, {3, 2}, std::vector<double>(6))},
+                               {"indices", arg(DType::int64, {1}, {3})}}));
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().code, ErrorCode::invalid_argument);
 }
@@ -58,52 +69,70 @@ TEST(OpsALoss, CrossEntropy) {
   const std::vector<L> logits = {
       {"N(0,1)", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0, 1, d); }},
       {"N(0,10)", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0, 10, d); }},
-      {"flat N(0,0.1)", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0, 0.1, d); }},
-      {"large 100+N(0,5)", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 100, 5, d); }},
-      {"special", [](Rng& r, std::int64_t n, DType d) {
+      {"flat N(0,0.1)",
+       [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0, 0.1, d); }},
+      {"large 100+N(0,5)",
+       [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 100, 5, d); }},
+      {"special",
+       [](Rng& r, std::int64_t n, DType d) {
          auto v = normal_values(r, n, 0, 2, d);
          sprinkle_specials(v, r, 2000);
          return v;
        }},
   };
-  const std::vector<Json> attr_sets = {{{"reduction", "mean"}},
-                                       {{"reduction", "sum"}, {"label_smoothing", 0.1}},
-                                       {{"reduction", "none"}},
-                                       {{"reduction", "mean"}, {"label_smoothing", 0.1}, {"ignore_index", 0}}};
-  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{64, 1000}, {8, 8192}, {33, 3}, {1, 1}, {300, 17}};
+  const std::vector<Json> attr_sets = {
+      {{"reduction", "mean"}},
+      {{"reduction", "sum"}, {"label_smoothing", 0.1}},
+      {{"reduction", "none"}},
+      {{"reduction", "mean"}, {"label_smoothing", 0.1}, {"ignore_index", 0}}};
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {
+      {64, 1000}, {8, 8192}, {33, 3}, {1, 1}, {300, 17}};
   std::vector<Scenario> out;
   for (DType dt : k_dtypes) {
     Rng rng(derive_seed(0xce, std::string(dtype_name(dt))));
     for (const auto& attrs : attr_sets)
       for (auto [n, c] : shapes)
         for (const auto& l : logits) {
-          const std::int64_t ignore = attrs.contains("ignore_index") ? attrs["ignore_index"].get<std::int64_t>() : -100;
+          const std::int64_t ignore =
+              attrs.contains("ignore_index") ? attrs["ignore_index"].get<std::int64_t>() : -100;
           std::vector<double> target(static_cast<std::size_t>(n));
-          for (auto& t : target) t = static_cast<double>(rng.chance(1, 8) ? ignore : rng.integer(0, c - 1));
+          for (auto& t : target)
+            t = static_cast<double>(rng.chance(1, 8) ? ignore : rng.integer(0, c - 1));
           out.push_back({l.name + " " + shape_to_string({n, c}) + " " + attrs.dump(),
-                         make_ctx("cross_entropy", dt, {{"logits", arg(dt, {n, c}, l.fill(rng, n * c, dt))},
-                                                        {"target", arg(DType::int64, {n}, std::move(target))}}, attrs)});
+                         make_ctx("cross_entropy", dt,
+                                  {{"logits", arg(dt, {n, c}, l.fill(rng, n * c, dt))},
+                                   {"target", arg(DType::int64, {n}, std::move(target))}},
+                                  attrs)});
         }
   }
-  score_op("cross_entropy", out, {{"lowp_sum", DType::float32, "an fp32 input makes the 'low-precision' sum fp32: correct"}});
+  score_op(
+      "cross_entropy", out,
+      {{"lowp_sum", DType::float32, "an fp32 input makes the 'low-precision' sum fp32: correct"}});
 }
 
 TEST(OpsALoss, Embedding) {
   std::vector<Scenario> out;
-  const std::vector<std::pair<std::int64_t, std::int64_t>> tables = {{1000, 129}, {50, 1}, {7, 300}, {1, 16}};
+  const std::vector<std::pair<std::int64_t, std::int64_t>> tables = {
+      {1000, 129}, {50, 1}, {7, 300}, {1, 16}};
   for (DType dt : k_dtypes) {
     Rng rng(derive_seed(0xe3b, std::string(dtype_name(dt))));
     for (auto [v, d] : tables)
       for (int values = 0; values < 2; ++values) {
         const std::int64_t b = 3, l = 37;
         std::vector<double> idx(static_cast<std::size_t>(b * l));
-        for (auto& i : idx) i = static_cast<double>(rng.chance(1, 4) ? v - 1 : rng.integer(0, v - 1));
-        auto w = values == 0 ? normal_values(rng, v * d, 0, 1, dt) : wide_values(rng, v * d, -8, dt == DType::float16 ? 4 : 8, dt);
-        out.push_back({std::string(values == 0 ? "normal" : "wide 1e-8..1e8") + " V=" + std::to_string(v) + " D=" + std::to_string(d),
-                       make_ctx("embedding", dt, {{"weight", arg(dt, {v, d}, std::move(w))}, {"indices", arg(DType::int64, {b, l}, std::move(idx))}})});
+        for (auto& i : idx)
+          i = static_cast<double>(rng.chance(1, 4) ? v - 1 : rng.integer(0, v - 1));
+        auto w = values == 0 ? normal_values(rng, v * d, 0, 1, dt)
+                             : wide_values(rng, v * d, -8, dt == DType::float16 ? 4 : 8, dt);
+        out.push_back({std::string(values == 0 ? "normal" : "wide 1e-8..1e8") +
+                           " V=" + std::to_string(v) + " D=" + std::to_string(d),
+                       make_ctx("embedding", dt,
+                                {{"weight", arg(dt, {v, d}, std::move(w))},
+                                 {"indices", arg(DType::int64, {b, l}, std::move(idx))}})});
       }
   }
-  score_op("embedding", out, {{"fp16_staging", DType::float16, "float16 staging of float16 rows is a plain copy"}});
+  score_op("embedding", out,
+           {{"fp16_staging", DType::float16, "float16 staging of float16 rows is a plain copy"}});
 }
 
 }  // namespace

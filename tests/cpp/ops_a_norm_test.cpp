@@ -15,23 +15,29 @@ struct XDist {
 std::vector<XDist> x_distributions() {
   return {
       {"normal(0,1)", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0, 1, d); }},
-      {"offset/std large", [](Rng& r, std::int64_t n, DType d) {
+      {"offset/std large",
+       [](Rng& r, std::int64_t n, DType d) {
          // fp32: 1000 +- 0.01 (1e5); fp16: 2000 +- 2 (1e3); bf16: 1e4 +- 30 (330).
          if (d == DType::float32) return normal_values(r, n, 1000, 0.01, d);
          if (d == DType::float16) return normal_values(r, n, 2000, 2, d);
          return normal_values(r, n, 1e4, 30, d);
        }},
-      {"two levels one ulp apart", [](Rng& r, std::int64_t n, DType d) {
+      {"two levels one ulp apart",
+       [](Rng& r, std::int64_t n, DType d) {
          // The largest offset/std a dtype can hold: an offset and its next value, half and half.
          const double base = 3000.0, ulp = 2 * dtype_info(d).unit_roundoff * 2048.0;
          std::vector<double> v(static_cast<std::size_t>(n));
          for (auto& x : v) x = round_to(d, base + (r.chance(1, 2) ? ulp : 0.0));
          return v;
        }},
-      {"tiny std 0.01", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0, 0.01, d); }},
-      {"tiny 1e-3", [](Rng& r, std::int64_t n, DType d) { return wide_values(r, n, -3.5, -2.5, d); }},
-      {"wide 1e-3..1e3", [](Rng& r, std::int64_t n, DType d) { return wide_values(r, n, -3, 3, d); }},
-      {"special", [](Rng& r, std::int64_t n, DType d) {
+      {"tiny std 0.01",
+       [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0, 0.01, d); }},
+      {"tiny 1e-3",
+       [](Rng& r, std::int64_t n, DType d) { return wide_values(r, n, -3.5, -2.5, d); }},
+      {"wide 1e-3..1e3",
+       [](Rng& r, std::int64_t n, DType d) { return wide_values(r, n, -3, 3, d); }},
+      {"special",
+       [](Rng& r, std::int64_t n, DType d) {
          auto v = normal_values(r, n, 0, 1, d);
          sprinkle_specials(v, r, 500);
          return v;
@@ -41,7 +47,8 @@ std::vector<XDist> x_distributions() {
 
 std::vector<Scenario> last_dim_scenarios(const std::string& op, bool with_bias) {
   std::vector<Scenario> out;
-  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{64, 1}, {33, 3}, {17, 129}, {9, 1024}, {3, 8192}};
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {
+      {64, 1}, {33, 3}, {17, 129}, {9, 1024}, {3, 8192}};
   for (DType dt : k_dtypes) {
     Rng rng(derive_seed(0x40a, op + std::string(dtype_name(dt))));
     for (auto [rows, n] : shapes)
@@ -53,34 +60,79 @@ std::vector<Scenario> last_dim_scenarios(const std::string& op, bool with_bias) 
         out.push_back({d.name + " " + shape_to_string({rows, n}), make_ctx(op, dt, std::move(in))});
       }
     // Without the affine inputs (elementwise_affine=False).
-    out.push_back({"no affine [5, 257]", make_ctx(op, dt, {{"x", arg(dt, {5, 257}, normal_values(rng, 5 * 257, 3, 2, dt))}})});
+    out.push_back(
+        {"no affine [5, 257]",
+         make_ctx(op, dt, {{"x", arg(dt, {5, 257}, normal_values(rng, 5 * 257, 3, 2, dt))}})});
   }
   return out;
 }
 
 TEST(OpsANorm, LayerNormMatchesDefinition) {
   // x = [1, 2, 3, 4], w = [1, 1, 2, 2], b = [0, 1, 0, 1]: mean 2.5, var 1.25.
-  auto ctx = make_ctx("layer_norm", DType::float32, {{"x", arg(DType::float32, {1, 4}, {1, 2, 3, 4})},
-                                                     {"weight", arg(DType::float32, {4}, {1, 1, 2, 2})},
-                                                     {"bias", arg(DType::float32, {4}, {0, 1, 0, 1})}});
+  auto ctx = make_ctx("layer_norm", DType::float32,
+                      {{"x", arg(DType::float32, {1, 4}, {1, 2, 3, 4})},
+                       {"weight", arg(DType::float32, {4}, {1, 1, 2, 2})},
+                       {"bias", arg(DType::float32, {4}, {0, 1, 0, 1})}});
   auto ref = builtin_of("layer_norm").reference(ctx);
   ASSERT_TRUE(ref.ok());
   const double r = 1.0 / std::sqrt(1.25 + 1e-5);
   const std::vector<double> want = {-1.5 * r, -0.5 * r + 1, 2 * 0.5 * r, 2 * 1.5 * r + 1};
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(ref->at(0).value[i], want[i], 1e-14);
   // A row with an Inf is NaN throughout, with zero condition terms.
-  auto inf = builtin_of("layer_norm").reference(make_ctx("layer_norm", DType::float32, {{"x", arg(DType::float32, {1, 3}, {1, k_inf, 2})}}));
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(std::isnan(inf->at(0).value[i]) && inf->at(0).c_acc[i] == 0.0);
+  auto inf = builtin_of("layer_norm")
+                 .reference(make_ctx("layer_norm", DType::float32,
+                                     {{"x", arg(DType::float32, {1, 3}, {1, k_inf, 2})}}));
+  for (int i = 0; i < 3; ++i)
+    EXPECT_TRUE(std::isnan(inf->at(0).value[i]) && inf->at(0).c_acc[i] == 0.0);
   // rms_norm: x / sqrt(mean(x^2) + eps).
-  auto rms = builtin_of("rms_norm").reference(make_ctx("rms_norm", DType::float32, {{"x", arg(DType::float32, {1, 2}, {3, 4})}}));
+  auto rms = builtin_of("rms_norm")
+                 .reference(make_ctx("rms_norm", DType::float32,
+                                     {{"x", arg(DType::float32, {1, 2}, {3, 4})}}));
   EXPECT_NEAR(rms->at(0).value[0], 3 / std::sqrt(12.5 + 1e-6), 1e-14);
 }
 
 // bf16 cannot hold an offset/std ratio large enough (at most ~400: two values one ulp apart) for
 // the one-pass variance's fp32 cancellation to show past bf16's own output rounding.
 std::vector<Exemption> norm_exemptions() {
-  return {{"lowp_accumulator", DType::float32, "an fp32 input makes the 'low-precision' sums fp32: correct"},
+  return {{"lowp_accumulator", DType::float32,
+           "an fp32 input makes the 'low-precision' sums fp32: correct"},
           {"one_pass_variance", DType::bfloat16, "bf16 values cannot reach offset/std > ~400"}};
+}
+
+TEST(OpsANorm, SpecialValuesFollowTorch) {
+  // torch 1.13 float64: an Inf weight in batch_norm gives NaN where x != mean (x*alpha + beta with
+  // alpha = Inf, beta = -Inf); running_var = Inf gives b, and NaN for an infinite x.
+  auto bn = [](double w, double rv, std::vector<double> x) {
+    auto ctx = make_ctx("batch_norm", DType::float32,
+                        {{"x", arg(DType::float64, {1, 1, 3}, std::move(x))},
+                         {"running_mean", arg(DType::float64, {1}, {0.5})},
+                         {"running_var", arg(DType::float64, {1}, {rv})},
+                         {"weight", arg(DType::float64, {1}, {w})},
+                         {"bias", arg(DType::float64, {1}, {1.0})}});
+    return builtin_of("batch_norm").reference(ctx)->at(0).value;
+  };
+  auto v = bn(k_inf, 1.0, {0.5, -k_inf, 2.0});
+  EXPECT_TRUE(std::isnan(v[0]) && v[1] == -k_inf && std::isnan(v[2]));
+  v = bn(1.0, k_inf, {0.5, -k_inf, 2.0});
+  EXPECT_TRUE(v[0] == 1.0 && std::isnan(v[1]) && v[2] == 1.0);
+  // layer_norm: an Inf in the row makes it NaN; an Inf weight scales x_hat (0 * 1 stays 0).
+  auto ln = builtin_of("layer_norm")
+                .reference(make_ctx("layer_norm", DType::float32,
+                                    {{"x", arg(DType::float64, {1, 3}, {1, 2, 3})},
+                                     {"weight", arg(DType::float64, {3}, {k_inf, 1, 0})}}));
+  EXPECT_EQ(ln->at(0).value, (std::vector<double>{-k_inf, 0.0, 0.0}));
+  EXPECT_EQ(ln->at(0).c_acc[0], 0.0);
+  // group_norm folds the affine into scale/shift: an Inf weight gives NaN (torch), a finite one
+  // the plain result.
+  auto gn = builtin_of("group_norm")
+                .reference(make_ctx("group_norm", DType::float32,
+                                    {{"x", arg(DType::float64, {1, 2, 2}, {1, 2, 3, 5})},
+                                     {"weight", arg(DType::float64, {2}, {k_inf, 1})},
+                                     {"bias", arg(DType::float64, {2}, {0, 0})}},
+                                    {{"num_groups", 1}}));
+  EXPECT_TRUE(std::isnan(gn->at(0).value[0]) && std::isnan(gn->at(0).value[1]));
+  EXPECT_NEAR(gn->at(0).value[2], 0.1690304645907973, 1e-14);
+  EXPECT_NEAR(gn->at(0).value[3], 1.521274181317175, 1e-14);
 }
 
 TEST(OpsANorm, LayerNorm) {
@@ -89,7 +141,8 @@ TEST(OpsANorm, LayerNorm) {
 
 TEST(OpsANorm, RmsNorm) {
   score_op("rms_norm", last_dim_scenarios("rms_norm", false),
-           {{"lowp_accumulator", DType::float32, "an fp32 input makes the 'low-precision' sums fp32: correct"}});
+           {{"lowp_accumulator", DType::float32,
+             "an fp32 input makes the 'low-precision' sums fp32: correct"}});
 }
 
 TEST(OpsANorm, GroupNorm) {
@@ -97,7 +150,8 @@ TEST(OpsANorm, GroupNorm) {
   struct G {
     std::int64_t b, groups, per_group, s;
   };
-  const std::vector<G> shapes = {{2, 32, 2, 64}, {3, 1, 3, 129}, {2, 4, 5, 100}, {4, 3, 1, 1}, {1, 2, 8, 512}};
+  const std::vector<G> shapes = {
+      {2, 32, 2, 64}, {3, 1, 3, 129}, {2, 4, 5, 100}, {4, 3, 1, 1}, {1, 2, 8, 512}};
   for (DType dt : k_dtypes) {
     Rng rng(derive_seed(0x960, std::string(dtype_name(dt))));
     for (const G& g : shapes)
@@ -107,19 +161,24 @@ TEST(OpsANorm, GroupNorm) {
         // Give each channel its own offset so that grouping matters (not where the variance must
         // stay tiny or the offset large).
         if (d.name == "normal(0,1)" || d.name == "wide 1e-3..1e3")
-          for (std::int64_t i = 0; i < n; ++i) x[i] = round_to(dt, x[i] + 0.5 * static_cast<double>((i / g.s) % c % 7));
+          for (std::int64_t i = 0; i < n; ++i)
+            x[i] = round_to(dt, x[i] + 0.5 * static_cast<double>((i / g.s) % c % 7));
         std::map<std::string, RefArg, std::less<>> in;
         in["x"] = arg(dt, {g.b, c, g.s}, std::move(x));
         in["weight"] = arg(dt, {c}, normal_values(rng, c, 1, 0.5, dt));
         in["bias"] = arg(dt, {c}, normal_values(rng, c, 0, 1, dt));
-        out.push_back({d.name + " " + shape_to_string({g.b, c, g.s}) + " G=" + std::to_string(g.groups),
-                       make_ctx("group_norm", dt, std::move(in), {{"num_groups", g.groups}})});
+        out.push_back(
+            {d.name + " " + shape_to_string({g.b, c, g.s}) + " G=" + std::to_string(g.groups),
+             make_ctx("group_norm", dt, std::move(in), {{"num_groups", g.groups}})});
       }
   }
   score_op("group_norm", out, norm_exemptions());
   // C not divisible by num_groups is an error.
-  auto bad = builtin_of("group_norm").reference(make_ctx("group_norm", DType::float32, {{"x", arg(DType::float32, {1, 6, 2}, std::vector<double>(12))}},
-                                                         {{"num_groups", 4}}));
+  auto bad =
+      builtin_of("group_norm")
+          .reference(make_ctx("group_norm", DType::float32,
+                              {{"x", arg(DType::float32, {1, 6, 2}, std::vector<double>(12))}},
+                              {{"num_groups", 4}}));
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().code, ErrorCode::invalid_argument);
 }

@@ -12,8 +12,8 @@ struct RowShape {
   std::int64_t rows, len;
   bool dim0;
 };
-const std::vector<RowShape> k_row_shapes = {{64, 1, false}, {33, 3, false}, {31, 129, false}, {17, 1000, false},
-                                            {4, 8192, false}, {7, 1000, true}};
+const std::vector<RowShape> k_row_shapes = {{64, 1, false},    {33, 3, false},   {31, 129, false},
+                                            {17, 1000, false}, {4, 8192, false}, {7, 1000, true}};
 
 using Fill = std::function<std::vector<double>(Rng&, std::int64_t, DType)>;
 
@@ -25,11 +25,15 @@ struct Distribution {
 std::vector<Distribution> base_distributions() {
   return {
       {"normal(0,1)", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0, 1, d); }},
-      {"uniform(0.5,1.5)", [](Rng& r, std::int64_t n, DType d) { return uniform_values(r, n, 0.5, 1.5, d); }},
-      {"wide 1e-3..1e3", [](Rng& r, std::int64_t n, DType d) { return wide_values(r, n, -3, 3, d); }},
+      {"uniform(0.5,1.5)",
+       [](Rng& r, std::int64_t n, DType d) { return uniform_values(r, n, 0.5, 1.5, d); }},
+      {"wide 1e-3..1e3",
+       [](Rng& r, std::int64_t n, DType d) { return wide_values(r, n, -3, 3, d); }},
       // Near-constant terms: correlated rounding, the worst case for long fp32 chains.
-      {"near-constant 0.1", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0.1, 1e-6, d); }},
-      {"special", [](Rng& r, std::int64_t n, DType d) {
+      {"near-constant 0.1",
+       [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0.1, 1e-6, d); }},
+      {"special",
+       [](Rng& r, std::int64_t n, DType d) {
          auto v = normal_values(r, n, 0, 2, d);
          sprinkle_specials(v, r, 200);
          return v;
@@ -37,7 +41,8 @@ std::vector<Distribution> base_distributions() {
   };
 }
 
-std::vector<Scenario> scenarios(const std::string& op, const std::vector<Distribution>& dists, const Json& attrs = Json::object()) {
+std::vector<Scenario> scenarios(const std::string& op, const std::vector<Distribution>& dists,
+                                const Json& attrs = Json::object()) {
   std::vector<Scenario> out;
   for (DType dt : k_dtypes) {
     Rng rng(derive_seed(0x7ed, op + std::string(dtype_name(dt)) + attrs.dump()));
@@ -46,21 +51,24 @@ std::vector<Scenario> scenarios(const std::string& op, const std::vector<Distrib
         const Shape shape = rs.dim0 ? Shape{rs.len, rs.rows} : Shape{rs.rows, rs.len};
         Json a = attrs;
         a["dim"] = rs.dim0 ? 0 : -1;
-        out.push_back({d.name + " " + shape_to_string(shape) + " dim=" + (rs.dim0 ? "0" : "-1"),
-                       make_ctx(op, dt, {{"x", arg(dt, shape, d.fill(rng, shape_numel(shape), dt))}}, a)});
+        out.push_back(
+            {d.name + " " + shape_to_string(shape) + " dim=" + (rs.dim0 ? "0" : "-1"),
+             make_ctx(op, dt, {{"x", arg(dt, shape, d.fill(rng, shape_numel(shape), dt))}}, a)});
       }
   }
   return out;
 }
 
 std::vector<Exemption> fp32_na(const std::string& kernel) {
-  return {{kernel, DType::float32, "an fp32 input dtype makes the 'low-precision' accumulator fp32: correct"}};
+  return {{kernel, DType::float32,
+           "an fp32 input dtype makes the 'low-precision' accumulator fp32: correct"}};
 }
 
 TEST(OpsAReduction, SpecialValuesAndTiesFollowTorch) {
   // torch 1.13 float64 on these rows.
-  const std::vector<double> rows = {1, k_nan, 3, k_nan, k_inf, -k_inf, 1, 2, -k_inf, -k_inf, -k_inf, -k_inf,
-                                    k_inf, 1, 2, 3, 2, 5, 5, 1};
+  const std::vector<double> rows = {1, k_nan,  3,      k_nan,  k_inf,  -k_inf, 1,
+                                    2, -k_inf, -k_inf, -k_inf, -k_inf, k_inf,  1,
+                                    2, 3,      2,      5,      5,      1};
   auto ctx = [&](const std::string& op) {
     return make_ctx(op, DType::float32, {{"x", arg(DType::float64, {5, 4}, rows)}});
   };
@@ -80,7 +88,8 @@ TEST(OpsAReduction, SpecialValuesAndTiesFollowTorch) {
   EXPECT_EQ(sum[2], -k_inf);
   EXPECT_EQ(sum[4], 13.0);
   const auto l2 = val("l2norm");
-  EXPECT_TRUE(std::isnan(l2[4]) && std::isnan(l2[5]) && l2[6] == 0.0 && std::isnan(l2[12]) && l2[13] == 0.0);
+  EXPECT_TRUE(std::isnan(l2[4]) && std::isnan(l2[5]) && l2[6] == 0.0 && std::isnan(l2[12]) &&
+              l2[13] == 0.0);
   EXPECT_NEAR(l2[17], 0.674199862463242, 1e-15);
   const auto cs = val("cumsum");
   EXPECT_EQ(cs[16], 2.0);
@@ -98,21 +107,28 @@ TEST(OpsAReduction, SpecialValuesAndTiesFollowTorch) {
     }
   }
   // l2norm of a zero row is 0 (eps clamp); keepdim keeps the reduced dim as 1.
-  auto z = builtin_of("l2norm").reference(make_ctx("l2norm", DType::float32, {{"x", arg(DType::float32, {2, 3}, std::vector<double>(6))}}));
+  auto z = builtin_of("l2norm").reference(make_ctx(
+      "l2norm", DType::float32, {{"x", arg(DType::float32, {2, 3}, std::vector<double>(6))}}));
   EXPECT_EQ(z->at(0).value, std::vector<double>(6, 0.0));
-  auto kd = builtin_of("sum").reference(make_ctx("sum", DType::float32, {{"x", arg(DType::float32, {2, 3}, {1, 2, 3, 4, 5, 6})}},
-                                                 {{"dim", 0}, {"keepdim", true}}));
+  auto kd = builtin_of("sum").reference(
+      make_ctx("sum", DType::float32, {{"x", arg(DType::float32, {2, 3}, {1, 2, 3, 4, 5, 6})}},
+               {{"dim", 0}, {"keepdim", true}}));
   EXPECT_EQ(kd->at(0).shape, (Shape{1, 3}));
   EXPECT_EQ(kd->at(0).value, (std::vector<double>{5, 7, 9}));
   EXPECT_EQ(builtin_of("argmax").reference(ctx("argmax"))->at(0).dtype, DType::int64);
 }
 
-TEST(OpsAReduction, Sum) { score_op("sum", scenarios("sum", base_distributions()), fp32_na("lowp_accumulator")); }
-TEST(OpsAReduction, Mean) { score_op("mean", scenarios("mean", base_distributions()), fp32_na("lowp_accumulator")); }
+TEST(OpsAReduction, Sum) {
+  score_op("sum", scenarios("sum", base_distributions()), fp32_na("lowp_accumulator"));
+}
+TEST(OpsAReduction, Mean) {
+  score_op("mean", scenarios("mean", base_distributions()), fp32_na("lowp_accumulator"));
+}
 
 std::vector<Distribution> max_distributions() {
   auto d = base_distributions();
-  d.push_back({"all negative", [](Rng& r, std::int64_t n, DType t) { return normal_values(r, n, -5, 1, t); }});
+  d.push_back({"all negative",
+               [](Rng& r, std::int64_t n, DType t) { return normal_values(r, n, -5, 1, t); }});
   d.push_back({"ties", [](Rng& r, std::int64_t n, DType t) {
                  auto v = normal_values(r, n, 0, 2, t);
                  for (auto& x : v) x = std::nearbyint(x);
@@ -121,11 +137,14 @@ std::vector<Distribution> max_distributions() {
   return d;
 }
 
-TEST(OpsAReduction, Amax) { score_op("amax", scenarios("amax", max_distributions())); }
+TEST(OpsAReduction, Amax) {
+  score_op("amax", scenarios("amax", max_distributions()));
+}
 
 // The verdict's argmax rule (see reduction_ops.cpp): an index is right when it is the
 // reference's, or its value is tied with the maximum within input rounding, or both are NaN.
-double argmax_error(const RefContext& ctx, const std::vector<RefOutput>& ref, const std::vector<std::vector<double>>& out) {
+double argmax_error(const RefContext& ctx, const std::vector<RefOutput>& ref,
+                    const std::vector<std::vector<double>>& out) {
   const RefArg& x = ctx.input("x");
   const auto rank = static_cast<std::int64_t>(x.shape.size());
   std::int64_t dim = ctx.attr_int("dim");
@@ -135,11 +154,14 @@ double argmax_error(const RefContext& ctx, const std::vector<RefOutput>& ref, co
   const double u_in = dtype_info(x.dtype).unit_roundoff;
   for (std::size_t e = 0; e < out[0].size(); ++e) {
     const auto o = static_cast<std::int64_t>(e) / inner, i = static_cast<std::int64_t>(e) % inner;
-    const auto chosen = static_cast<std::int64_t>(out[0][e]), want = static_cast<std::int64_t>(ref[0].value[e]);
+    const auto chosen = static_cast<std::int64_t>(out[0][e]),
+               want = static_cast<std::int64_t>(ref[0].value[e]);
     if (chosen == want) continue;
     if (chosen < 0 || chosen >= len) return k_inf;
-    const double a = x.data[(o * len + chosen) * inner + i], m = x.data[(o * len + want) * inner + i];
-    if (!((std::isnan(m) && std::isnan(a)) || (!std::isnan(m) && a >= m - u_in * std::fabs(m)))) return k_inf;
+    const double a = x.data[(o * len + chosen) * inner + i],
+                 m = x.data[(o * len + want) * inner + i];
+    if (!((std::isnan(m) && std::isnan(a)) || (!std::isnan(m) && a >= m - u_in * std::fabs(m))))
+      return k_inf;
   }
   return 0.0;
 }
@@ -150,11 +172,14 @@ TEST(OpsAReduction, Argmax) {
 
 TEST(OpsAReduction, Logsumexp) {
   auto d = base_distributions();
-  d.push_back({"logits N(0,10)", [](Rng& r, std::int64_t n, DType t) { return normal_values(r, n, 0, 10, t); }});
-  d.push_back({"large 100+N(0,5)", [](Rng& r, std::int64_t n, DType t) { return normal_values(r, n, 100, 5, t); }});
+  d.push_back({"logits N(0,10)",
+               [](Rng& r, std::int64_t n, DType t) { return normal_values(r, n, 0, 10, t); }});
+  d.push_back({"large 100+N(0,5)",
+               [](Rng& r, std::int64_t n, DType t) { return normal_values(r, n, 100, 5, t); }});
   d.push_back({"late spike", [](Rng& r, std::int64_t n, DType t) {
                  auto v = normal_values(r, n, 0, 1, t);
-                 for (std::size_t k = v.size() * 3 / 4; k < v.size(); k += 7) v[k] = round_to(t, 30.0);
+                 for (std::size_t k = v.size() * 3 / 4; k < v.size(); k += 7)
+                   v[k] = round_to(t, 30.0);
                  return v;
                }});
   score_op("logsumexp", scenarios("logsumexp", d), fp32_na("lowp_sum"));
@@ -162,8 +187,10 @@ TEST(OpsAReduction, Logsumexp) {
 
 TEST(OpsAReduction, L2norm) {
   auto d = base_distributions();
-  d.push_back({"tiny 1e-7..1e-6", [](Rng& r, std::int64_t n, DType t) { return wide_values(r, n, -7, -6, t); }});
-  d.push_back({"offset 1000+N(0,1)", [](Rng& r, std::int64_t n, DType t) { return normal_values(r, n, 1000, 1, t); }});
+  d.push_back({"tiny 1e-7..1e-6",
+               [](Rng& r, std::int64_t n, DType t) { return wide_values(r, n, -7, -6, t); }});
+  d.push_back({"offset 1000+N(0,1)",
+               [](Rng& r, std::int64_t n, DType t) { return normal_values(r, n, 1000, 1, t); }});
   score_op("l2norm", scenarios("l2norm", d), fp32_na("lowp_accumulator"));
 }
 

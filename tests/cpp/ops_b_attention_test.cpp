@@ -131,7 +131,8 @@ TEST(OpsBAttention, UnresolvableScoresAllowAnyConvexCombination) {
   ctx.case_dtype = DType::float32;
   ctx.attrs = flash_attrs(false, false, 1.0);
   ctx.inputs["q"] = RefArg{DType::float32, {1, 1, 1, 2}, {1e6, 1e6}};
-  ctx.inputs["k"] = RefArg{DType::float32, {1, 1, 2, 2}, {1e6, 0.0, 1e6, round_to(DType::float32, -1e-3)}};
+  ctx.inputs["k"] =
+      RefArg{DType::float32, {1, 1, 2, 2}, {1e6, 0.0, 1e6, round_to(DType::float32, -1e-3)}};
   ctx.inputs["v"] = RefArg{DType::float32, {1, 1, 2, 2}, {0.0, 1.0, 1.0, 1.0}};
   const BuiltinOp& op = builtin("flash_attention");
   auto ref = op.reference(ctx);

@@ -99,8 +99,8 @@ const double* b_of(const GemmProblem& p, std::int64_t batch) {
 Result<std::vector<RefOutput>> reference(const RefContext& ctx, std::string_view op) {
   GPUEMU_TRY(GemmProblem p, problem_of(ctx, op));
   const std::int64_t mn = p.M * p.N;
-  std::vector<double> value(static_cast<std::size_t>(p.batches * mn));
-  std::vector<double> c_acc(value.size()), c_in;
+  std::vector<double> value = fresh_buffer(p.batches * mn);
+  std::vector<double> c_acc = fresh_buffer(p.batches * mn), c_in;
   const std::vector<double> abs_b = abs_copy(p.b, (p.b_shared ? 1 : p.batches) * p.K * p.N);
   const std::int64_t ldb = p.b_transposed ? p.K : p.N;
   for (std::int64_t t = 0; t < p.batches; ++t) {

@@ -5,8 +5,8 @@
 //
 // Error model (docs/error-model.md). cross_entropy per row i (m = max, p = softmax, s = label
 // smoothing):
-//   c_i    = |m| + |lse| + |x_t| + sqrt(C) + sum_c p_c |x_c - m|  [+ s * (|lse| + sum|x| / sqrt(C))]
-//   cin_i  = (1 - s) * |log p_t| + s * mean_c |log p_c|
+//   c_i    = |m| + |lse| + |x_t| + sqrt(C) + sum_c p_c |x_c - m|  [+ s * (|lse| + sum|x| /
+//   sqrt(C))] cin_i  = (1 - s) * |log p_t| + s * mean_c |log p_c|
 // 'none' returns those per row; 'sum' adds the fp32 sum over rows, c_acc = sum c_i +
 // sqrt(n) * sum |loss_i|, c_in = sum cin_i; 'mean' divides both by the count n of non-ignored rows.
 // embedding is a copy: no condition term.
@@ -35,18 +35,25 @@ Result<CeArgs> ce_args(const RefContext& ctx) {
   const RefArg& logits = ctx.input("logits");
   const RefArg& target = ctx.input("target");
   if (logits.shape.size() != 2)
-    return make_error(ErrorCode::shape_mismatch, "logits must be [N, C], got " + shape_to_string(logits.shape));
+    return make_error(ErrorCode::shape_mismatch,
+                      "logits must be [N, C], got " + shape_to_string(logits.shape));
   CeArgs a;
   a.rows = logits.shape[0];
   a.classes = logits.shape[1];
   if (target.numel() != a.rows)
-    return make_error(ErrorCode::shape_mismatch, "target must have N = " + std::to_string(a.rows) + " elements");
+    return make_error(ErrorCode::shape_mismatch,
+                      "target must have N = " + std::to_string(a.rows) + " elements");
   a.ignore_index = ctx.attr_int("ignore_index");
   const std::string red = ctx.attr_string("reduction");
-  if (red == "mean") a.reduction = Reduction::mean;
-  else if (red == "sum") a.reduction = Reduction::sum;
-  else if (red == "none") a.reduction = Reduction::none;
-  else return make_error(ErrorCode::invalid_argument, "reduction must be 'mean', 'sum' or 'none', got '" + red + "'");
+  if (red == "mean")
+    a.reduction = Reduction::mean;
+  else if (red == "sum")
+    a.reduction = Reduction::sum;
+  else if (red == "none")
+    a.reduction = Reduction::none;
+  else
+    return make_error(ErrorCode::invalid_argument,
+                      "reduction must be 'mean', 'sum' or 'none', got '" + red + "'");
   a.smoothing = ctx.attr_float("label_smoothing");
   if (!(a.smoothing >= 0.0 && a.smoothing <= 1.0))
     return make_error(ErrorCode::invalid_argument, "label_smoothing must be in [0, 1]");
@@ -55,12 +62,14 @@ Result<CeArgs> ce_args(const RefContext& ctx) {
     const double t = target.data[static_cast<std::size_t>(i)];
     const auto ti = static_cast<std::int64_t>(t);
     if (static_cast<double>(ti) != t)
-      return make_error(ErrorCode::invalid_argument, "target[" + std::to_string(i) + "] is not an integer");
+      return make_error(ErrorCode::invalid_argument,
+                        "target[" + std::to_string(i) + "] is not an integer");
     if (ti == a.ignore_index) {
       a.target[static_cast<std::size_t>(i)] = -1;
     } else if (ti < 0 || ti >= a.classes) {
-      return make_error(ErrorCode::invalid_argument, "target[" + std::to_string(i) + "] = " + std::to_string(ti) +
-                                                         " is outside [0, " + std::to_string(a.classes) + ")");
+      return make_error(ErrorCode::invalid_argument,
+                        "target[" + std::to_string(i) + "] = " + std::to_string(ti) +
+                            " is outside [0, " + std::to_string(a.classes) + ")");
     } else {
       a.target[static_cast<std::size_t>(i)] = ti;
     }
@@ -74,44 +83,50 @@ Result<std::vector<RefOutput>> cross_entropy_reference(const RefContext& ctx) {
   const RefArg& logits = ctx.input("logits");
   const auto n = static_cast<std::size_t>(a.rows);
   std::vector<double> loss(n, 0.0), c(n, 0.0), cin(n, 0.0);
-  const double classes = static_cast<double>(a.classes), sqrt_c = std::sqrt(classes), s = a.smoothing;
-  parallel_for(a.rows, [&](std::int64_t rb, std::int64_t re) {
-    for (std::int64_t r = rb; r < re; ++r) {
-      const auto ri = static_cast<std::size_t>(r);
-      const std::int64_t t = a.target[ri];
-      if (t < 0) continue;  // ignored: contributes 0
-      const double* x = logits.data.data() + r * a.classes;
-      double m = -std::numeric_limits<double>::infinity();
-      bool nan = false;
-      for (std::int64_t k = 0; k < a.classes; ++k) nan |= std::isnan(x[k]), m = std::max(m, x[k]);
-      if (nan) m = k_nan;
-      double sum_e = 0.0, spread = 0.0, sum_x = 0.0, sum_abs = 0.0;
-      for (std::int64_t k = 0; k < a.classes; ++k) {
-        const double e = std::exp(x[k] - m);
-        sum_e += e;
-        spread += e * std::fabs(x[k] - m);
-        sum_x += x[k];
-        sum_abs += std::fabs(x[k]);
-      }
-      const double lse = m + std::log(sum_e);
-      const double logp_t = x[t] - lse;
-      double l = -logp_t, abs_logp_mean = 0.0;
-      if (s > 0.0) {
-        for (std::int64_t k = 0; k < a.classes; ++k) abs_logp_mean += std::fabs(x[k] - lse);
-        abs_logp_mean /= classes;
-        l = (1.0 - s) * l + s * (lse - sum_x / classes);
-      }
-      loss[ri] = l;
-      if (finite(l)) {
-        c[ri] = std::fabs(m) + std::fabs(lse) + std::fabs(x[t]) + sqrt_c + spread / sum_e +
-                s * (std::fabs(lse) + sum_abs / sqrt_c);
-        c[ri] = overflow_guard(c[ri], sum_abs);
-        cin[ri] = (1.0 - s) * std::fabs(logp_t) + s * abs_logp_mean;
-      }
-    }
-  }, std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(a.classes, 1)));
+  const double classes = static_cast<double>(a.classes), sqrt_c = std::sqrt(classes),
+               s = a.smoothing;
+  parallel_for(
+      a.rows,
+      [&](std::int64_t rb, std::int64_t re) {
+        for (std::int64_t r = rb; r < re; ++r) {
+          const auto ri = static_cast<std::size_t>(r);
+          const std::int64_t t = a.target[ri];
+          if (t < 0) continue;  // ignored: contributes 0
+          const double* x = logits.data.data() + r * a.classes;
+          double m = -std::numeric_limits<double>::infinity();
+          bool nan = false;
+          for (std::int64_t k = 0; k < a.classes; ++k)
+            nan |= std::isnan(x[k]), m = std::max(m, x[k]);
+          if (nan) m = k_nan;
+          double sum_e = 0.0, spread = 0.0, sum_x = 0.0, sum_abs = 0.0;
+          for (std::int64_t k = 0; k < a.classes; ++k) {
+            const double e = std::exp(x[k] - m);
+            sum_e += e;
+            spread += e * std::fabs(x[k] - m);
+            sum_x += x[k];
+            sum_abs += std::fabs(x[k]);
+          }
+          const double lse = m + std::log(sum_e);
+          const double logp_t = x[t] - lse;
+          double l = -logp_t, abs_logp_mean = 0.0;
+          if (s > 0.0) {
+            for (std::int64_t k = 0; k < a.classes; ++k) abs_logp_mean += std::fabs(x[k] - lse);
+            abs_logp_mean /= classes;
+            l = (1.0 - s) * l + s * (lse - sum_x / classes);
+          }
+          loss[ri] = l;
+          if (finite(l)) {
+            c[ri] = std::fabs(m) + std::fabs(lse) + std::fabs(x[t]) + sqrt_c + spread / sum_e +
+                    s * (std::fabs(lse) + sum_abs / sqrt_c);
+            c[ri] = overflow_guard(c[ri], sum_abs);
+            cin[ri] = (1.0 - s) * std::fabs(logp_t) + s * abs_logp_mean;
+          }
+        }
+      },
+      std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(a.classes, 1)));
   const DType od = ctx.output_dtype();
-  if (a.reduction == Reduction::none) return single_output(od, {a.rows}, std::move(loss), std::move(c), std::move(cin));
+  if (a.reduction == Reduction::none)
+    return single_output(od, {a.rows}, std::move(loss), std::move(c), std::move(cin));
   double total = 0.0, total_abs = 0.0, c_sum = 0.0, cin_sum = 0.0;
   std::int64_t count = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -121,7 +136,8 @@ Result<std::vector<RefOutput>> cross_entropy_reference(const RefContext& ctx) {
     cin_sum += cin[i];
     count += a.target[i] >= 0;
   }
-  double value = total, c_acc = c_sum + std::sqrt(static_cast<double>(count)) * total_abs, c_in = cin_sum;
+  double value = total, c_acc = c_sum + std::sqrt(static_cast<double>(count)) * total_abs,
+         c_in = cin_sum;
   if (a.reduction == Reduction::mean) {
     const double cnt = static_cast<double>(count);
     value = total / cnt;  // 0 / 0 = NaN when every row is ignored, as torch
@@ -141,59 +157,73 @@ KernelFn cross_entropy_kernel(CeVariant v) {
     const DType dt = logits.dtype, od = ctx.output_dtype();
     const float s = f32(a.smoothing), classes = static_cast<float>(a.classes);
     std::vector<float> loss(static_cast<std::size_t>(a.rows), 0.0f);
-    parallel_for(a.rows, [&](std::int64_t rb, std::int64_t re) {
-      std::vector<float> x(static_cast<std::size_t>(a.classes));
-      for (std::int64_t r = rb; r < re; ++r) {
-        const std::int64_t t = a.target[static_cast<std::size_t>(r)];
-        if (t < 0) continue;
-        for (std::int64_t k = 0; k < a.classes; ++k)
-          x[static_cast<std::size_t>(k)] = f32(logits.data[static_cast<std::size_t>(r * a.classes + k)]);
-        const float* xp = x.data();
-        float m = -k_inf_f, lse = 0.0f;
-        for (std::int64_t k = 0; k < a.classes; ++k) m = std::isnan(xp[k]) || xp[k] > m ? xp[k] : m;
-        if (v == CeVariant::online) {
-          constexpr std::int64_t block = 128;
-          float run_m = -k_inf_f, sum = 0.0f;
-          for (std::int64_t b = 0; b < a.classes; b += block) {
-            float tm = -k_inf_f;
-            for (std::int64_t k = b; k < std::min(a.classes, b + block); ++k) tm = std::isnan(xp[k]) || xp[k] > tm ? xp[k] : tm;
-            const float m_new = std::isnan(tm) || tm > run_m ? tm : run_m;
-            float ts = 0.0f;
-            for (std::int64_t k = b; k < std::min(a.classes, b + block); ++k) ts += std::exp(xp[k] - m_new);
-            sum = (sum == 0.0f ? 0.0f : sum * std::exp(run_m - m_new)) + ts;
-            run_m = m_new;
+    parallel_for(
+        a.rows,
+        [&](std::int64_t rb, std::int64_t re) {
+          std::vector<float> x(static_cast<std::size_t>(a.classes));
+          for (std::int64_t r = rb; r < re; ++r) {
+            const std::int64_t t = a.target[static_cast<std::size_t>(r)];
+            if (t < 0) continue;
+            for (std::int64_t k = 0; k < a.classes; ++k)
+              x[static_cast<std::size_t>(k)] =
+                  f32(logits.data[static_cast<std::size_t>(r * a.classes + k)]);
+            const float* xp = x.data();
+            float m = -k_inf_f, lse = 0.0f;
+            for (std::int64_t k = 0; k < a.classes; ++k)
+              m = std::isnan(xp[k]) || xp[k] > m ? xp[k] : m;
+            if (v == CeVariant::online) {
+              constexpr std::int64_t block = 128;
+              float run_m = -k_inf_f, sum = 0.0f;
+              for (std::int64_t b = 0; b < a.classes; b += block) {
+                float tm = -k_inf_f;
+                for (std::int64_t k = b; k < std::min(a.classes, b + block); ++k)
+                  tm = std::isnan(xp[k]) || xp[k] > tm ? xp[k] : tm;
+                const float m_new = std::isnan(tm) || tm > run_m ? tm : run_m;
+                float ts = 0.0f;
+                for (std::int64_t k = b; k < std::min(a.classes, b + block); ++k)
+                  ts += std::exp(xp[k] - m_new);
+                sum = (sum == 0.0f ? 0.0f : sum * std::exp(run_m - m_new)) + ts;
+                run_m = m_new;
+              }
+              lse = run_m + std::log(sum);
+            } else {
+              const float shift = v == CeVariant::no_max ? 0.0f : m;
+              const RowSum how = v == CeVariant::lowp_sum ? RowSum::lowp : RowSum::tiled;
+              lse = shift + std::log(row_sum(a.classes, how, 1024, dt, [&](std::int64_t k) {
+                      return std::exp(xp[k] - shift);
+                    }));
+            }
+            float l = 0.0f;
+            if (v == CeVariant::logp_rounded) {
+              // log_softmax stored in the input dtype, then nll_loss (and the smoothing term) read
+              // it.
+              auto logp = [&](std::int64_t k) { return store_as(dt, xp[k] - lse); };
+              l = -logp(t);
+              if (s > 0.0f) {
+                const float mean_logp = row_sum(a.classes, RowSum::tiled, 1024, dt, logp) / classes;
+                l = (1.0f - s) * l - s * mean_logp;
+              }
+            } else {
+              l = lse - xp[t];
+              if (s > 0.0f) {
+                const float mean_x = row_sum(a.classes, RowSum::tiled, 1024, dt,
+                                             [&](std::int64_t k) { return xp[k]; }) /
+                                     classes;
+                l = (1.0f - s) * l + s * (lse - mean_x);
+              }
+            }
+            loss[static_cast<std::size_t>(r)] = l;
           }
-          lse = run_m + std::log(sum);
-        } else {
-          const float shift = v == CeVariant::no_max ? 0.0f : m;
-          const RowSum how = v == CeVariant::lowp_sum ? RowSum::lowp : RowSum::tiled;
-          lse = shift + std::log(row_sum(a.classes, how, 1024, dt, [&](std::int64_t k) { return std::exp(xp[k] - shift); }));
-        }
-        float l = 0.0f;
-        if (v == CeVariant::logp_rounded) {
-          // log_softmax stored in the input dtype, then nll_loss (and the smoothing term) read it.
-          auto logp = [&](std::int64_t k) { return store_as(dt, xp[k] - lse); };
-          l = -logp(t);
-          if (s > 0.0f) {
-            const float mean_logp = row_sum(a.classes, RowSum::tiled, 1024, dt, logp) / classes;
-            l = (1.0f - s) * l - s * mean_logp;
-          }
-        } else {
-          l = lse - xp[t];
-          if (s > 0.0f) {
-            const float mean_x = row_sum(a.classes, RowSum::tiled, 1024, dt, [&](std::int64_t k) { return xp[k]; }) / classes;
-            l = (1.0f - s) * l + s * (lse - mean_x);
-          }
-        }
-        loss[static_cast<std::size_t>(r)] = l;
-      }
-    }, std::max<std::int64_t>(1, (1 << 13) / std::max<std::int64_t>(a.classes, 1)));
+        },
+        std::max<std::int64_t>(1, (1 << 13) / std::max<std::int64_t>(a.classes, 1)));
     if (a.reduction == Reduction::none) {
       std::vector<double> out(loss.size());
-      for (std::size_t i = 0; i < loss.size(); ++i) out[i] = round_to(od, static_cast<double>(loss[i]));
+      for (std::size_t i = 0; i < loss.size(); ++i)
+        out[i] = round_to(od, static_cast<double>(loss[i]));
       return KernelOutputs{std::move(out)};
     }
-    const float total = row_sum(a.rows, RowSum::tiled, 1024, dt, [&](std::int64_t i) { return loss[static_cast<std::size_t>(i)]; });
+    const float total = row_sum(a.rows, RowSum::tiled, 1024, dt,
+                                [&](std::int64_t i) { return loss[static_cast<std::size_t>(i)]; });
     float value = total;
     if (a.reduction == Reduction::mean) {
       std::int64_t count = 0;
@@ -209,16 +239,22 @@ BuiltinOp cross_entropy_op() {
   op.name = "cross_entropy";
   op.reference = cross_entropy_reference;
   op.controls = {
-      {"fused_fp32", "per row: max, fp32 tiled sum of exp(x - max), loss = lse - x_t; fp32 sum over rows",
+      {"fused_fp32",
+       "per row: max, fp32 tiled sum of exp(x - max), loss = lse - x_t; fp32 sum over rows",
        cross_entropy_kernel(CeVariant::fused)},
-      {"online_fp32", "online log-sum-exp over 128-wide tiles with the rescale", cross_entropy_kernel(CeVariant::online)},
-      {"log_softmax_rounded", "PyTorch's decomposition: log_softmax stored in the input dtype, then nll_loss",
+      {"online_fp32", "online log-sum-exp over 128-wide tiles with the rescale",
+       cross_entropy_kernel(CeVariant::online)},
+      {"log_softmax_rounded",
+       "PyTorch's decomposition: log_softmax stored in the input dtype, then nll_loss",
        cross_entropy_kernel(CeVariant::logp_rounded)},
   };
   op.buggy = {
-      {"ignore_counted_in_mean", "'mean' divides by N, counting ignored rows", cross_entropy_kernel(CeVariant::ignore_counted)},
-      {"no_max_subtraction", "log(sum(exp(x))): overflows for logits > 88", cross_entropy_kernel(CeVariant::no_max)},
-      {"lowp_sum", "the sum of exp(x - max) is kept in the input dtype", cross_entropy_kernel(CeVariant::lowp_sum)},
+      {"ignore_counted_in_mean", "'mean' divides by N, counting ignored rows",
+       cross_entropy_kernel(CeVariant::ignore_counted)},
+      {"no_max_subtraction", "log(sum(exp(x))): overflows for logits > 88",
+       cross_entropy_kernel(CeVariant::no_max)},
+      {"lowp_sum", "the sum of exp(x - max) is kept in the input dtype",
+       cross_entropy_kernel(CeVariant::lowp_sum)},
   };
   return op;
 }
@@ -245,8 +281,9 @@ Result<EmbArgs> emb_args(const RefContext& ctx) {
     const double v = idx.data[i];
     const auto vi = static_cast<std::int64_t>(v);
     if (static_cast<double>(vi) != v || vi < 0 || vi >= a.vocab)
-      return make_error(ErrorCode::invalid_argument, "index " + std::to_string(v) + " is outside [0, " +
-                                                         std::to_string(a.vocab) + ")");
+      return make_error(
+          ErrorCode::invalid_argument,
+          "index " + std::to_string(v) + " is outside [0, " + std::to_string(a.vocab) + ")");
     a.index[i] = vi;
   }
   return a;
@@ -255,23 +292,29 @@ Result<EmbArgs> emb_args(const RefContext& ctx) {
 enum class EmbVariant { gather, fp32_staging, bounds_off_by_one, tail_dropped, fp16_staging };
 
 // The gather; `v` selects how each row is copied. Shared by the reference (EmbVariant::gather).
-Result<std::vector<double>> embedding_gather(const RefContext& ctx, const EmbArgs& a, EmbVariant v, DType od) {
+Result<std::vector<double>> embedding_gather(const RefContext& ctx, const EmbArgs& a, EmbVariant v,
+                                             DType od) {
   const RefArg& w = ctx.input("weight");
   constexpr std::int64_t block = 128;
   const std::int64_t copied = v == EmbVariant::tail_dropped ? a.dim / block * block : a.dim;
   std::vector<double> out(a.index.size() * static_cast<std::size_t>(a.dim), 0.0);
-  parallel_for(static_cast<std::int64_t>(a.index.size()), [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) {
-      const std::int64_t row = a.index[static_cast<std::size_t>(i)];
-      if (v == EmbVariant::bounds_off_by_one && row >= a.vocab - 1) continue;  // mask `idx < V - 1`
-      for (std::int64_t d = 0; d < copied; ++d) {
-        double val = w.data[static_cast<std::size_t>(row * a.dim + d)];
-        if (v == EmbVariant::fp32_staging) val = static_cast<double>(f32(val));
-        if (v == EmbVariant::fp16_staging) val = round_to(DType::float16, val);
-        out[static_cast<std::size_t>(i * a.dim + d)] = v == EmbVariant::gather ? val : round_to(od, val);
-      }
-    }
-  }, std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(a.dim, 1)));
+  parallel_for(
+      static_cast<std::int64_t>(a.index.size()),
+      [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+          const std::int64_t row = a.index[static_cast<std::size_t>(i)];
+          if (v == EmbVariant::bounds_off_by_one && row >= a.vocab - 1)
+            continue;  // mask `idx < V - 1`
+          for (std::int64_t d = 0; d < copied; ++d) {
+            double val = w.data[static_cast<std::size_t>(row * a.dim + d)];
+            if (v == EmbVariant::fp32_staging) val = static_cast<double>(f32(val));
+            if (v == EmbVariant::fp16_staging) val = round_to(DType::float16, val);
+            out[static_cast<std::size_t>(i * a.dim + d)] =
+                v == EmbVariant::gather ? val : round_to(od, val);
+          }
+        }
+      },
+      std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(a.dim, 1)));
   return out;
 }
 
@@ -288,19 +331,24 @@ BuiltinOp embedding_op() {
   op.name = "embedding";
   op.reference = [](const RefContext& ctx) -> Result<std::vector<RefOutput>> {
     GPUEMU_TRY(EmbArgs a, emb_args(ctx));
-    GPUEMU_TRY(std::vector<double> out, embedding_gather(ctx, a, EmbVariant::gather, ctx.output_dtype()));
+    GPUEMU_TRY(std::vector<double> out,
+               embedding_gather(ctx, a, EmbVariant::gather, ctx.output_dtype()));
     return single_output(ctx.output_dtype(), a.out_shape, std::move(out));
   };
   op.controls = {
-      {"gather_copy", "each output row copied from weight[index]", embedding_kernel(EmbVariant::gather)},
-      {"fp32_staging", "rows loaded into fp32 registers and stored back", embedding_kernel(EmbVariant::fp32_staging)},
+      {"gather_copy", "each output row copied from weight[index]",
+       embedding_kernel(EmbVariant::gather)},
+      {"fp32_staging", "rows loaded into fp32 registers and stored back",
+       embedding_kernel(EmbVariant::fp32_staging)},
   };
   op.buggy = {
       {"bounds_off_by_one", "masks with idx < V - 1: the last row of the table reads as zeros",
        embedding_kernel(EmbVariant::bounds_off_by_one)},
-      {"tail_tile_dropped", "copies D in 128-wide tiles, D // 128 of them: the partial tail tile stays zero",
+      {"tail_tile_dropped",
+       "copies D in 128-wide tiles, D // 128 of them: the partial tail tile stays zero",
        embedding_kernel(EmbVariant::tail_dropped)},
-      {"fp16_staging", "rows staged through a float16 buffer: loses fp32 precision, overflows bf16 past 65504",
+      {"fp16_staging",
+       "rows staged through a float16 buffer: loses fp32 precision, overflows bf16 past 65504",
        embedding_kernel(EmbVariant::fp16_staging)},
   };
   return op;

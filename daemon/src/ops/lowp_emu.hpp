@@ -38,7 +38,9 @@ inline float store_as(DType dtype, float v) {
 // non-finite outputs, and a finite output then sits far inside u_fp32 * c_acc.
 // (An infinite intermediate comes from an infinite input, which the reference propagates itself.)
 inline double overflow_guard(double c_acc, double intermediate) {
-  return intermediate >= k_fp32_max / 4 && std::isfinite(intermediate) ? std::max(c_acc, intermediate) : c_acc;
+  return intermediate >= k_fp32_max / 4 && std::isfinite(intermediate)
+             ? std::max(c_acc, intermediate)
+             : c_acc;
 }
 
 // Pairwise (tree) sum of buf[0, n), in place: how tl.sum / a warp-shuffle reduction adds a tile.
@@ -130,7 +132,8 @@ inline Moments merge_moments(const Moments& a, const Moments& b) {
 
 template <class Load>
 Moments welford_row(std::int64_t len, std::int64_t lanes, Load&& load) {
-  std::vector<Moments> lane(static_cast<std::size_t>(std::max<std::int64_t>(1, std::min(lanes, len))));
+  std::vector<Moments> lane(
+      static_cast<std::size_t>(std::max<std::int64_t>(1, std::min(lanes, len))));
   const auto nl = static_cast<std::int64_t>(lane.size());
   for (std::int64_t k = 0; k < len; ++k) {
     Moments& m = lane[static_cast<std::size_t>(k % nl)];
@@ -142,8 +145,8 @@ Moments welford_row(std::int64_t len, std::int64_t lanes, Load&& load) {
   }
   for (std::int64_t width = 1; width < nl; width *= 2)
     for (std::int64_t i = 0; i + width < nl; i += 2 * width)
-      lane[static_cast<std::size_t>(i)] =
-          merge_moments(lane[static_cast<std::size_t>(i)], lane[static_cast<std::size_t>(i + width)]);
+      lane[static_cast<std::size_t>(i)] = merge_moments(lane[static_cast<std::size_t>(i)],
+                                                        lane[static_cast<std::size_t>(i + width)]);
   return lane[0];
 }
 

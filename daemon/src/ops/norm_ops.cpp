@@ -42,7 +42,9 @@ struct NormRows {
 struct Affine {
   const RefArg* weight = nullptr;
   const RefArg* bias = nullptr;
-  double w(std::int64_t i) const { return weight ? weight->data[static_cast<std::size_t>(i)] : 1.0; }
+  double w(std::int64_t i) const {
+    return weight ? weight->data[static_cast<std::size_t>(i)] : 1.0;
+  }
   double b(std::int64_t i) const { return bias ? bias->data[static_cast<std::size_t>(i)] : 0.0; }
 };
 
@@ -52,8 +54,9 @@ Result<Affine> affine_of(const RefContext& ctx, std::int64_t size, bool with_bia
     if ((!with_bias && std::string(name) == "bias") || !ctx.has_input(name)) continue;
     const RefArg& t = ctx.input(name);
     if (t.numel() != size)
-      return make_error(ErrorCode::shape_mismatch, std::string(name) + " has " + std::to_string(t.numel()) +
-                                                       " elements, expected " + std::to_string(size));
+      return make_error(ErrorCode::shape_mismatch,
+                        std::string(name) + " has " + std::to_string(t.numel()) +
+                            " elements, expected " + std::to_string(size));
     (std::string(name) == "weight" ? a.weight : a.bias) = &t;
   }
   return a;
@@ -65,11 +68,13 @@ Result<NormRows> norm_rows(const RefContext& ctx, NormKind kind) {
   const RefArg& x = ctx.input("x");
   NormRows nr;
   if (kind == NormKind::group) {
-    if (x.shape.size() < 2) return make_error(ErrorCode::shape_mismatch, "group_norm needs x of rank >= 2");
+    if (x.shape.size() < 2)
+      return make_error(ErrorCode::shape_mismatch, "group_norm needs x of rank >= 2");
     const std::int64_t groups = ctx.attr_int("num_groups"), channels = x.shape[1];
     if (groups < 1 || channels % groups != 0)
       return make_error(ErrorCode::invalid_argument, "num_groups " + std::to_string(groups) +
-                                                         " does not divide the " + std::to_string(channels) + " channels");
+                                                         " does not divide the " +
+                                                         std::to_string(channels) + " channels");
     nr.grouped = true;
     nr.groups = groups;
     nr.per_group_channels = channels / groups;
@@ -92,8 +97,10 @@ Result<std::vector<RefOutput>> norm_reference(const RefContext& ctx, NormKind ki
   GPUEMU_TRY(NormRows nr, norm_rows(ctx, kind));
   const std::int64_t affine_n = affine_size(ctx, nr);
   GPUEMU_TRY(Affine af, affine_of(ctx, affine_n, kind != NormKind::rms));
-  std::vector<double> wv(static_cast<std::size_t>(affine_n)), bv(static_cast<std::size_t>(affine_n));
-  for (std::int64_t a = 0; a < affine_n; ++a) wv[static_cast<std::size_t>(a)] = af.w(a), bv[static_cast<std::size_t>(a)] = af.b(a);
+  std::vector<double> wv(static_cast<std::size_t>(affine_n)),
+      bv(static_cast<std::size_t>(affine_n));
+  for (std::int64_t a = 0; a < affine_n; ++a)
+    wv[static_cast<std::size_t>(a)] = af.w(a), bv[static_cast<std::size_t>(a)] = af.b(a);
   const double eps = ctx.attr_float("eps");
   const double in_min_normal = dtype_info(x.dtype).min_normal;
   const bool centered = kind != NormKind::rms;
@@ -102,48 +109,80 @@ Result<std::vector<RefOutput>> norm_reference(const RefContext& ctx, NormKind ki
   const std::int64_t chans = nr.grouped ? nr.per_group_channels : nr.len;
   const std::int64_t spatial = nr.grouped ? nr.spatial : 1;
   std::vector<double> out(x.data.size()), c_acc(x.data.size()), c_in(x.data.size());
-  parallel_for(nr.rows, [&](std::int64_t rb, std::int64_t re) {
-    for (std::int64_t r = rb; r < re; ++r) {
-      const double* row = x.data.data() + r * nr.len;
-      double mean = 0.0, abs_sum = 0.0;
-      for (std::int64_t k = 0; k < nr.len; ++k) mean += row[k], abs_sum += std::fabs(row[k]);
-      mean = centered ? mean / len : 0.0;
-      double ssq = 0.0;
-      for (std::int64_t k = 0; k < nr.len; ++k) ssq += (row[k] - mean) * (row[k] - mean);
-      const double rstd = 1.0 / std::sqrt(ssq / len + eps);
-      const double intermediate = std::max(abs_sum, ssq);
-      // The fp32 mean is off by about u * mean|x| * sqrt(len) (mean|x| >= |mean|: mixed signs).
-      const double mean_abs = centered ? abs_sum / len : 0.0;
-      const double amp = rstd * sqrt_len;
-      const std::int64_t c0 = nr.grouped ? (r % nr.groups) * nr.per_group_channels : 0;
-      for (std::int64_t j = 0; j < chans; ++j) {
-        const double w = wv[static_cast<std::size_t>(c0 + j)], b = bv[static_cast<std::size_t>(c0 + j)];
-        const double aw = std::fabs(w), ab = std::fabs(b);
-        for (std::int64_t sp = 0; sp < spatial; ++sp) {
-          const std::int64_t k = j * spatial + sp;
-          const double xh = (row[k] - mean) * rstd;
-          const double y = xh * w + b;
-          const auto i = static_cast<std::size_t>(r * nr.len + k);
-          out[i] = y;
-          const bool ok = finite(y);
-          c_acc[i] = ok ? overflow_guard((std::fabs(row[k]) + mean_abs) * amp * aw + ab + aw * k_fp32_min_normal,
-                                         intermediate) : 0.0;
-          c_in[i] = ok ? std::fabs(xh * w) + aw * in_min_normal : 0.0;
+  parallel_for(
+      nr.rows,
+      [&](std::int64_t rb, std::int64_t re) {
+        for (std::int64_t r = rb; r < re; ++r) {
+          const double* row = x.data.data() + r * nr.len;
+          double mean = 0.0, abs_sum = 0.0;
+          for (std::int64_t k = 0; k < nr.len; ++k) mean += row[k], abs_sum += std::fabs(row[k]);
+          mean = centered ? mean / len : 0.0;
+          // Corrected two-pass (Chan, Golub, LeVeque): the deviations' own sum removes the first
+          // pass's rounding from the mean, which a large offset over a tiny variance would
+          // otherwise amplify by mean/sigma (at 1e5, 5e-10 relative error in x_hat).
+          double dev = 0.0, ssq = 0.0;
+          for (std::int64_t k = 0; k < nr.len; ++k) {
+            const double d = row[k] - mean;
+            dev += d;
+            ssq += d * d;
+          }
+          if (centered && finite(dev)) {
+            mean += dev / len;
+            ssq -= dev * dev / len;
+          }
+          const double rstd = 1.0 / std::sqrt(ssq / len + eps);
+          const double intermediate = std::max(abs_sum, ssq);
+          // The fp32 mean is off by about u * mean|x| * sqrt(len) (mean|x| >= |mean|: mixed signs).
+          const double mean_abs = centered ? abs_sum / len : 0.0;
+          const double amp = rstd * sqrt_len, c_base = mean_abs * amp + k_fp32_min_normal;
+          // Where an fp32 intermediate may overflow, the whole row is indeterminate.
+          const double floor_c =
+              intermediate >= k_fp32_max / 4 && finite(intermediate) ? intermediate : 0.0;
+          double* o = out.data() + r * nr.len;
+          double* ca = c_acc.data() + r * nr.len;
+          double* ci = c_in.data() + r * nr.len;
+          auto emit = [&](std::int64_t k, double y, double xh, double w, double b) {
+            o[k] = y;
+            const bool ok = finite(y);
+            const double aw = std::fabs(w);
+            ca[k] = ok ? std::max(aw * (std::fabs(row[k]) * amp + c_base) + std::fabs(b), floor_c)
+                       : 0.0;
+            ci[k] = ok ? std::fabs(xh * w) + aw * in_min_normal : 0.0;
+          };
+          if (!nr.grouped) {
+            for (std::int64_t k = 0; k < nr.len; ++k) {
+              const double xh = (row[k] - mean) * rstd;
+              emit(k, xh * wv[static_cast<std::size_t>(k)] + bv[static_cast<std::size_t>(k)], xh,
+                   wv[static_cast<std::size_t>(k)], bv[static_cast<std::size_t>(k)]);
+            }
+            continue;
+          }
+          // PyTorch's group_norm folds the affine into per-channel scale = rstd * w and
+          // shift = b - scale * mean (an Inf weight then gives NaN, not +-Inf); layer_norm applies
+          // w to x_hat. Both agree to 1e-16 relative on finite values.
+          const std::int64_t c0 = (r % nr.groups) * nr.per_group_channels;
+          for (std::int64_t j = 0; j < chans; ++j) {
+            const double w = wv[static_cast<std::size_t>(c0 + j)],
+                         b = bv[static_cast<std::size_t>(c0 + j)];
+            const double scale = rstd * w, shift = b - scale * mean;
+            for (std::int64_t k = j * spatial; k < (j + 1) * spatial; ++k)
+              emit(k, row[k] * scale + shift, (row[k] - mean) * rstd, w, b);
+          }
         }
-      }
-    }
-  }, std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(nr.len, 1)));
-  return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc), std::move(c_in));
+      },
+      std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(nr.len, 1)));
+  return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc),
+                       std::move(c_in));
 }
 
 // How an emulated norm kernel forms its statistics and normalises.
 enum class Stats {
-  two_pass,   // fp32: tiled mean, then tiled sum of squared deviations
-  welford,    // fp32: 128 Welford lanes merged pairwise
-  one_pass,   // bug: E[x^2] - E[x]^2 in fp32 (cancels under a large offset)
-  lowp,       // bug: two-pass with the sums kept in the input dtype
-  padded,     // bug: sums divided by BLOCK = next_power_of_2(len) instead of len
-  interleaved // bug (group_norm): channel c belongs to group c % G instead of c / (C/G)
+  two_pass,    // fp32: tiled mean, then tiled sum of squared deviations
+  welford,     // fp32: 128 Welford lanes merged pairwise
+  one_pass,    // bug: E[x^2] - E[x]^2 in fp32 (cancels under a large offset)
+  lowp,        // bug: two-pass with the sums kept in the input dtype
+  padded,      // bug: sums divided by BLOCK = next_power_of_2(len) instead of len
+  interleaved  // bug (group_norm): channel c belongs to group c % G instead of c / (C/G)
 };
 
 struct NormVariant {
@@ -159,8 +198,8 @@ std::int64_t next_pow2(std::int64_t n) {
 }
 
 // Mean and 1/sigma of `len` floats in fp32, per the variant.
-void row_stats(const float* x, std::int64_t len, bool centered, float eps, DType dt, const NormVariant& v,
-               float& mean, float& rstd) {
+void row_stats(const float* x, std::int64_t len, bool centered, float eps, DType dt,
+               const NormVariant& v, float& mean, float& rstd) {
   const float n = static_cast<float>(v.stats == Stats::padded ? next_pow2(len) : len);
   const RowSum how = v.stats == Stats::lowp ? RowSum::lowp : RowSum::tiled;
   float var = 0.0f;
@@ -171,13 +210,15 @@ void row_stats(const float* x, std::int64_t len, bool centered, float eps, DType
     var = m.m2 / n;
   } else if (v.stats == Stats::one_pass && centered) {
     const float s = row_sum(len, RowSum::tiled, 1024, dt, [x](std::int64_t k) { return x[k]; });
-    const float sq = row_sum(len, RowSum::tiled, 1024, dt, [x](std::int64_t k) { return x[k] * x[k]; });
+    const float sq =
+        row_sum(len, RowSum::tiled, 1024, dt, [x](std::int64_t k) { return x[k] * x[k]; });
     mean = s / n;
     var = sq / n - mean * mean;
   } else {
     if (centered) mean = row_sum(len, how, 1024, dt, [x](std::int64_t k) { return x[k]; }) / n;
     const float m = mean;
-    var = row_sum(len, how, 1024, dt, [x, m](std::int64_t k) { return (x[k] - m) * (x[k] - m); }) / n;
+    var =
+        row_sum(len, how, 1024, dt, [x, m](std::int64_t k) { return (x[k] - m) * (x[k] - m); }) / n;
   }
   rstd = v.eps_outside ? 1.0f / (std::sqrt(var) + eps) : 1.0f / std::sqrt(var + eps);
 }
@@ -191,37 +232,49 @@ KernelFn norm_kernel(NormKind kind, NormVariant v) {
     const DType od = ctx.output_dtype();
     const bool centered = kind != NormKind::rms;
     std::vector<double> out(x.data.size());
-    parallel_for(nr.rows, [&](std::int64_t rb, std::int64_t re) {
-      std::vector<float> row(static_cast<std::size_t>(nr.len));
-      std::vector<std::size_t> where(static_cast<std::size_t>(nr.len));
-      std::vector<std::int64_t> channel(static_cast<std::size_t>(nr.len));
-      for (std::int64_t r = rb; r < re; ++r) {
-        // The elements of this row (interleaved groups gather channels g, g+G, g+2G, ...).
-        for (std::int64_t k = 0; k < nr.len; ++k) {
-          std::int64_t flat = r * nr.len + k, a = nr.affine_index(r, k);
-          if (v.stats == Stats::interleaved) {
-            const std::int64_t b = r / nr.groups, g = r % nr.groups;
-            const std::int64_t c = g + (k / nr.spatial) * nr.groups;
-            flat = (b * nr.groups * nr.per_group_channels + c) * nr.spatial + k % nr.spatial;
-            a = c;
+    parallel_for(
+        nr.rows,
+        [&](std::int64_t rb, std::int64_t re) {
+          std::vector<float> row(static_cast<std::size_t>(nr.len));
+          std::vector<std::size_t> where(static_cast<std::size_t>(nr.len));
+          std::vector<std::int64_t> channel(static_cast<std::size_t>(nr.len));
+          for (std::int64_t r = rb; r < re; ++r) {
+            // The elements of this row (interleaved groups gather channels g, g+G, g+2G, ...).
+            for (std::int64_t k = 0; k < nr.len; ++k) {
+              std::int64_t flat = r * nr.len + k, a = nr.affine_index(r, k);
+              if (v.stats == Stats::interleaved) {
+                const std::int64_t b = r / nr.groups, g = r % nr.groups;
+                const std::int64_t c = g + (k / nr.spatial) * nr.groups;
+                flat = (b * nr.groups * nr.per_group_channels + c) * nr.spatial + k % nr.spatial;
+                a = c;
+              }
+              where[static_cast<std::size_t>(k)] = static_cast<std::size_t>(flat);
+              channel[static_cast<std::size_t>(k)] = a;
+              row[static_cast<std::size_t>(k)] = f32(x.data[static_cast<std::size_t>(flat)]);
+            }
+            float mean = 0.0f, rstd = 0.0f;
+            NormVariant sv = v;
+            if (sv.stats == Stats::interleaved) sv.stats = Stats::two_pass;
+            row_stats(row.data(), nr.len, centered, eps, x.dtype, sv, mean, rstd);
+            for (std::int64_t k = 0; k < nr.len; ++k) {
+              const auto ks = static_cast<std::size_t>(k);
+              const float w = f32(af.w(channel[ks])), b = f32(af.b(channel[ks]));
+              float y = 0.0f;
+              if (kind == NormKind::group && !v.round_xhat) {
+                // PyTorch's GroupNorm kernels: per-channel scale = rstd * w, shift = b - scale *
+                // mean.
+                const float scale = rstd * w;
+                y = row[ks] * scale + (b - scale * mean);
+              } else {
+                float xh = (row[ks] - mean) * rstd;
+                if (v.round_xhat) xh = store_as(x.dtype, xh);
+                y = xh * w + b;
+              }
+              out[where[ks]] = round_to(od, static_cast<double>(y));
+            }
           }
-          where[static_cast<std::size_t>(k)] = static_cast<std::size_t>(flat);
-          channel[static_cast<std::size_t>(k)] = a;
-          row[static_cast<std::size_t>(k)] = f32(x.data[static_cast<std::size_t>(flat)]);
-        }
-        float mean = 0.0f, rstd = 0.0f;
-        NormVariant sv = v;
-        if (sv.stats == Stats::interleaved) sv.stats = Stats::two_pass;
-        row_stats(row.data(), nr.len, centered, eps, x.dtype, sv, mean, rstd);
-        for (std::int64_t k = 0; k < nr.len; ++k) {
-          const auto ks = static_cast<std::size_t>(k);
-          float xh = (row[ks] - mean) * rstd;
-          if (v.round_xhat) xh = store_as(x.dtype, xh);
-          const float y = xh * f32(af.w(channel[ks])) + f32(af.b(channel[ks]));
-          out[where[ks]] = round_to(od, static_cast<double>(y));
-        }
-      }
-    }, std::max<std::int64_t>(1, (1 << 13) / std::max<std::int64_t>(nr.len, 1)));
+        },
+        std::max<std::int64_t>(1, (1 << 13) / std::max<std::int64_t>(nr.len, 1)));
     return KernelOutputs{std::move(out)};
   };
 }
@@ -231,23 +284,30 @@ BuiltinOp norm_op(const char* name, NormKind kind) {
   op.name = name;
   op.reference = [kind](const RefContext& ctx) { return norm_reference(ctx, kind); };
   const bool centered = kind != NormKind::rms;
-  op.controls.push_back({"fp32_two_pass", centered ? "fp32 tiled mean, then tiled sum of squared deviations, "
-                                                     "(x - mean) * rsqrt(var + eps) * w + b"
-                                                   : "fp32 tiled mean of squares, x * rsqrt(ms + eps) * w",
-                         norm_kernel(kind, {Stats::two_pass})});
+  const char* two_pass =
+      kind == NormKind::rms ? "fp32 tiled mean of squares, x * rsqrt(ms + eps) * w"
+      : kind == NormKind::group
+          ? "fp32 tiled mean, then tiled sum of squared deviations; per-channel scale = "
+            "rstd * w and shift = b - scale * mean (PyTorch's GroupNorm kernels)"
+          : "fp32 tiled mean, then tiled sum of squared deviations, "
+            "(x - mean) * rsqrt(var + eps) * w + b";
+  op.controls.push_back({"fp32_two_pass", two_pass, norm_kernel(kind, {Stats::two_pass})});
   if (centered)
     op.controls.push_back({"fp32_welford", "128 Welford lanes in fp32 merged pairwise (Chan)",
                            norm_kernel(kind, {Stats::welford})});
-  op.controls.push_back({"xhat_rounded", "x_hat stored in the input dtype before the weight product (HF "
-                                         "LlamaRMSNorm's `weight * x.to(input_dtype)`)",
+  op.controls.push_back({"xhat_rounded",
+                         "x_hat stored in the input dtype before the weight product (HF "
+                         "LlamaRMSNorm's `weight * x.to(input_dtype)`)",
                          norm_kernel(kind, {Stats::two_pass, false, true})});
   if (centered)
-    op.buggy.push_back({"one_pass_variance", "var = E[x^2] - E[x]^2 in fp32: cancels under a large offset",
+    op.buggy.push_back({"one_pass_variance",
+                        "var = E[x^2] - E[x]^2 in fp32: cancels under a large offset",
                         norm_kernel(kind, {Stats::one_pass})});
   op.buggy.push_back({"eps_outside_sqrt", "1 / (sqrt(var) + eps) instead of 1 / sqrt(var + eps)",
                       norm_kernel(kind, {Stats::two_pass, true})});
   if (kind == NormKind::group) {
-    op.buggy.push_back({"interleaved_groups", "channel c is put in group c % G instead of c / (C/G)",
+    op.buggy.push_back({"interleaved_groups",
+                        "channel c is put in group c % G instead of c / (C/G)",
                         norm_kernel(kind, {Stats::interleaved})});
   } else {
     op.buggy.push_back({"lowp_accumulator", "the statistics' sums are kept in the input dtype",
@@ -266,7 +326,8 @@ struct BnView {
 
 Result<BnView> bn_view(const RefContext& ctx) {
   const RefArg& x = ctx.input("x");
-  if (x.shape.size() < 2) return make_error(ErrorCode::shape_mismatch, "batch_norm needs x of rank >= 2");
+  if (x.shape.size() < 2)
+    return make_error(ErrorCode::shape_mismatch, "batch_norm needs x of rank >= 2");
   BnView v;
   v.batch = x.shape[0];
   v.channels = x.shape[1];
@@ -286,27 +347,39 @@ Result<std::vector<RefOutput>> batch_norm_reference(const RefContext& ctx) {
   const double eps = ctx.attr_float("eps");
   const double in_min_normal = dtype_info(x.dtype).min_normal;
   std::vector<double> out(x.data.size()), c_acc(x.data.size()), c_in(x.data.size());
-  parallel_for(v.batch * v.channels, [&](std::int64_t pb, std::int64_t pe) {
-    for (std::int64_t p = pb; p < pe; ++p) {
-      const auto c = static_cast<std::size_t>(p % v.channels);
-      const double rstd = 1.0 / std::sqrt(rv.data[c] + eps);
-      const double w = af.w(static_cast<std::int64_t>(c)), b = af.b(static_cast<std::int64_t>(c));
-      for (std::int64_t s = 0; s < v.spatial; ++s) {
-        const auto i = static_cast<std::size_t>(p * v.spatial + s);
-        const double xh = (x.data[i] - rm.data[c]) * rstd;
-        const double y = xh * w + b;
-        out[i] = y;
-        const bool ok = finite(y);
-        const double spread = std::fabs(x.data[i]) + std::fabs(rm.data[c]);  // x - mean in fp32
-        // Underflowed fp32 intermediates ((x - mean) * rstd, or w * rstd in the fused form) are
-        // off by up to half a subnormal spacing, amplified by w or by x and mean.
-        const double underflow = (std::fabs(w) + spread) * k_fp32_min_normal;
-        c_acc[i] = ok ? overflow_guard(spread * std::fabs(w) * rstd + std::fabs(b) + underflow, spread) : 0.0;
-        c_in[i] = ok ? std::fabs(xh * w) + std::fabs(w) * in_min_normal : 0.0;
-      }
-    }
-  }, std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(v.spatial, 1)));
-  return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc), std::move(c_in));
+  parallel_for(
+      v.batch * v.channels,
+      [&](std::int64_t pb, std::int64_t pe) {
+        for (std::int64_t p = pb; p < pe; ++p) {
+          const auto c = static_cast<std::size_t>(p % v.channels);
+          const double rstd = 1.0 / std::sqrt(rv.data[c] + eps);
+          const double w = af.w(static_cast<std::int64_t>(c)),
+                       b = af.b(static_cast<std::int64_t>(c));
+          // PyTorch's formula (batch_norm_cpu_transform_input): alpha = w * invstd,
+          // beta = b - mean * alpha, out = x * alpha + beta. It decides the special values (an Inf
+          // weight gives NaN where (x - mean) * invstd * w would give Inf); for finite values it is
+          // within 1e-16 * (|x * alpha| + |beta|) of the direct form, far inside the error model.
+          const double alpha = w * rstd, beta = b - rm.data[c] * alpha;
+          for (std::int64_t s = 0; s < v.spatial; ++s) {
+            const auto i = static_cast<std::size_t>(p * v.spatial + s);
+            const double xh = (x.data[i] - rm.data[c]) * rstd;
+            const double y = x.data[i] * alpha + beta;
+            out[i] = y;
+            const bool ok = finite(y);
+            const double spread = std::fabs(x.data[i]) + std::fabs(rm.data[c]);  // x - mean in fp32
+            // Underflowed fp32 intermediates ((x - mean) * rstd, or w * rstd in the fused form) are
+            // off by up to half a subnormal spacing, amplified by w or by x and mean.
+            const double underflow = (std::fabs(w) + spread) * k_fp32_min_normal;
+            c_acc[i] =
+                ok ? overflow_guard(spread * std::fabs(w) * rstd + std::fabs(b) + underflow, spread)
+                   : 0.0;
+            c_in[i] = ok ? std::fabs(xh * w) + std::fabs(w) * in_min_normal : 0.0;
+          }
+        }
+      },
+      std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(v.spatial, 1)));
+  return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc),
+                       std::move(c_in));
 }
 
 enum class BnVariant { direct, scale_shift, eps_outside, channel_last_index, batch_stats };
@@ -321,41 +394,51 @@ KernelFn batch_norm_kernel(BnVariant variant) {
     const float eps = f32(ctx.attr_float("eps"));
     const DType od = ctx.output_dtype();
     // Per-channel mean and variance; training-mode statistics for the batch_stats bug.
-    std::vector<float> mean(static_cast<std::size_t>(v.channels)), var(static_cast<std::size_t>(v.channels));
+    std::vector<float> mean(static_cast<std::size_t>(v.channels)),
+        var(static_cast<std::size_t>(v.channels));
     for (std::int64_t c = 0; c < v.channels; ++c) {
       const auto cs = static_cast<std::size_t>(c);
       mean[cs] = f32(rm.data[cs]);
       var[cs] = f32(rv.data[cs]);
       if (variant == BnVariant::batch_stats) {
         const std::int64_t n = v.batch * v.spatial;
-        auto at = [&](std::int64_t k) { return f32(x.data[static_cast<std::size_t>(((k / v.spatial) * v.channels + c) * v.spatial + k % v.spatial)]); };
+        auto at = [&](std::int64_t k) {
+          return f32(x.data[static_cast<std::size_t>(
+              ((k / v.spatial) * v.channels + c) * v.spatial + k % v.spatial)]);
+        };
         const float m = row_sum(n, RowSum::tiled, 1024, x.dtype, at) / static_cast<float>(n);
         mean[cs] = m;
-        var[cs] = row_sum(n, RowSum::tiled, 1024, x.dtype, [&](std::int64_t k) { return (at(k) - m) * (at(k) - m); }) /
+        var[cs] = row_sum(n, RowSum::tiled, 1024, x.dtype,
+                          [&](std::int64_t k) { return (at(k) - m) * (at(k) - m); }) /
                   static_cast<float>(n);
       }
     }
     std::vector<double> out(x.data.size());
     const std::int64_t n = x.numel();
-    parallel_for(n, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t i = b; i < e; ++i) {
-        const std::int64_t c = variant == BnVariant::channel_last_index ? i % v.channels : (i / v.spatial) % v.channels;
-        const auto cs = static_cast<std::size_t>(c);
-        const float xv = f32(x.data[static_cast<std::size_t>(i)]);
-        const float w = f32(af.w(c)), bias = f32(af.b(c));
-        const float rstd = variant == BnVariant::eps_outside ? 1.0f / (std::sqrt(var[cs]) + eps)
-                                                              : 1.0f / std::sqrt(var[cs] + eps);
-        float y = 0.0f;
-        if (variant == BnVariant::scale_shift) {
-          const float scale = w * rstd;
-          const float shift = bias - mean[cs] * scale;
-          y = xv * scale + shift;
-        } else {
-          y = (xv - mean[cs]) * rstd * w + bias;
-        }
-        out[static_cast<std::size_t>(i)] = round_to(od, static_cast<double>(y));
-      }
-    }, 1 << 14);
+    parallel_for(
+        n,
+        [&](std::int64_t b, std::int64_t e) {
+          for (std::int64_t i = b; i < e; ++i) {
+            const std::int64_t c = variant == BnVariant::channel_last_index
+                                       ? i % v.channels
+                                       : (i / v.spatial) % v.channels;
+            const auto cs = static_cast<std::size_t>(c);
+            const float xv = f32(x.data[static_cast<std::size_t>(i)]);
+            const float w = f32(af.w(c)), bias = f32(af.b(c));
+            const float rstd = variant == BnVariant::eps_outside ? 1.0f / (std::sqrt(var[cs]) + eps)
+                                                                 : 1.0f / std::sqrt(var[cs] + eps);
+            float y = 0.0f;
+            if (variant == BnVariant::scale_shift) {
+              const float scale = w * rstd;
+              const float shift = bias - mean[cs] * scale;
+              y = xv * scale + shift;
+            } else {
+              y = (xv - mean[cs]) * rstd * w + bias;
+            }
+            out[static_cast<std::size_t>(i)] = round_to(od, static_cast<double>(y));
+          }
+        },
+        1 << 14);
     return KernelOutputs{std::move(out)};
   };
 }
@@ -365,16 +448,22 @@ BuiltinOp batch_norm_op() {
   op.name = "batch_norm";
   op.reference = batch_norm_reference;
   op.controls = {
-      {"fp32_direct", "(x - mean) * rsqrt(var + eps) * w + b in fp32", batch_norm_kernel(BnVariant::direct)},
-      {"fp32_scale_shift", "cuDNN inference: scale = w * rsqrt(var + eps), shift = b - mean * scale, "
-                           "x * scale + shift", batch_norm_kernel(BnVariant::scale_shift)},
+      {"fp32_direct", "(x - mean) * rsqrt(var + eps) * w + b in fp32",
+       batch_norm_kernel(BnVariant::direct)},
+      {"fp32_scale_shift",
+       "cuDNN inference: scale = w * rsqrt(var + eps), shift = b - mean * scale, "
+       "x * scale + shift",
+       batch_norm_kernel(BnVariant::scale_shift)},
   };
   op.buggy = {
       {"eps_outside_sqrt", "1 / (sqrt(var) + eps)", batch_norm_kernel(BnVariant::eps_outside)},
-      {"channel_last_index", "channel taken as flat_index % C (channels-last indexing of an NCHW tensor)",
+      {"channel_last_index",
+       "channel taken as flat_index % C (channels-last indexing of an NCHW tensor)",
        batch_norm_kernel(BnVariant::channel_last_index)},
-      {"batch_statistics", "normalises with the batch's own mean and variance (training mode) instead of the "
-                           "running statistics", batch_norm_kernel(BnVariant::batch_stats)},
+      {"batch_statistics",
+       "normalises with the batch's own mean and variance (training mode) instead of the "
+       "running statistics",
+       batch_norm_kernel(BnVariant::batch_stats)},
   };
   return op;
 }

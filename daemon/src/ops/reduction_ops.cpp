@@ -30,11 +30,13 @@ constexpr double k_neg_inf = -std::numeric_limits<double>::infinity();
 
 // Row r (= o * inner + i) of a tensor seen as [outer, len, inner]: a pointer to its `len` values,
 // contiguous (gathered into `buf` when the reduced dim is not the innermost).
-const double* row_of(const std::vector<double>& x, const ReduceGeom& g, std::int64_t r, std::vector<double>& buf) {
+const double* row_of(const std::vector<double>& x, const ReduceGeom& g, std::int64_t r,
+                     std::vector<double>& buf) {
   if (g.inner == 1) return x.data() + r * g.len;
   buf.resize(static_cast<std::size_t>(g.len));
   const std::int64_t o = r / g.inner, i = r % g.inner;
-  for (std::int64_t k = 0; k < g.len; ++k) buf[static_cast<std::size_t>(k)] = x[static_cast<std::size_t>(g.index(o, k, i))];
+  for (std::int64_t k = 0; k < g.len; ++k)
+    buf[static_cast<std::size_t>(k)] = x[static_cast<std::size_t>(g.index(o, k, i))];
   return buf.data();
 }
 
@@ -62,10 +64,13 @@ Result<ReduceArgs> reduce_args(const RefContext& ctx, const RefArg& x, bool same
 template <class Fn>
 void for_rows(const std::vector<double>& x, const ReduceGeom& g, Fn&& fn) {
   const std::int64_t rows = g.outer * g.inner;
-  parallel_for(rows, [&](std::int64_t b, std::int64_t e) {
-    std::vector<double> buf;
-    for (std::int64_t r = b; r < e; ++r) fn(r, row_of(x, g, r, buf));
-  }, std::max<std::int64_t>(1, (1 << 15) / std::max<std::int64_t>(g.len, 1)));
+  parallel_for(
+      rows,
+      [&](std::int64_t b, std::int64_t e) {
+        std::vector<double> buf;
+        for (std::int64_t r = b; r < e; ++r) fn(r, row_of(x, g, r, buf));
+      },
+      std::max<std::int64_t>(1, (1 << 15) / std::max<std::int64_t>(g.len, 1)));
 }
 
 // ---- references --------------------------------------------------------------------------------
@@ -192,20 +197,25 @@ KernelFn row_kernel(bool same_shape, bool int_output, RowKernel fn) {
     const std::int64_t per_row = same_shape ? g.len : 1;
     std::vector<double> out(static_cast<std::size_t>(g.outer * g.inner * per_row));
     const std::int64_t rows = g.outer * g.inner;
-    parallel_for(rows, [&](std::int64_t b, std::int64_t e) {
-      std::vector<double> buf, res(static_cast<std::size_t>(per_row));
-      std::vector<float> row32(static_cast<std::size_t>(g.len));
-      for (std::int64_t r = b; r < e; ++r) {
-        const double* row = row_of(x.data, g, r, buf);
-        for (std::int64_t k = 0; k < g.len; ++k) row32[static_cast<std::size_t>(k)] = f32(row[k]);
-        fn(row32.data(), g.len, x.dtype, res.data());
-        if (same_shape) {
-          for (std::int64_t k = 0; k < g.len; ++k) out[flat(g, r, k)] = round_to(od, res[static_cast<std::size_t>(k)]);
-        } else {
-          out[static_cast<std::size_t>(r)] = round_to(od, res[0]);
-        }
-      }
-    }, std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(g.len, 1)));
+    parallel_for(
+        rows,
+        [&](std::int64_t b, std::int64_t e) {
+          std::vector<double> buf, res(static_cast<std::size_t>(per_row));
+          std::vector<float> row32(static_cast<std::size_t>(g.len));
+          for (std::int64_t r = b; r < e; ++r) {
+            const double* row = row_of(x.data, g, r, buf);
+            for (std::int64_t k = 0; k < g.len; ++k)
+              row32[static_cast<std::size_t>(k)] = f32(row[k]);
+            fn(row32.data(), g.len, x.dtype, res.data());
+            if (same_shape) {
+              for (std::int64_t k = 0; k < g.len; ++k)
+                out[flat(g, r, k)] = round_to(od, res[static_cast<std::size_t>(k)]);
+            } else {
+              out[static_cast<std::size_t>(r)] = round_to(od, res[0]);
+            }
+          }
+        },
+        std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(g.len, 1)));
     return KernelOutputs{std::move(out)};
   };
 }
@@ -221,9 +231,12 @@ KernelFn sum_kernel(bool mean, RowSum how, std::int64_t block, bool padded_divis
 BuiltinOp sum_op(bool mean) {
   BuiltinOp op;
   op.name = mean ? "mean" : "sum";
-  op.reference = [mean](const RefContext& ctx) { return reduce_reference(ctx, mean ? Red::mean : Red::sum); };
+  op.reference = [mean](const RefContext& ctx) {
+    return reduce_reference(ctx, mean ? Red::mean : Red::sum);
+  };
   op.controls = {
-      {"fp32_tiled", "1024-wide tiles summed as trees in fp32, tile sums added to an fp32 accumulator",
+      {"fp32_tiled",
+       "1024-wide tiles summed as trees in fp32, tile sums added to an fp32 accumulator",
        sum_kernel(mean, RowSum::tiled, 1024)},
       {"fp32_warp", "a warp per row: 32 lanes of strided fp32 running sums, then a shuffle tree",
        sum_kernel(mean, RowSum::lanes, 1)},
@@ -247,7 +260,9 @@ BuiltinOp sum_op(bool mean) {
 enum class MaxVariant { tiled, tree, zero_init, tail_dropped, fmax };
 
 // NaN-propagating max of two floats (NaN wins), as torch's max kernels compare.
-inline float nan_max(float a, float b) { return (std::isnan(a) || a > b) ? a : b; }
+inline float nan_max(float a, float b) {
+  return (std::isnan(a) || a > b) ? a : b;
+}
 
 KernelFn amax_kernel(MaxVariant v) {
   return row_kernel(false, false, [v](const float* x, std::int64_t len, DType, double* res) {
@@ -257,10 +272,13 @@ KernelFn amax_kernel(MaxVariant v) {
     if (v == MaxVariant::tree) {
       std::vector<float> buf(x, x + len);
       for (std::int64_t w = 1; w < len; w *= 2)
-        for (std::int64_t i = 0; i + w < len; i += 2 * w) buf[static_cast<std::size_t>(i)] = nan_max(buf[static_cast<std::size_t>(i)], buf[static_cast<std::size_t>(i + w)]);
+        for (std::int64_t i = 0; i + w < len; i += 2 * w)
+          buf[static_cast<std::size_t>(i)] =
+              nan_max(buf[static_cast<std::size_t>(i)], buf[static_cast<std::size_t>(i + w)]);
       m = len > 0 ? buf[0] : m;
     } else {
-      for (std::int64_t k = 0; k < end; ++k) m = v == MaxVariant::fmax ? std::fmax(m, x[k]) : nan_max(m, x[k]);
+      for (std::int64_t k = 0; k < end; ++k)
+        m = v == MaxVariant::fmax ? std::fmax(m, x[k]) : nan_max(m, x[k]);
     }
     res[0] = m;
   });
@@ -303,7 +321,9 @@ KernelFn argmax_kernel(ArgVariant v) {
         }
       }
       const std::int64_t reported = v == ArgVariant::tile_local_index ? ti - t : ti;
-      const bool take = best_i < 0 || (v == ArgVariant::nan_ignored ? tv > best_v : better(tv, ti, best_v, best_i));
+      const bool take =
+          best_i < 0 ||
+          (v == ArgVariant::nan_ignored ? tv > best_v : better(tv, ti, best_v, best_i));
       if (take) best_v = tv, best_i = reported;
     }
     res[0] = static_cast<double>(std::max<std::int64_t>(best_i, 0));
@@ -327,8 +347,10 @@ KernelFn lse_kernel(LseVariant v) {
         float ts = 0.0f;
         for (std::int64_t k = t; k < std::min(len, t + block); ++k) ts += std::exp(x[k] - shift);
         const float old_shift = std::isinf(run_m) ? 0.0f : run_m;
-        if (v == LseVariant::online_no_rescale || s == 0.0f) s += ts;
-        else s = s * std::exp(old_shift - shift) + ts;
+        if (v == LseVariant::online_no_rescale || s == 0.0f)
+          s += ts;
+        else
+          s = s * std::exp(old_shift - shift) + ts;
         run_m = m_new;
       }
       res[0] = std::log(s) + (std::isinf(run_m) ? 0.0f : run_m);
@@ -336,7 +358,8 @@ KernelFn lse_kernel(LseVariant v) {
     }
     const float shift = (v == LseVariant::no_max || std::isinf(m)) ? 0.0f : m;
     const RowSum how = v == LseVariant::lowp_sum ? RowSum::lowp : RowSum::tiled;
-    const float s = row_sum(len, how, 1024, dt, [&](std::int64_t k) { return std::exp(x[k] - shift); });
+    const float s =
+        row_sum(len, how, 1024, dt, [&](std::int64_t k) { return std::exp(x[k] - shift); });
     res[0] = std::log(s) + shift;
   });
 }
@@ -346,19 +369,21 @@ enum class L2Variant { two_pass, rsqrt, lowp, tail_dropped, eps_inside_rsqrt };
 KernelFn l2norm_kernel(L2Variant v) {
   return [v](const RefContext& ctx) -> Result<KernelOutputs> {
     const float eps = f32(ctx.attr_float("eps"));
-    return row_kernel(true, false, [v, eps](const float* x, std::int64_t len, DType dt, double* res) {
-      const RowSum how = v == L2Variant::lowp ? RowSum::lowp
-                         : v == L2Variant::tail_dropped ? RowSum::tail_dropped : RowSum::tiled;
-      const float ss = row_sum(len, how, 1024, dt, [x](std::int64_t k) { return x[k] * x[k]; });
-      if (v == L2Variant::rsqrt || v == L2Variant::eps_inside_rsqrt) {
-        const float arg = v == L2Variant::rsqrt ? nan_max(ss, eps * eps) : ss + eps;
-        const float inv = f32(1.0 / std::sqrt(static_cast<double>(arg)));
-        for (std::int64_t k = 0; k < len; ++k) res[k] = x[k] * inv;
-      } else {
-        const float denom = nan_max(std::sqrt(ss), eps);
-        for (std::int64_t k = 0; k < len; ++k) res[k] = x[k] / denom;
-      }
-    })(ctx);
+    return row_kernel(
+        true, false, [v, eps](const float* x, std::int64_t len, DType dt, double* res) {
+          const RowSum how = v == L2Variant::lowp           ? RowSum::lowp
+                             : v == L2Variant::tail_dropped ? RowSum::tail_dropped
+                                                            : RowSum::tiled;
+          const float ss = row_sum(len, how, 1024, dt, [x](std::int64_t k) { return x[k] * x[k]; });
+          if (v == L2Variant::rsqrt || v == L2Variant::eps_inside_rsqrt) {
+            const float arg = v == L2Variant::rsqrt ? nan_max(ss, eps * eps) : ss + eps;
+            const float inv = f32(1.0 / std::sqrt(static_cast<double>(arg)));
+            for (std::int64_t k = 0; k < len; ++k) res[k] = x[k] * inv;
+          } else {
+            const float denom = nan_max(std::sqrt(ss), eps);
+            for (std::int64_t k = 0; k < len; ++k) res[k] = x[k] / denom;
+          }
+        })(ctx);
   };
 }
 
@@ -373,16 +398,21 @@ KernelFn cumsum_kernel(ScanVariant v) {
       std::array<float, 32> total{}, tmp{};
       for (std::int64_t c = 0; c < 32; ++c) {
         float s = 0.0f;
-        for (std::int64_t k = c * chunk; k < std::min(len, (c + 1) * chunk); ++k) res[k] = s += x[k];
+        for (std::int64_t k = c * chunk; k < std::min(len, (c + 1) * chunk); ++k)
+          res[k] = s += x[k];
         total[static_cast<std::size_t>(c)] = s;
       }
       for (std::int64_t off = 1; off < 32; off *= 2) {
-        for (std::size_t c = 0; c < 32; ++c) tmp[c] = total[c] + (c >= static_cast<std::size_t>(off) ? total[c - static_cast<std::size_t>(off)] : 0.0f);
+        for (std::size_t c = 0; c < 32; ++c)
+          tmp[c] = total[c] + (c >= static_cast<std::size_t>(off)
+                                   ? total[c - static_cast<std::size_t>(off)]
+                                   : 0.0f);
         total = tmp;
       }
       for (std::int64_t c = 1; c < 32; ++c)
         for (std::int64_t k = c * chunk; k < std::min(len, (c + 1) * chunk); ++k)
-          res[k] = static_cast<double>(total[static_cast<std::size_t>(c - 1)] + static_cast<float>(res[k]));
+          res[k] = static_cast<double>(total[static_cast<std::size_t>(c - 1)] +
+                                       static_cast<float>(res[k]));
       return;
     }
     if (v == ScanVariant::lowp || v == ScanVariant::exclusive) {
@@ -404,7 +434,8 @@ KernelFn cumsum_kernel(ScanVariant v) {
       for (std::int64_t k = 0; k < n; ++k) a[static_cast<std::size_t>(k)] = x[t + k];
       for (std::int64_t off = 1; off < n; off *= 2) {
         for (std::int64_t k = 0; k < n; ++k)
-          b[static_cast<std::size_t>(k)] = a[static_cast<std::size_t>(k)] + (k >= off ? a[static_cast<std::size_t>(k - off)] : 0.0f);
+          b[static_cast<std::size_t>(k)] = a[static_cast<std::size_t>(k)] +
+                                           (k >= off ? a[static_cast<std::size_t>(k - off)] : 0.0f);
         a = b;
       }
       for (std::int64_t k = 0; k < n; ++k) res[t + k] = carry + a[static_cast<std::size_t>(k)];
@@ -419,45 +450,72 @@ KernelFn cumsum_kernel(ScanVariant v) {
 void register_reduction_ops(BuiltinRegistry& r) {
   r.add(sum_op(false));
   r.add(sum_op(true));
-  r.add({"amax", [](const RefContext& ctx) { return reduce_reference(ctx, Red::amax); },
-         {{"fp32_tiled", "running max over 1024-wide tiles from -inf, NaN propagating", amax_kernel(MaxVariant::tiled)},
+  r.add({"amax",
+         [](const RefContext& ctx) { return reduce_reference(ctx, Red::amax); },
+         {{"fp32_tiled", "running max over 1024-wide tiles from -inf, NaN propagating",
+           amax_kernel(MaxVariant::tiled)},
           {"fp32_tree", "pairwise tree of NaN-propagating max", amax_kernel(MaxVariant::tree)}},
-         {{"zero_init", "the running max starts at 0: all-negative rows give 0", amax_kernel(MaxVariant::zero_init)},
-          {"tail_dropped", "loops over len // 1024 tiles only", amax_kernel(MaxVariant::tail_dropped)},
-          {"fmax_drops_nan", "fmaxf: NaN is ignored where torch.amax returns NaN", amax_kernel(MaxVariant::fmax)}}});
-  r.add({"argmax", [](const RefContext& ctx) { return reduce_reference(ctx, Red::argmax); },
-         {{"fp32_tiled", "128-wide tiles: first index of each tile's max, merged keeping the earlier index on "
-                         "ties, NaN as the maximum", argmax_kernel(ArgVariant::tiled)},
-          {"fp32_tree", "pairwise tree of (value, index), ties to the smaller index", argmax_kernel(ArgVariant::tree)}},
-         {{"tile_local_index", "returns the index inside its 128-wide tile (the tile offset is never added)",
+         {{"zero_init", "the running max starts at 0: all-negative rows give 0",
+           amax_kernel(MaxVariant::zero_init)},
+          {"tail_dropped", "loops over len // 1024 tiles only",
+           amax_kernel(MaxVariant::tail_dropped)},
+          {"fmax_drops_nan", "fmaxf: NaN is ignored where torch.amax returns NaN",
+           amax_kernel(MaxVariant::fmax)}}});
+  r.add({"argmax",
+         [](const RefContext& ctx) { return reduce_reference(ctx, Red::argmax); },
+         {{"fp32_tiled",
+           "128-wide tiles: first index of each tile's max, merged keeping the earlier index on "
+           "ties, NaN as the maximum",
+           argmax_kernel(ArgVariant::tiled)},
+          {"fp32_tree", "pairwise tree of (value, index), ties to the smaller index",
+           argmax_kernel(ArgVariant::tree)}},
+         {{"tile_local_index",
+           "returns the index inside its 128-wide tile (the tile offset is never added)",
            argmax_kernel(ArgVariant::tile_local_index)},
-          {"zero_init", "best value starts at 0 with index 0: all-negative rows give 0", argmax_kernel(ArgVariant::zero_init)},
+          {"zero_init", "best value starts at 0 with index 0: all-negative rows give 0",
+           argmax_kernel(ArgVariant::zero_init)},
           {"nan_ignored", "`x > best` skips NaN, so rows holding NaN point at a finite value",
            argmax_kernel(ArgVariant::nan_ignored)}}});
-  r.add({"logsumexp", [](const RefContext& ctx) { return reduce_reference(ctx, Red::logsumexp); },
-         {{"fp32_two_pass", "max pass, fp32 tile sums of exp(x - max), log + max (torch's inf masking)",
+  r.add({"logsumexp",
+         [](const RefContext& ctx) { return reduce_reference(ctx, Red::logsumexp); },
+         {{"fp32_two_pass",
+           "max pass, fp32 tile sums of exp(x - max), log + max (torch's inf masking)",
            lse_kernel(LseVariant::two_pass)},
-          {"fp32_online", "online max/sum over 128-wide tiles with the rescale", lse_kernel(LseVariant::online)}},
-         {{"no_max_subtraction", "log(sum(exp(x))): overflows for x > 88", lse_kernel(LseVariant::no_max)},
-          {"online_no_rescale", "online sum that forgets s *= exp(m_old - m_new)", lse_kernel(LseVariant::online_no_rescale)},
-          {"lowp_sum", "the sum of exp is kept in the input dtype", lse_kernel(LseVariant::lowp_sum)}}});
-  r.add({"l2norm", l2norm_reference,
-         {{"fp32_two_pass", "fp32 tiled sum of squares, x / max(sqrt(ss), eps)", l2norm_kernel(L2Variant::two_pass)},
+          {"fp32_online", "online max/sum over 128-wide tiles with the rescale",
+           lse_kernel(LseVariant::online)}},
+         {{"no_max_subtraction", "log(sum(exp(x))): overflows for x > 88",
+           lse_kernel(LseVariant::no_max)},
+          {"online_no_rescale", "online sum that forgets s *= exp(m_old - m_new)",
+           lse_kernel(LseVariant::online_no_rescale)},
+          {"lowp_sum", "the sum of exp is kept in the input dtype",
+           lse_kernel(LseVariant::lowp_sum)}}});
+  r.add({"l2norm",
+         l2norm_reference,
+         {{"fp32_two_pass", "fp32 tiled sum of squares, x / max(sqrt(ss), eps)",
+           l2norm_kernel(L2Variant::two_pass)},
           {"fp32_rsqrt", "x * rsqrt(max(ss, eps^2))", l2norm_kernel(L2Variant::rsqrt)}},
-         {{"lowp_accumulator", "the sum of squares is kept in the input dtype", l2norm_kernel(L2Variant::lowp)},
+         {{"lowp_accumulator", "the sum of squares is kept in the input dtype",
+           l2norm_kernel(L2Variant::lowp)},
           {"tail_dropped", "the sum of squares skips the partial tail tile (BLOCK=1024)",
            l2norm_kernel(L2Variant::tail_dropped)},
-          {"eps_inside_rsqrt", "x * rsqrt(ss + eps): eps added to the squared norm", l2norm_kernel(L2Variant::eps_inside_rsqrt)}}});
-  r.add({"cumsum", cumsum_reference,
-         {{"fp32_warp_chunks", "32 contiguous chunks scanned in sequence by one lane each, plus the scanned "
-                               "chunk totals", cumsum_kernel(ScanVariant::warp_chunks)},
+          {"eps_inside_rsqrt", "x * rsqrt(ss + eps): eps added to the squared norm",
+           l2norm_kernel(L2Variant::eps_inside_rsqrt)}}});
+  r.add({"cumsum",
+         cumsum_reference,
+         {{"fp32_warp_chunks",
+           "32 contiguous chunks scanned in sequence by one lane each, plus the scanned "
+           "chunk totals",
+           cumsum_kernel(ScanVariant::warp_chunks)},
           {"fp32_blocked_scan", "256-wide tiles scanned in fp32 (Hillis-Steele) plus an fp32 carry",
            cumsum_kernel(ScanVariant::blocked)}},
-         {{"lowp_running_sum", "the running sum is stored in the input dtype at every step (what PyTorch's "
-                               "CUDA cumsum does for float16/bfloat16)", cumsum_kernel(ScanVariant::lowp)},
+         {{"lowp_running_sum",
+           "the running sum is stored in the input dtype at every step (what PyTorch's "
+           "CUDA cumsum does for float16/bfloat16)",
+           cumsum_kernel(ScanVariant::lowp)},
           {"carry_overwrite", "`carry = tile_total` instead of `carry += tile_total`",
            cumsum_kernel(ScanVariant::carry_overwrite)},
-          {"exclusive_scan", "writes the sum before each element (exclusive scan)", cumsum_kernel(ScanVariant::exclusive)}}});
+          {"exclusive_scan", "writes the sum before each element (exclusive scan)",
+           cumsum_kernel(ScanVariant::exclusive)}}});
 }
 
 }  // namespace gpuemu::ops
