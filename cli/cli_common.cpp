@@ -31,12 +31,16 @@ std::pair<std::string, std::vector<std::int64_t>> parse_dim_restriction(const st
 std::pair<std::string, nlohmann::json> parse_attr_assignment(const std::string& text) {
   auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0)
-    throw GpuemuException(make_error(ErrorCode::invalid_argument, "--attr wants NAME=VALUE, got '" + text + "'"));
+    throw GpuemuException(
+        make_error(ErrorCode::invalid_argument, "--attr wants NAME=VALUE, got '" + text + "'"));
   std::string value = text.substr(eq + 1);
   nlohmann::json v;
-  if (value == "True" || value == "true") v = true;
-  else if (value == "False" || value == "false") v = false;
-  else if (value == "None" || value == "null") v = nullptr;
+  if (value == "True" || value == "true")
+    v = true;
+  else if (value == "False" || value == "false")
+    v = false;
+  else if (value == "None" || value == "null")
+    v = nullptr;
   else {
     try {
       v = nlohmann::json::parse(value);

@@ -37,6 +37,8 @@ inline int print_error(const std::string& message) {
 void register_ops_commands(CLI::App& app, CliContext& ctx);
 void register_lint_commands(CLI::App& app, CliContext& ctx);
 void register_fuzz_commands(CLI::App& app, CliContext& ctx);
+void register_daemon_commands(CLI::App& app, CliContext& ctx);
+void register_failure_commands(CLI::App& app, CliContext& ctx);
 
 // Parses "D=64,128" into a dim restriction; "name=value" attrs into JSON values.
 std::pair<std::string, std::vector<std::int64_t>> parse_dim_restriction(const std::string& text);
@@ -44,7 +46,8 @@ std::pair<std::string, nlohmann::json> parse_attr_assignment(const std::string& 
 
 // FuzzOptions from the common fuzzing flags (--dtype, --strategy, --dims, --attr, --vary-attr).
 FuzzOptions make_fuzz_options(const std::vector<std::string>& dtypes, const std::string& strategy,
-                              const std::vector<std::string>& dims, const std::vector<std::string>& attrs,
+                              const std::vector<std::string>& dims,
+                              const std::vector<std::string>& attrs,
                               const std::vector<std::string>& vary, bool no_layouts);
 
 }  // namespace gpuemu::cli

@@ -1,15 +1,19 @@
-// gpuemu fuzz (in-process with --no-daemon: a built-in emulated kernel as the kernel under test)
-// and gpuemu calibrate.
+// gpuemu fuzz: through the daemon (which stores every failure) or in this process with
+// --no-daemon; the kernel under test is a built-in emulated kernel (--kernel) or a Python function
+// (--script FILE.py:FUNC). And gpuemu calibrate.
 #include "cli_common.hpp"
+#include "daemon_link.hpp"
 
 #include <gpuemu/engine.hpp>
+#include <server/script_kernel.hpp>
 
+#include <unistd.h>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <random>
-#include <unistd.h>
 
 namespace gpuemu::cli {
 namespace {
@@ -40,23 +44,22 @@ std::string layouts_text(const TestCase& c) {
   return s.empty() ? "contiguous" : s;
 }
 
-bool color() { return isatty(1) && !std::getenv("NO_COLOR"); }
-std::string red(const std::string& s) { return color() ? "\033[31m" + s + "\033[0m" : s; }
-std::string green(const std::string& s) { return color() ? "\033[32m" + s + "\033[0m" : s; }
-
 void print_failure(const CaseResult& f, const std::optional<Minimized>& minimized) {
   const TestCase& c = f.test_case;
-  std::cout << "\n" << red("FAIL") << " case " << c.index << "  seed " << c.seed << "  " << dtype_name(c.dtype)
-            << "  " << dims_text(c) << "  layouts: " << layouts_text(c) << "\n";
+  std::cout << "\n"
+            << red("FAIL") << " case " << c.index << "  seed " << c.seed << "  "
+            << dtype_name(c.dtype) << "  " << dims_text(c) << "  layouts: " << layouts_text(c)
+            << "\n";
   if (!c.attrs.empty()) std::cout << "  attrs:      " << c.attrs.dump() << "\n";
   std::cout << "  verdict:    " << f.verdict.message << "\n";
   for (const auto& o : f.verdict.outputs) {
     if (o.passed || o.worst_index < 0) continue;
     std::string coords;
     for (auto x : o.worst_coords) coords += (coords.empty() ? "" : ", ") + std::to_string(x);
-    std::cout << "  worst:      " << o.name << "[" << coords << "] got " << fmt(o.worst_out) << ", expected "
-              << fmt(o.worst_ref) << " (error " << fmt(o.max_error) << " vs envelope " << fmt(f.verdict.envelope)
-              << ", " << o.failing << " failing elements)\n";
+    std::cout << "  worst:      " << o.name << "[" << coords << "] got " << fmt(o.worst_out)
+              << ", expected " << fmt(o.worst_ref) << " (error " << fmt(o.max_error)
+              << " vs envelope " << fmt(f.verdict.envelope) << ", " << o.failing
+              << " failing elements)\n";
   }
   std::cout << "  diagnosis:  " << f.diagnosis.bug_class << ": " << f.diagnosis.summary << "\n";
   for (const auto& e : f.diagnosis.evidence) std::cout << "              - " << e << "\n";
@@ -68,15 +71,26 @@ void print_failure(const CaseResult& f, const std::optional<Minimized>& minimize
 
 void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
   auto* fuzz = app.add_subcommand("fuzz", "Fuzz an op against a kernel and judge every case");
-  static std::string op, kernel, strategy = "adversarial";
+  static std::string op, kernel, script, framework = "numpy", python;
+  static std::string strategy = "adversarial";
+  static double script_timeout = 60.0;
   static std::int64_t iterations = 100, only_case = -1;
   static std::optional<std::uint64_t> seed;
   static std::vector<std::string> dtypes, dims, attrs, vary;
-  static bool json = false, no_daemon = false, fail_fast = false, no_layouts = false, do_minimize = true;
+  static bool json = false, no_daemon = false, fail_fast = false, no_layouts = false,
+              do_minimize = true;
   fuzz->add_option("OP", op, "op name (gpuemu ops list)")->required();
-  fuzz->add_option("--kernel", kernel, "a built-in emulated kernel of the op (a control or a known bug)")->required();
+  fuzz->add_option("--kernel", kernel,
+                   "a built-in emulated kernel of the op (a control or a known bug)");
+  fuzz->add_option("--script", script, "a Python function as the kernel: FILE.py:FUNC");
+  fuzz->add_option("--framework", framework, "what --script's function receives: numpy | torch")
+      ->check(CLI::IsMember({"numpy", "torch"}));
+  fuzz->add_option("--python", python, "interpreter for --script (default: the project's .venv)");
+  fuzz->add_option("--timeout", script_timeout, "seconds --script's function may take per case")
+      ->check(CLI::PositiveNumber);
   fuzz->add_flag("--no-daemon", no_daemon, "run the engine in this process");
-  fuzz->add_option("--iterations,-n", iterations, "number of cases")->check(CLI::Range(1, 10000000));
+  fuzz->add_option("--iterations,-n", iterations, "number of cases")
+      ->check(CLI::Range(1, 10000000));
   fuzz->add_option("--seed", seed, "master seed (random when absent; printed)");
   fuzz->add_option("--case", only_case, "replay only this case index of the run");
   fuzz->add_option("--dtype", dtypes, "restrict dtypes (repeatable)");
@@ -89,14 +103,43 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
   fuzz->add_flag("!--no-minimize", do_minimize, "do not minimise the first failure");
   fuzz->add_flag("--json", json, "JSON output");
   fuzz->callback([&ctx] {
-    Engine engine = make_engine();
+    if (kernel.empty() == script.empty())
+      throw GpuemuException(make_error(ErrorCode::invalid_argument,
+                                       "give either --kernel NAME or --script FILE.py:FUNC"));
+    Json kernel_spec;
+    if (!kernel.empty()) {
+      kernel_spec = {{"kind", "builtin"}, {"name", kernel}};
+    } else {
+      const auto colon = script.rfind(':');
+      if (colon == std::string::npos || colon == 0 || colon + 1 == script.size())
+        throw GpuemuException(make_error(ErrorCode::invalid_argument,
+                                         "--script must be FILE.py:FUNC, got '" + script + "'"));
+      std::error_code ec;
+      const std::string file = std::filesystem::absolute(script.substr(0, colon), ec).string();
+      if (!std::filesystem::exists(file))
+        throw GpuemuException(make_error(ErrorCode::invalid_argument, "--script: no file " + file));
+      kernel_spec = {{"kind", "script"},
+                     {"script", file},
+                     {"function", script.substr(colon + 1)},
+                     {"framework", framework},
+                     {"timeout_s", script_timeout},
+                     {"name", script.substr(colon + 1)},
+                     {"file", file}};
+      if (!python.empty()) kernel_spec["python"] = python;
+    }
+    const std::string kernel_flags =
+        !kernel.empty()
+            ? " --kernel " + kernel
+            : " --script " + script + (framework != "numpy" ? " --framework " + framework : "");
     FuzzRequest req;
     req.op = op;
     req.options = make_fuzz_options(dtypes, strategy, dims, attrs, vary, no_layouts);
-    req.seed = seed ? *seed : std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32);
+    req.seed =
+        seed ? *seed
+             : std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32);
     req.iterations = iterations;
     req.fail_fast = fail_fast;
-    std::string prefix = "gpuemu fuzz " + op + " --kernel " + kernel + " --no-daemon";
+    std::string prefix = "gpuemu fuzz " + op + kernel_flags + (no_daemon ? " --no-daemon" : "");
     if (strategy != "adversarial") prefix += " --strategy " + strategy;
     for (const auto& d : dtypes) prefix += " --dtype " + d;
     for (const auto& d : dims) prefix += " --dims " + d;
@@ -104,7 +147,22 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
     for (const auto& v : vary) prefix += " --vary-attr " + v;
     if (no_layouts) prefix += " --no-layouts";
     req.repro_prefix = prefix;
-    auto runner = engine.builtin_kernel(op, kernel);
+    if (!no_daemon && only_case < 0) {
+      ctx.exit_code = fuzz_through_daemon(req, kernel_spec, do_minimize, json,
+                                          kernel.empty() ? script : kernel, strategy);
+      return;
+    }
+    Engine engine = make_engine();
+    Result<KernelRunner> runner = [&]() -> Result<KernelRunner> {
+      if (!kernel.empty()) return engine.builtin_kernel(op, kernel);
+      server::ScriptKernelSpec spec;
+      spec.script = kernel_spec["script"].get<std::string>();
+      spec.function = kernel_spec["function"].get<std::string>();
+      spec.framework = framework;
+      spec.python = python;
+      spec.timeout_s = script_timeout;
+      return server::make_script_kernel(spec);
+    }();
     if (!runner) throw GpuemuException(runner.error());
     if (only_case >= 0) {
       // Replay one case of the run.
@@ -117,11 +175,15 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
       if (!c) throw GpuemuException(c.error());
       auto r = engine.run_case(op, req.options, *c, *runner);
       if (!r) throw GpuemuException(r.error());
-      r->repro = prefix + " --seed " + std::to_string(req.seed) + " --case " + std::to_string(only_case);
+      r->repro =
+          prefix + " --seed " + std::to_string(req.seed) + " --case " + std::to_string(only_case);
       if (!r->verdict.passed) r->diagnosis = engine.diagnose(op, req.options, *r, &*runner);
-      if (json) std::cout << r->to_json(true).dump(2) << "\n";
-      else if (r->verdict.passed) std::cout << green("PASS") << " case " << only_case << ": " << r->verdict.message << "\n";
-      else print_failure(*r, std::nullopt);
+      if (json)
+        std::cout << r->to_json(true).dump(2) << "\n";
+      else if (r->verdict.passed)
+        std::cout << green("PASS") << " case " << only_case << ": " << r->verdict.message << "\n";
+      else
+        print_failure(*r, std::nullopt);
       ctx.exit_code = r->verdict.passed ? k_exit_ok : k_exit_failed;
       return;
     }
@@ -141,15 +203,16 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
       if (minimized) j["minimized"] = minimized->to_json();
       std::cout << j.dump(2) << "\n";
     } else {
-      std::cout << "gpuemu fuzz " << op << "  kernel " << kernel << "  strategy " << strategy << "  seed " << req.seed
-                << "  cases " << report->total << "\n";
+      std::cout << "gpuemu fuzz " << op << "  kernel " << (kernel.empty() ? script : kernel)
+                << "  strategy " << strategy << "  seed " << req.seed << "  cases " << report->total
+                << "\n";
       if (report->failures.empty()) {
-        std::cout << green("PASSED") << " " << report->passed << "/" << report->total << " cases in "
-                  << fmt(report->elapsed_s) << " s\n";
+        std::cout << green("PASSED") << " " << report->passed << "/" << report->total
+                  << " cases in " << fmt(report->elapsed_s) << " s\n";
       } else {
-        std::cout << red("FAILED") << " " << (report->total - report->passed) << "/" << report->total
-                  << " cases (first failure at case " << report->first_failure << ") in " << fmt(report->elapsed_s)
-                  << " s\n";
+        std::cout << red("FAILED") << " " << (report->total - report->passed) << "/"
+                  << report->total << " cases (first failure at case " << report->first_failure
+                  << ") in " << fmt(report->elapsed_s) << " s\n";
         print_failure(report->failures.front(), minimized);
         if (report->failures.size() > 1) {
           std::cout << "\n  other failing cases:";
@@ -188,7 +251,9 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
       std::vector<DType> dts;
       for (const auto& d : cal_dtypes) {
         auto dt = parse_dtype(d);
-        if (!dt) throw GpuemuException(make_error(ErrorCode::invalid_argument, "unknown dtype '" + d + "'"));
+        if (!dt)
+          throw GpuemuException(
+              make_error(ErrorCode::invalid_argument, "unknown dtype '" + d + "'"));
         dts.push_back(*dt);
       }
       if (dts.empty()) dts = (*schema)->dtypes;
@@ -198,9 +263,10 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
         table.set(name, dt, r->envelope, r->to_json());
         results.push_back(r->to_json());
         if (!cal_json)
-          std::cout << std::left << std::setw(20) << name << std::setw(14) << dtype_name(dt) << " envelope "
-                    << std::setw(8) << fmt(r->envelope) << " p95 " << std::setw(8) << fmt(r->p95) << " max "
-                    << fmt(r->max) << "  (" << r->cases << " cases x " << r->controls.size() << " controls)\n";
+          std::cout << std::left << std::setw(20) << name << std::setw(14) << dtype_name(dt)
+                    << " envelope " << std::setw(8) << fmt(r->envelope) << " p95 " << std::setw(8)
+                    << fmt(r->p95) << " max " << fmt(r->max) << "  (" << r->cases << " cases x "
+                    << r->controls.size() << " controls)\n";
       }
     }
     if (cal_json) std::cout << results.dump(2) << "\n";
@@ -210,7 +276,8 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
                           std::to_string(cal_seed) + " --write " + write_path;
       std::ofstream out(write_path);
       out << j.dump(2) << "\n";
-      if (!out) throw GpuemuException(make_error(ErrorCode::io_error, "cannot write " + write_path));
+      if (!out)
+        throw GpuemuException(make_error(ErrorCode::io_error, "cannot write " + write_path));
     }
     ctx.exit_code = k_exit_ok;
   });

@@ -26,13 +26,17 @@ void ops_list(bool json) {
   if (json) {
     Json out = Json::array();
     for (const OpSchema* s : cat->all())
-      out.push_back({{"name", s->name}, {"family", s->family}, {"summary", s->summary},
-                     {"version", s->version}, {"source", s->source_file}});
+      out.push_back({{"name", s->name},
+                     {"family", s->family},
+                     {"summary", s->summary},
+                     {"version", s->version},
+                     {"source", s->source_file}});
     std::cout << out.dump(2) << "\n";
     return;
   }
   for (const OpSchema* s : cat->all())
-    std::cout << std::left << std::setw(22) << s->name << std::setw(13) << s->family << s->summary << "\n";
+    std::cout << std::left << std::setw(22) << s->name << std::setw(13) << s->family << s->summary
+              << "\n";
 }
 
 void ops_show(const std::string& name, bool json) {
@@ -50,9 +54,12 @@ void ops_show(const std::string& name, bool json) {
   std::cout << "  dtypes:  " << join_dtypes(op.dtypes) << "\n  dims:\n";
   for (const auto& d : op.dims) {
     std::cout << "    " << std::setw(6) << std::left << d.name;
-    if (!d.expr.empty()) std::cout << "= " << d.expr;
-    else if (!d.values.empty()) std::cout << "in " << Json(d.values).dump();
-    else std::cout << "in [" << d.min << ", " << d.max << "]";
+    if (!d.expr.empty())
+      std::cout << "= " << d.expr;
+    else if (!d.values.empty())
+      std::cout << "in " << Json(d.values).dump();
+    else
+      std::cout << "in [" << d.min << ", " << d.max << "]";
     if (!d.role.empty()) std::cout << "  (" << d.role << ")";
     std::cout << "\n";
   }
@@ -61,7 +68,8 @@ void ops_show(const std::string& name, bool json) {
     std::string shape;
     for (const auto& e : in.shape) shape += (shape.empty() ? "" : ", ") + e;
     std::cout << "    " << in.name << "[" << shape << "] "
-              << (in.dtype_rule == InputDtypeRule::case_dtype ? "case dtype" : join_dtypes(in.dtypes))
+              << (in.dtype_rule == InputDtypeRule::case_dtype ? "case dtype"
+                                                              : join_dtypes(in.dtypes))
               << ", " << in.domain << (in.optional ? ", optional" : "");
     if (!in.layouts.empty()) {
       std::string l;
@@ -73,13 +81,15 @@ void ops_show(const std::string& name, bool json) {
   if (!op.attrs.empty()) {
     std::cout << "  attrs:\n";
     for (const auto& a : op.attrs)
-      std::cout << "    " << a.name << ": " << a.type << (a.nullable ? "?" : "") << " = " << a.default_value.dump()
+      std::cout << "    " << a.name << ": " << a.type << (a.nullable ? "?" : "") << " = "
+                << a.default_value.dump()
                 << (a.values.empty() ? "" : "  in " + Json(a.values).dump()) << "\n";
   }
   std::cout << "  outputs:\n";
   for (const auto& o : op.outputs)
-    std::cout << "    " << o.name << ": shape " << (o.shape.is_string() ? o.shape.get<std::string>() : o.shape.dump())
-              << ", dtype " << o.dtype << "\n";
+    std::cout << "    " << o.name << ": shape "
+              << (o.shape.is_string() ? o.shape.get<std::string>() : o.shape.dump()) << ", dtype "
+              << o.dtype << "\n";
   if (!op.reduced_dims.empty()) {
     std::string r;
     for (const auto& x : op.reduced_dims) r += (r.empty() ? "" : ", ") + x;
@@ -92,18 +102,21 @@ void ops_show(const std::string& name, bool json) {
 }  // namespace
 
 FuzzOptions make_fuzz_options(const std::vector<std::string>& dtypes, const std::string& strategy,
-                              const std::vector<std::string>& dims, const std::vector<std::string>& attrs,
+                              const std::vector<std::string>& dims,
+                              const std::vector<std::string>& attrs,
                               const std::vector<std::string>& vary, bool no_layouts) {
   FuzzOptions o;
   for (const auto& d : dtypes) {
     auto dt = parse_dtype(d);
-    if (!dt) throw GpuemuException(make_error(ErrorCode::invalid_argument, "unknown dtype '" + d + "'"));
+    if (!dt)
+      throw GpuemuException(make_error(ErrorCode::invalid_argument, "unknown dtype '" + d + "'"));
     o.dtypes.push_back(*dt);
   }
   auto dist = parse_distribution(strategy);
   if (!dist)
-    throw GpuemuException(make_error(ErrorCode::invalid_argument, "unknown strategy '" + strategy +
-                                                                      "' (regular, boundary, adversarial, special)"));
+    throw GpuemuException(make_error(
+        ErrorCode::invalid_argument,
+        "unknown strategy '" + strategy + "' (regular, boundary, adversarial, special)"));
   o.distribution = *dist;
   for (const auto& d : dims) {
     auto [name, sizes] = parse_dim_restriction(d);
@@ -168,13 +181,15 @@ void register_ops_commands(CLI::App& app, CliContext& ctx) {
         out.push_back(d);
         continue;
       }
-      std::cout << "case " << i << "  seed " << c->seed << "  " << d["dtype"].get<std::string>() << "  ";
+      std::cout << "case " << i << "  seed " << c->seed << "  " << d["dtype"].get<std::string>()
+                << "  ";
       for (const auto& [k, v] : c->dims) std::cout << k << "=" << v << " ";
       std::cout << " attrs " << c->attrs.dump() << "\n";
       for (const auto& [name, in] : d["inputs"].items())
-        std::cout << "    " << name << " " << in["dtype"].get<std::string>() << " " << in["shape"].dump()
-                  << " strides " << in["strides"].dump() << " offset " << in["offset"] << " "
-                  << in["layout"].get<std::string>() << " digest " << in["digest"].get<std::string>() << "\n";
+        std::cout << "    " << name << " " << in["dtype"].get<std::string>() << " "
+                  << in["shape"].dump() << " strides " << in["strides"].dump() << " offset "
+                  << in["offset"] << " " << in["layout"].get<std::string>() << " digest "
+                  << in["digest"].get<std::string>() << "\n";
     }
     if (json) std::cout << out.dump(2) << "\n";
     ctx.exit_code = k_exit_ok;

@@ -12,6 +12,18 @@ int main(int argc, char** argv) {
   register_ops_commands(app, ctx);
   register_fuzz_commands(app, ctx);
   register_lint_commands(app, ctx);
+  register_daemon_commands(app, ctx);
+  register_failure_commands(app, ctx);
+  auto* version = app.add_subcommand("version", "Print gpuemu's version (and the protocol's)");
+  static bool version_json = false;
+  version->add_flag("--json", version_json, "JSON output");
+  version->callback([] {
+    if (version_json)
+      std::cout << nlohmann::json{{"version", GPUEMU_VERSION_STRING}, {"protocol", 1}}.dump(2)
+                << "\n";
+    else
+      std::cout << "gpuemu " << GPUEMU_VERSION_STRING << " (protocol 1)\n";
+  });
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -20,7 +20,21 @@ enum class ErrorCode {
   io_error,           // a file could not be read or written
   tool_missing,       // an external tool (nvcc, ptxas, python) is absent
   internal,           // a bug in gpuemu
+  protocol_error,     // a malformed or unsupported wire message
+  timeout,            // a request, a kernel script or a daemon start took too long
+  unavailable,        // no daemon answers, or it is shutting down
+  conflict,           // another daemon already owns this GPUEMU_HOME, or a stored object clashes
+  storage_full,       // the failure store cannot grow (disk or map limit)
 };
+
+// Every code, in declaration order (the wire error codes are these names).
+inline constexpr ErrorCode k_all_error_codes[] = {
+    ErrorCode::invalid_argument, ErrorCode::unknown_op,   ErrorCode::schema_error,
+    ErrorCode::shape_mismatch,   ErrorCode::not_found,    ErrorCode::io_error,
+    ErrorCode::tool_missing,     ErrorCode::internal,     ErrorCode::protocol_error,
+    ErrorCode::timeout,          ErrorCode::unavailable,  ErrorCode::conflict,
+    ErrorCode::storage_full};
+std::optional<ErrorCode> parse_error_code(std::string_view name);
 
 std::string_view error_code_name(ErrorCode code);
 

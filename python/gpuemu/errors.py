@@ -13,13 +13,19 @@ they need::
     ├── NotFoundError (also a LookupError)       not_found
     ├── GpuemuIOError (also an OSError)          io_error
     ├── ToolMissingError                         tool_missing
-    └── InternalError                            internal
+    ├── InternalError                            internal
+    ├── ProtocolError                            protocol_error
+    ├── TimeoutError (also the builtin)          timeout
+    ├── ConnectError (also a ConnectionError)    unavailable
+    ├── ConflictError                            conflict
+    └── StorageFullError                         storage_full
 
 The compiled core raises these through :func:`error_from_code`.
 """
 
 from __future__ import annotations
 
+import builtins
 from typing import Dict, Optional, Type
 
 __all__ = [
@@ -32,6 +38,11 @@ __all__ = [
     "GpuemuIOError",
     "ToolMissingError",
     "InternalError",
+    "ProtocolError",
+    "TimeoutError",
+    "ConnectError",
+    "ConflictError",
+    "StorageFullError",
     "error_from_code",
 ]
 
@@ -102,6 +113,36 @@ class InternalError(GpuemuError):
     code = "internal"
 
 
+class ProtocolError(GpuemuError):
+    """A malformed or unsupported wire message, or a client/daemon version mismatch (``protocol_error``)."""
+
+    code = "protocol_error"
+
+
+class TimeoutError(GpuemuError, builtins.TimeoutError):  # noqa: A001 (shadows the builtin on purpose)
+    """A request, a kernel script or a daemon start took too long (``timeout``)."""
+
+    code = "timeout"
+
+
+class ConnectError(GpuemuError, ConnectionError):
+    """No daemon answers on the socket and none could be started (``unavailable``)."""
+
+    code = "unavailable"
+
+
+class ConflictError(GpuemuError):
+    """Another daemon owns this GPUEMU_HOME, or a stored object clashes (``conflict``)."""
+
+    code = "conflict"
+
+
+class StorageFullError(GpuemuError):
+    """The failure store cannot grow: the disk or the map limit is full (``storage_full``)."""
+
+    code = "storage_full"
+
+
 _BY_CODE: Dict[str, Type[GpuemuError]] = {
     cls.code: cls
     for cls in (
@@ -113,6 +154,11 @@ _BY_CODE: Dict[str, Type[GpuemuError]] = {
         GpuemuIOError,
         ToolMissingError,
         InternalError,
+        ProtocolError,
+        TimeoutError,
+        ConnectError,
+        ConflictError,
+        StorageFullError,
     )
 }
 

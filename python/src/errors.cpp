@@ -38,8 +38,7 @@ void register_errors(py::module_& m) {
   m.def(
       "_raise_error",
       [](const std::string& code, const std::string& message) {
-        for (int c = 0; c <= static_cast<int>(ErrorCode::internal); ++c) {
-          const auto ec = static_cast<ErrorCode>(c);
+        for (ErrorCode ec : k_all_error_codes) {
           if (error_code_name(ec) == code) throw GpuemuException(make_error(ec, message));
         }
         throw GpuemuException(make_error(ErrorCode::internal, "unknown error code '" + code + "'"));
@@ -47,8 +46,8 @@ void register_errors(py::module_& m) {
       py::arg("code"), py::arg("message"));
   // Every error code, in the enum's order (the names the wire protocol uses too).
   py::list codes;
-  for (int c = 0; c <= static_cast<int>(ErrorCode::internal); ++c)
-    codes.append(py::str(std::string(error_code_name(static_cast<ErrorCode>(c)))));
+  for (ErrorCode c : k_all_error_codes)
+    codes.append(py::str(std::string(error_code_name(c))));
   m.attr("error_codes") = py::tuple(codes);
 }
 

@@ -182,6 +182,11 @@ def test_error_mapping_for_every_code():
         "io_error": errors.GpuemuIOError,
         "tool_missing": errors.ToolMissingError,
         "internal": errors.InternalError,
+        "protocol_error": errors.ProtocolError,
+        "timeout": errors.TimeoutError,
+        "unavailable": errors.ConnectError,
+        "conflict": errors.ConflictError,
+        "storage_full": errors.StorageFullError,
     }
     assert set(_core.error_codes) == set(expected)
     for code, cls in expected.items():

@@ -12,8 +12,19 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::io_error: return "io_error";
     case ErrorCode::tool_missing: return "tool_missing";
     case ErrorCode::internal: return "internal";
+    case ErrorCode::protocol_error: return "protocol_error";
+    case ErrorCode::timeout: return "timeout";
+    case ErrorCode::unavailable: return "unavailable";
+    case ErrorCode::conflict: return "conflict";
+    case ErrorCode::storage_full: return "storage_full";
   }
   return "internal";
+}
+
+std::optional<ErrorCode> parse_error_code(std::string_view name) {
+  for (ErrorCode c : k_all_error_codes)
+    if (error_code_name(c) == name) return c;
+  return std::nullopt;
 }
 
 std::string Error::what() const { return std::string(error_code_name(code)) + ": " + message; }

@@ -12,9 +12,12 @@ Result<ReduceGeom> reduce_geom(const Shape& shape, std::int64_t dim) {
   if (dim < 0) dim += rank;
   ReduceGeom g;
   for (std::int64_t i = 0; i < rank; ++i) {
-    if (i < dim) g.outer *= shape[i];
-    else if (i == dim) g.len = shape[i];
-    else g.inner *= shape[i];
+    if (i < dim)
+      g.outer *= shape[i];
+    else if (i == dim)
+      g.len = shape[i];
+    else
+      g.inner *= shape[i];
   }
   return g;
 }
@@ -48,7 +51,10 @@ std::vector<RefOutput> single_output(DType dtype, Shape shape, std::vector<doubl
   o.value = std::move(value);
   o.c_acc = std::move(c_acc);
   o.c_in = std::move(c_in);
-  return {std::move(o)};
+  std::vector<RefOutput>
+      out;  // not `return {std::move(o)}`: an initializer_list copies its elements
+  out.push_back(std::move(o));
+  return out;
 }
 
 }  // namespace gpuemu::ops

@@ -1,0 +1,174 @@
+// gpuemu daemon start | stop | status | logs.
+#include "daemon_link.hpp"
+
+#include <unistd.h>
+#include <csignal>
+#include <deque>
+#include <fstream>
+#include <thread>
+
+namespace gpuemu::cli {
+namespace {
+
+std::unique_ptr<DaemonClient> try_connect() {
+  ClientOptions o;
+  o.autostart = false;
+  auto c = DaemonClient::connect(o);
+  if (!c) {
+    if (c.error().code == ErrorCode::unavailable) return nullptr;
+    throw GpuemuException(c.error());
+  }
+  return std::move(c).value();
+}
+
+// Running (a zombie that nobody reaped yet counts as gone: the daemon's parent may not reap it).
+bool process_alive(long pid) {
+  if (pid <= 0 || kill(static_cast<pid_t>(pid), 0) != 0) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size()) return true;
+  const char state = text[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+Json status_json(DaemonClient& c) {
+  Json s = call_daemon(c, "stats", Json::object());
+  s["running"] = true;
+  return s;
+}
+
+void print_status(const Json& s) {
+  std::cout << "gpuemu-daemon " << s.value("version", "") << " running\n"
+            << "  pid:      " << s.value("pid", 0) << "\n"
+            << "  socket:   " << s.value("socket", "") << "\n"
+            << "  home:     " << s.value("home", "") << "\n"
+            << "  uptime:   " << fmt_number(s.value("uptime_s", Json(0.0))) << " s\n"
+            << "  requests: " << s.value("requests", 0) << " (" << s.value("in_flight", 0)
+            << " in flight, " << s.value("errors", 0) << " errors)\n";
+  if (s.contains("store"))
+    std::cout << "  store:    " << s["store"].value("failures", 0) << " failures, "
+              << s["store"].value("calibrations", 0) << " calibrations, "
+              << s["store"].value("baselines", 0) << " baselines, " << s["store"].value("runs", 0)
+              << " runs (" << s["store"].value("dir", "") << ")\n";
+}
+
+}  // namespace
+
+void register_daemon_commands(CLI::App& app, CliContext& ctx) {
+  auto* daemon =
+      app.add_subcommand("daemon", "Start, stop and inspect the gpuemu daemon of $GPUEMU_HOME");
+  daemon->require_subcommand(1);
+
+  auto* start =
+      daemon->add_subcommand("start", "Start the daemon (nothing to do when one is running)");
+  static bool start_fg = false, start_json = false;
+  start->add_flag("--foreground", start_fg, "run it in this terminal (logs on stderr)");
+  start->add_flag("--json", start_json, "JSON output");
+  start->callback([&ctx] {
+    if (start_fg) {
+      const std::string bin = find_daemon_binary();
+      if (bin.empty())
+        throw GpuemuException(make_error(ErrorCode::tool_missing, "gpuemu-daemon not found"));
+      execl(bin.c_str(), bin.c_str(), "--foreground", static_cast<char*>(nullptr));
+      throw GpuemuException(make_error(ErrorCode::tool_missing, "cannot run " + bin));
+    }
+    auto c = connect_daemon(true);
+    Json s = status_json(*c);
+    s["started"] = c->started_daemon();
+    if (start_json)
+      std::cout << s.dump(2) << "\n";
+    else
+      std::cout << (c->started_daemon() ? "started" : "already running") << ": pid "
+                << s.value("pid", 0) << " on " << s.value("socket", "") << "\n";
+    ctx.exit_code = k_exit_ok;
+  });
+
+  auto* stop =
+      daemon->add_subcommand("stop", "Stop the daemon gracefully (in-flight requests finish)");
+  static bool stop_json = false;
+  static double stop_wait = 60;
+  stop->add_flag("--json", stop_json, "JSON output");
+  stop->add_option("--wait", stop_wait, "seconds to wait for it to exit");
+  stop->callback([&ctx] {
+    auto c = try_connect();
+    if (!c) {
+      if (stop_json)
+        std::cout << Json{{"running", false}, {"stopped", false}}.dump(2) << "\n";
+      else
+        std::cout << "no daemon is running\n";
+      ctx.exit_code = k_exit_ok;
+      return;
+    }
+    const Json r = call_daemon(*c, "shutdown", Json::object());
+    const long pid = r.value("pid", 0L);
+    c.reset();
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<long>(stop_wait * 1000));
+    bool gone = false;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (!process_alive(pid)) {
+        gone = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (stop_json)
+      std::cout << Json{{"running", !gone}, {"stopped", gone}, {"pid", pid}}.dump(2) << "\n";
+    else
+      std::cout << (gone ? "stopped" : "still stopping") << ": pid " << pid << "\n";
+    ctx.exit_code = gone ? k_exit_ok : k_exit_failed;
+  });
+
+  auto* status =
+      daemon->add_subcommand("status", "Is a daemon running? pid, socket, version, uptime");
+  static bool status_json_flag = false;
+  status->add_flag("--json", status_json_flag, "JSON output");
+  status->callback([&ctx] {
+    auto c = try_connect();
+    if (!c) {
+      const auto paths = protocol::home_paths();
+      if (status_json_flag)
+        std::cout << Json{{"running", false}, {"socket", paths.socket}, {"home", paths.home}}.dump(
+                         2)
+                  << "\n";
+      else
+        std::cout << "no daemon is running for " << paths.home << "\n";
+      ctx.exit_code = k_exit_failed;
+      return;
+    }
+    const Json s = status_json(*c);
+    if (status_json_flag)
+      std::cout << s.dump(2) << "\n";
+    else
+      print_status(s);
+    ctx.exit_code = k_exit_ok;
+  });
+
+  auto* logs = daemon->add_subcommand("logs", "Print the daemon's log");
+  static std::size_t lines = 50;
+  static bool follow = false;
+  logs->add_option("-n,--lines", lines, "last N lines");
+  logs->add_flag("-f,--follow", follow, "keep printing as the log grows");
+  logs->callback([&ctx] {
+    const std::string path = protocol::home_paths().logs_dir + "/daemon.log";
+    std::ifstream in(path);
+    if (!in) throw GpuemuException(make_error(ErrorCode::not_found, "no log at " + path));
+    std::deque<std::string> tail;
+    std::string line;
+    while (std::getline(in, line)) {
+      tail.push_back(line);
+      if (tail.size() > lines) tail.pop_front();
+    }
+    for (const auto& l : tail) std::cout << l << "\n";
+    std::cout << std::flush;
+    while (follow) {
+      in.clear();
+      while (std::getline(in, line)) std::cout << line << "\n" << std::flush;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    ctx.exit_code = k_exit_ok;
+  });
+}
+
+}  // namespace gpuemu::cli

@@ -1,0 +1,139 @@
+// Connecting to the daemon and printing its results.
+#include "daemon_link.hpp"
+
+#include <unistd.h>
+#include <cmath>
+#include <iomanip>
+#include <sstream>
+
+namespace gpuemu::cli {
+
+std::unique_ptr<DaemonClient> connect_daemon(bool autostart) {
+  ClientOptions o;
+  o.autostart = autostart;
+  o.timeout = std::chrono::milliseconds(0);  // fuzz runs may be long: no per-call limit by default
+  if (const char* t = std::getenv("GPUEMU_TIMEOUT_S"))
+    o.timeout = std::chrono::milliseconds(static_cast<long>(std::atof(t) * 1000));
+  auto c = DaemonClient::connect(o);
+  if (!c) throw GpuemuException(c.error());
+  return std::move(c).value();
+}
+
+Json call_daemon(DaemonClient& client, const std::string& method, Json params,
+                 protocol::Frame* reply) {
+  auto r = client.call_json(method, std::move(params), std::nullopt, reply);
+  if (!r) throw GpuemuException(r.error());
+  return std::move(r).value();
+}
+
+bool use_color() {
+  return isatty(1) && !std::getenv("NO_COLOR");
+}
+std::string red(const std::string& s) {
+  return use_color() ? "\033[31m" + s + "\033[0m" : s;
+}
+std::string green(const std::string& s) {
+  return use_color() ? "\033[32m" + s + "\033[0m" : s;
+}
+
+std::string fmt_number(const Json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_number()) return v.dump();
+  std::ostringstream os;
+  os << std::setprecision(4) << v.get<double>();
+  return os.str();
+}
+
+namespace {
+
+std::string dims_text(const Json& dims) {
+  std::string s;
+  for (const auto& [k, v] : dims.items()) s += (s.empty() ? "" : " ") + k + "=" + v.dump();
+  return s;
+}
+
+std::string layouts_text(const Json& layouts) {
+  std::string s;
+  for (const auto& [k, v] : layouts.items())
+    if (v.is_string() && v.get<std::string>() != "contiguous")
+      s += (s.empty() ? "" : " ") + k + "=" + v.get<std::string>();
+  return s.empty() ? "contiguous" : s;
+}
+
+}  // namespace
+
+void print_failure_json(const Json& f, const Json* minimized) {
+  std::cout << "\n"
+            << red("FAIL") << " case " << f.value("index", Json()).dump() << "  seed "
+            << f.value("seed", Json()).dump() << "  " << f.value("dtype", "") << "  "
+            << dims_text(f.value("dims", Json::object()))
+            << "  layouts: " << layouts_text(f.value("layouts", Json::object())) << "\n";
+  if (f.contains("attrs") && !f["attrs"].empty())
+    std::cout << "  attrs:      " << f["attrs"].dump() << "\n";
+  std::cout << "  verdict:    " << f.value("message", "") << "\n";
+  const Json verdict = f.value("verdict", Json::object());
+  for (const auto& o : verdict.value("outputs", Json::array())) {
+    if (o.value("passed", true) || o.value("worst_index", -1) < 0) continue;
+    std::string coords;
+    for (const auto& x : o["worst_coords"]) coords += (coords.empty() ? "" : ", ") + x.dump();
+    std::cout << "  worst:      " << o.value("name", "") << "[" << coords << "] got "
+              << fmt_number(o["worst_out"]) << ", expected " << fmt_number(o["worst_ref"])
+              << " (error " << fmt_number(o["max_error"]) << " vs envelope "
+              << fmt_number(verdict.value("envelope", Json())) << ", " << o.value("failing", 0)
+              << " failing elements)\n";
+  }
+  const Json d = f.value("diagnosis", Json::object());
+  std::cout << "  diagnosis:  " << d.value("bug_class", "") << ": " << d.value("summary", "")
+            << "\n";
+  for (const auto& e : d.value("evidence", Json::array()))
+    std::cout << "              - " << e.get<std::string>() << "\n";
+  if (minimized) std::cout << "  minimized:  " << minimized->value("summary", "") << "\n";
+  if (f.contains("id")) std::cout << "  stored:     " << f["id"].get<std::string>() << "\n";
+  std::cout << "  repro:      " << f.value("repro", "") << "\n";
+  if (f.contains("replay")) std::cout << "  replay:     " << f["replay"].get<std::string>() << "\n";
+}
+
+int fuzz_through_daemon(const FuzzRequest& req, const Json& kernel_spec, bool minimize, bool json,
+                        const std::string& kernel_label, const std::string& strategy) {
+  auto client = connect_daemon();
+  Json params = {{"op", req.op},
+                 {"kernel", kernel_spec},
+                 {"options", protocol::options_to_json(req.options)},
+                 {"seed", req.seed},
+                 {"iterations", req.iterations},
+                 {"fail_fast", req.fail_fast},
+                 {"minimize", minimize},
+                 {"repro_prefix", req.repro_prefix},
+                 {"client", {{"name", "gpuemu-cli"}, {"version", GPUEMU_VERSION_STRING}}}};
+  if (isatty(2) && !json)
+    std::cerr << "  running " << req.iterations << " cases on the daemon...\r" << std::flush;
+  const Json r = call_daemon(*client, "fuzz", params);
+  if (isatty(2) && !json) std::cerr << "\033[K";
+  const auto failures = r.value("failures", Json::array());
+  if (json) {
+    std::cout << r.dump(2) << "\n";
+    return failures.empty() ? k_exit_ok : k_exit_failed;
+  }
+  std::cout << "gpuemu fuzz " << req.op << "  kernel " << kernel_label << "  strategy " << strategy
+            << "  seed " << req.seed << "  cases " << r.value("total", 0) << "\n";
+  if (failures.empty()) {
+    std::cout << green("PASSED") << " " << r.value("passed", 0) << "/" << r.value("total", 0)
+              << " cases in " << fmt_number(r.value("elapsed", Json(0.0))) << " s\n";
+    return k_exit_ok;
+  }
+  std::cout << red("FAILED") << " " << r.value("failed", 0) << "/" << r.value("total", 0)
+            << " cases (first failure at case " << r.value("first_failure", -1) << ") in "
+            << fmt_number(r.value("elapsed", Json(0.0))) << " s\n";
+  const Json* minimized = r.contains("minimized") ? &r["minimized"] : nullptr;
+  print_failure_json(failures.front(), minimized);
+  if (failures.size() > 1) {
+    std::cout << "\n  other failing cases:";
+    for (std::size_t i = 1; i < failures.size() && i < 12; ++i)
+      std::cout << " " << failures[i].value("index", Json()).dump();
+    if (failures.size() > 12) std::cout << " ...";
+    std::cout << "\n  all stored: gpuemu failures list --op " << req.op << "\n";
+  }
+  return k_exit_failed;
+}
+
+}  // namespace gpuemu::cli

@@ -1,0 +1,33 @@
+// How CLI commands reach the daemon: connect (starting it when none answers) and print what it
+// returns.
+#pragma once
+
+#include "cli_common.hpp"
+
+#include <gpuemu/client.hpp>
+#include <gpuemu/engine.hpp>
+
+#include <memory>
+
+namespace gpuemu::cli {
+
+// A client of the daemon of $GPUEMU_HOME; throws GpuemuException when none answers (and, with
+// autostart, none could be started).
+std::unique_ptr<DaemonClient> connect_daemon(bool autostart = true);
+// A request whose errors are thrown.
+Json call_daemon(DaemonClient& client, const std::string& method, Json params,
+                 protocol::Frame* reply = nullptr);
+
+// `gpuemu fuzz` through the daemon; returns the exit code.
+int fuzz_through_daemon(const FuzzRequest& req, const Json& kernel_spec, bool minimize, bool json,
+                        const std::string& kernel_label, const std::string& strategy);
+
+// One failing case (a failure JSON of the daemon) for a human.
+void print_failure_json(const Json& failure, const Json* minimized);
+
+bool use_color();
+std::string red(const std::string& s);
+std::string green(const std::string& s);
+std::string fmt_number(const Json& v);
+
+}  // namespace gpuemu::cli

@@ -1,0 +1,245 @@
+// gpuemu-daemon: owns the fuzzer, the fp64 oracle, the calibrator, the analyzer and the failure
+// store; clients talk to it over NNG (docs/protocol.md). One daemon per GPUEMU_HOME (a lock file).
+#include "server/nng_server.hpp"
+
+#include <spdlog/sinks/rotating_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+namespace fs = std::filesystem;
+using namespace gpuemu;
+
+namespace {
+
+struct Options {
+  std::string home;
+  bool foreground = false;
+  std::string tcp;
+  std::string token_file;
+  int workers = 0;
+  std::string python;
+  double script_timeout = 60.0;
+  std::string log_level = "info";
+  int drain_s = 30;
+};
+
+Status make_private_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return make_error(ErrorCode::io_error, "cannot create " + dir + ": " + ec.message());
+  if (chmod(dir.c_str(), 0700) != 0)
+    return make_error(ErrorCode::io_error,
+                      "cannot chmod 0700 " + dir + ": " + std::strerror(errno));
+  return {};
+}
+
+// Holds the per-home lock for the life of the process. The kernel drops it when the process dies,
+// so a crashed daemon never leaves a stale lock behind.
+Result<int> take_lock(const protocol::HomePaths& paths) {
+  const int fd = open(paths.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return make_error(ErrorCode::io_error,
+                      "cannot open " + paths.lock + ": " + std::strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    std::string owner = "another gpuemu-daemon";
+    std::ifstream info(paths.info);
+    Json j = Json::parse(info, nullptr, false);
+    if (j.is_object() && j.contains("pid"))
+      owner += " (pid " + std::to_string(j["pid"].get<long>()) + ")";
+    close(fd);
+    return make_error(ErrorCode::conflict, owner + " already serves " + paths.home);
+  }
+  return fd;
+}
+
+void setup_logging(const protocol::HomePaths& paths, const Options& o) {
+  std::vector<spdlog::sink_ptr> sinks;
+  sinks.push_back(std::make_shared<spdlog::sinks::rotating_file_sink_mt>(
+      paths.logs_dir + "/daemon.log", 5 * 1024 * 1024, 3));
+  if (o.foreground) sinks.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  auto logger = std::make_shared<spdlog::logger>("gpuemu", sinks.begin(), sinks.end());
+  logger->set_level(spdlog::level::from_str(o.log_level));
+  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %L [%t] %v");
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+}
+
+// Runs the daemon until a signal or a shutdown request. `ready` gets "ok" or an error line.
+int serve(const Options& o, const protocol::HomePaths& paths,
+          const std::function<void(const std::string&)>& ready) {
+  auto fail = [&](const Error& e) {
+    ready("error: " + e.message);
+    spdlog::error("[E-start] {}", e.message);
+    return e.code == ErrorCode::conflict ? 3 : 1;
+  };
+  for (const auto& d : {paths.home, paths.run_dir, paths.logs_dir, paths.store_dir})
+    if (auto st = make_private_dir(d); !st) return fail(st.error());
+  auto lock = take_lock(paths);
+  if (!lock) return fail(lock.error());
+  setup_logging(paths, o);
+  // A socket file left by a daemon that died is stale: we hold the lock, so nobody serves it.
+  if (fs::exists(paths.socket)) {
+    spdlog::warn("[W-stale] removing the stale socket {}", paths.socket);
+    unlink(paths.socket.c_str());
+  }
+  auto engine = Engine::create_default();
+  if (!engine) return fail(engine.error());
+  server::DaemonContext ctx(paths, std::move(engine).value());
+  ctx.config.home = paths.home;
+  ctx.config.tcp_url = o.tcp;
+  ctx.config.workers = o.workers;
+  ctx.config.python = o.python;
+  ctx.config.script_timeout_s = o.script_timeout;
+  ctx.config.drain_timeout = std::chrono::seconds(o.drain_s);
+  ctx.started_ms = server::now_ms();
+  if (!o.token_file.empty()) {
+    std::ifstream t(o.token_file);
+    std::getline(t, ctx.config.token);
+    if (ctx.config.token.size() < 16)
+      return fail(make_error(ErrorCode::invalid_argument,
+                             "the token in " + o.token_file + " must have at least 16 characters"));
+  } else if (const char* t = std::getenv("GPUEMU_TOKEN")) {
+    ctx.config.token = t;
+  }
+  auto store = Store::open(paths.store_dir);
+  if (!store) return fail(store.error());
+  ctx.store = std::move(store).value();
+  if (auto cals = ctx.store->list_calibrations()) {
+    for (const Json& c : *cals)
+      if (auto dt = parse_dtype(c.value("dtype", "")); dt && c.contains("envelope"))
+        ctx.engine.envelopes().set(c.value("op", ""), *dt, c["envelope"].get<double>(), c);
+    if (!cals->empty()) spdlog::info("loaded {} calibrations from the store", cals->size());
+  }
+
+  std::atomic<bool> stop{false};
+  ctx.request_stop = [&stop] { stop = true; };
+  server::NngServer server(ctx);
+  if (auto st = server.listen(paths.url); !st) return fail(st.error());
+  if (!o.tcp.empty())
+    if (auto st = server.listen(o.tcp); !st) return fail(st.error());
+  if (auto st = server.start(); !st) return fail(st.error());
+  {
+    std::ofstream info(paths.info);
+    info << Json{{"pid", static_cast<long>(getpid())},
+                 {"socket", paths.socket},
+                 {"url", paths.url},
+                 {"version", GPUEMU_VERSION},
+                 {"started_ms", ctx.started_ms},
+                 {"home", paths.home}}
+                .dump()
+         << "\n";
+  }
+  spdlog::info("gpuemu-daemon {} (pid {}) serving {}", GPUEMU_VERSION, getpid(), paths.home);
+  ready("ok");
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  while (!stop) {
+    timespec ts{0, 100'000'000};
+    const int sig = sigtimedwait(&set, nullptr, &ts);
+    if (sig > 0) {
+      spdlog::info("signal {}: shutting down", strsignal(sig));
+      break;
+    }
+  }
+  spdlog::info("draining (up to {} s)", o.drain_s);
+  const bool clean = server.stop(std::chrono::seconds(o.drain_s));
+  unlink(paths.socket.c_str());
+  unlink(paths.info.c_str());
+  spdlog::info("stopped{}", clean ? "" : " (requests were still running)");
+  spdlog::shutdown();
+  if (!clean) _exit(0);
+  ctx.store.reset();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpuemu-daemon: the gpuemu validation service", "gpuemu-daemon"};
+  Options o;
+  app.add_option("--home", o.home,
+                 "GPUEMU_HOME (default: $GPUEMU_HOME, else ~/.local/state/gpuemu)");
+  app.add_flag("--foreground", o.foreground, "stay attached to the terminal and log to stderr too");
+  app.add_option("--tcp", o.tcp, "also listen on tcp://HOST:PORT (requires a token)");
+  app.add_option("--token-file", o.token_file,
+                 "file whose first line is the tcp token (else $GPUEMU_TOKEN)");
+  app.add_option("--workers", o.workers, "worker threads (default: max(2, cores))");
+  app.add_option("--python", o.python,
+                 "interpreter for script kernels (default: the project's .venv)");
+  app.add_option("--script-timeout", o.script_timeout, "seconds a script kernel may take per case");
+  app.add_option("--log-level", o.log_level, "trace | debug | info | warn | error");
+  app.add_option("--drain-timeout", o.drain_s, "seconds in-flight requests get at shutdown");
+  app.set_version_flag("--version", std::string("gpuemu-daemon ") + GPUEMU_VERSION);
+  CLI11_PARSE(app, argc, argv);
+  const protocol::HomePaths paths =
+      o.home.empty() ? protocol::home_paths() : protocol::home_paths(o.home);
+  setenv("GPUEMU_HOME", paths.home.c_str(), 1);
+  signal(SIGPIPE, SIG_IGN);  // a client or a script kernel that goes away must not kill us
+
+  if (o.foreground) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set,
+                    nullptr);  // before any thread starts: only sigtimedwait sees them
+    return serve(o, paths, [](const std::string& s) {
+      if (s != "ok") std::cerr << "gpuemu-daemon: " << s << "\n";
+    });
+  }
+  // Background: detach (double fork), and tell the starter whether we came up.
+  int fds[2];
+  if (pipe(fds) != 0) return 1;
+  const pid_t pid = fork();
+  if (pid < 0) return 1;
+  if (pid > 0) {
+    close(fds[1]);
+    std::string line;
+    char buf[512];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof buf)) > 0) line.append(buf, static_cast<std::size_t>(n));
+    if (line.rfind("ok", 0) == 0) return 0;
+    std::cerr << "gpuemu-daemon: "
+              << (line.empty() ? "the daemon exited during start (see " + paths.logs_dir + ")"
+                               : line)
+              << "\n";
+    return line.find("already serves") != std::string::npos ? 3 : 1;
+  }
+  close(fds[0]);
+  setsid();
+  if (fork() > 0) _exit(0);
+  const int null = open("/dev/null", O_RDWR);
+  dup2(null, 0);
+  dup2(null, 1);
+  dup2(null, 2);
+  if (null > 2) close(null);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  int ready_fd = fds[1];
+  return serve(o, paths, [&ready_fd](const std::string& s) {
+    if (ready_fd < 0) return;
+    (void)!write(ready_fd, s.data(), s.size());
+    close(ready_fd);
+    ready_fd = -1;
+  });
+}

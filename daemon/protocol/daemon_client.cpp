@@ -1,0 +1,210 @@
+// DaemonClient: NNG req over a context per call; autostart of the daemon.
+#include "gpuemu/client.hpp"
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+namespace gpuemu {
+namespace fs = std::filesystem;
+
+namespace {
+
+Error nng_failure(const std::string& what, int rv) {
+  const ErrorCode code = rv == NNG_ETIMEDOUT ? ErrorCode::timeout
+                         : (rv == NNG_ECONNREFUSED || rv == NNG_ENOENT || rv == NNG_ECLOSED ||
+                            rv == NNG_ECONNSHUT || rv == NNG_EADDRINVAL)
+                             ? ErrorCode::unavailable
+                             : ErrorCode::io_error;
+  return make_error(code, what + ": " + nng_strerror(rv));
+}
+
+}  // namespace
+
+struct DaemonClient::Impl {
+  nng_socket sock = NNG_SOCKET_INITIALIZER;
+  std::chrono::milliseconds timeout{0};
+  std::string token;
+  ~Impl() {
+    if (nng_socket_id(sock) > 0) nng_close(sock);
+  }
+};
+
+DaemonClient::DaemonClient(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+DaemonClient::~DaemonClient() = default;
+
+namespace {
+
+// Opens a req socket and dials `url` synchronously (fails at once when nothing listens).
+Result<std::unique_ptr<DaemonClient::Impl>> dial(const std::string& url) {
+  auto impl = std::make_unique<DaemonClient::Impl>();
+  if (int rv = nng_req0_open(&impl->sock); rv != 0) return nng_failure("cannot open a socket", rv);
+  nng_socket_set_size(impl->sock, NNG_OPT_RECVMAXSZ, 0);  // no limit: tensors are large
+  if (int rv = nng_dial(impl->sock, url.c_str(), nullptr, 0); rv != 0)
+    return nng_failure("no gpuemu daemon answers on " + url, rv);
+  return impl;
+}
+
+}  // namespace
+
+Result<protocol::Frame> DaemonClient::call(protocol::Frame request,
+                                           std::optional<std::chrono::milliseconds> timeout) {
+  if (!m_impl->token.empty() && !request.header.contains("token"))
+    request.header["token"] = m_impl->token;
+  const std::vector<std::byte> bytes = protocol::encode(request);
+  nng_ctx ctx;
+  if (int rv = nng_ctx_open(&ctx, m_impl->sock); rv != 0)
+    return nng_failure("cannot open a context", rv);
+  struct CtxGuard {
+    nng_ctx c;
+    ~CtxGuard() { nng_ctx_close(c); }
+  } guard{ctx};
+  // One request is never re-sent: a fuzz run may take minutes, and re-sending would run it twice.
+  nng_ctx_set_ms(ctx, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+  nng_aio* aio = nullptr;
+  if (int rv = nng_aio_alloc(&aio, nullptr, nullptr); rv != 0)
+    return nng_failure("cannot allocate an aio", rv);
+  struct AioGuard {
+    nng_aio* a;
+    ~AioGuard() { nng_aio_free(a); }
+  } aguard{aio};
+  const auto t = timeout.value_or(m_impl->timeout);
+  nng_aio_set_timeout(
+      aio, t.count() <= 0 ? NNG_DURATION_INFINITE : static_cast<nng_duration>(t.count()));
+  nng_msg* msg = nullptr;
+  if (int rv = nng_msg_alloc(&msg, bytes.size()); rv != 0)
+    return nng_failure("cannot allocate a message", rv);
+  std::memcpy(nng_msg_body(msg), bytes.data(), bytes.size());
+  nng_aio_set_msg(aio, msg);
+  nng_ctx_send(ctx, aio);
+  nng_aio_wait(aio);
+  if (int rv = nng_aio_result(aio); rv != 0) {
+    nng_msg_free(nng_aio_get_msg(aio));
+    return nng_failure("cannot send to the daemon at " + m_url, rv);
+  }
+  nng_ctx_recv(ctx, aio);
+  nng_aio_wait(aio);
+  if (int rv = nng_aio_result(aio); rv != 0) {
+    if (rv == NNG_ETIMEDOUT)
+      return make_error(ErrorCode::timeout,
+                        "the daemon did not answer '" + request.header.value("method", "") +
+                            "' within " + std::to_string(static_cast<double>(t.count()) / 1000.0) +
+                            " s");
+    return nng_failure("no reply from the daemon at " + m_url, rv);
+  }
+  nng_msg* reply = nng_aio_get_msg(aio);
+  auto frame = protocol::decode(
+      std::span(static_cast<const std::byte*>(nng_msg_body(reply)), nng_msg_len(reply)));
+  nng_msg_free(reply);
+  return frame;
+}
+
+Result<Json> DaemonClient::call_json(const std::string& method, Json params,
+                                     std::optional<std::chrono::milliseconds> timeout,
+                                     protocol::Frame* reply) {
+  GPUEMU_TRY(protocol::Frame f, call(protocol::make_request(method, std::move(params)), timeout));
+  auto r = protocol::reply_result(f);
+  if (reply) *reply = std::move(f);
+  return r;
+}
+
+std::string find_daemon_binary() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const fs::path& cand :
+         {self.parent_path() / "gpuemu-daemon", self.parent_path() / "bin" / "gpuemu-daemon"})
+      if (access(cand.c_str(), X_OK) == 0) return cand.string();
+  }
+  if (const char* env = std::getenv("GPUEMU_DAEMON"); env && *env && access(env, X_OK) == 0)
+    return env;
+  if (const char* path = std::getenv("PATH")) {
+    std::string p(path);
+    std::size_t at = 0;
+    while (at <= p.size()) {
+      const std::size_t end = std::min(p.find(':', at), p.size());
+      const fs::path cand = fs::path(p.substr(at, end - at)) / "gpuemu-daemon";
+      if (end > at && access(cand.c_str(), X_OK) == 0) return cand.string();
+      at = end + 1;
+    }
+  }
+  return "";
+}
+
+Status spawn_daemon(const std::string& daemon_path, const std::string& home) {
+  if (daemon_path.empty())
+    return make_error(ErrorCode::tool_missing,
+                      "no gpuemu daemon is running and gpuemu-daemon was found neither next to "
+                      "this program nor on "
+                      "PATH (set GPUEMU_DAEMON)");
+  const pid_t pid = fork();
+  if (pid < 0)
+    return make_error(ErrorCode::io_error, std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    // The daemon detaches itself (double fork); this child only execs it.
+    setenv("GPUEMU_HOME", home.c_str(), 1);
+    execl(daemon_path.c_str(), daemon_path.c_str(), "--home", home.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);  // the detaching parent exits at once
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+    return make_error(ErrorCode::tool_missing, "cannot run " + daemon_path);
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+    return make_error(ErrorCode::unavailable, daemon_path + " exited with status " +
+                                                  std::to_string(WEXITSTATUS(status)) + " (see " +
+                                                  home + "/logs)");
+  return {};
+}
+
+Result<std::unique_ptr<DaemonClient>> DaemonClient::connect(ClientOptions options) {
+  const protocol::HomePaths paths =
+      options.home.empty() ? protocol::home_paths() : protocol::home_paths(options.home);
+  const std::string url = options.url.empty() ? paths.url : options.url;
+  std::string token = options.token;
+  if (token.empty())
+    if (const char* t = std::getenv("GPUEMU_TOKEN")) token = t;
+  auto try_once = [&]() -> Result<std::unique_ptr<DaemonClient>> {
+    GPUEMU_TRY(auto impl, dial(url));
+    impl->timeout = options.timeout;
+    impl->token = token;
+    std::unique_ptr<DaemonClient> c(new DaemonClient(std::move(impl)));
+    c->m_url = url;
+    GPUEMU_TRY(c->m_hello,
+               c->call_json("hello",
+                            {{"client", "gpuemu-cpp"}, {"protocol", protocol::k_protocol_version}},
+                            std::chrono::seconds(10)));
+    return c;
+  };
+  auto first = try_once();
+  if (first || !options.autostart || url.rfind("ipc://", 0) != 0 ||
+      first.error().code != ErrorCode::unavailable)
+    return first;
+  const std::string bin = options.daemon_path.empty() ? find_daemon_binary() : options.daemon_path;
+  GPUEMU_TRY_STATUS(spawn_daemon(bin, paths.home));
+  const auto deadline = std::chrono::steady_clock::now() + options.start_timeout;
+  Error last = first.error();
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    auto c = try_once();
+    if (c) {
+      (*c)->m_started = true;
+      return c;
+    }
+    last = c.error();
+  }
+  return make_error(ErrorCode::unavailable,
+                    "started " + bin + " but it did not answer on " + url + " within " +
+                        std::to_string(options.start_timeout.count() / 1000) +
+                        " s (last error: " + last.message + "; see " + paths.logs_dir + ")");
+}
+
+}  // namespace gpuemu

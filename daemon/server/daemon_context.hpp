@@ -1,0 +1,78 @@
+// What every request handler of the daemon shares: the engine (the validation service), the
+// failure store, where the daemon lives, and its counters. Handlers are the protocol layer: they
+// turn wire frames into engine calls and results back into frames.
+#pragma once
+
+#include "gpuemu/engine.hpp"
+#include "gpuemu/protocol.hpp"
+#include "gpuemu/store.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+
+namespace gpuemu::server {
+
+struct DaemonConfig {
+  std::string home;
+  std::string token;               // required on tcp:// connections (empty: tcp disabled)
+  std::string tcp_url;             // optional second listener
+  int workers = 0;                 // 0: max(2, hardware threads)
+  int contexts = 32;               // requests in flight at once
+  std::string python;              // script kernels' interpreter (empty: the project's venv)
+  double script_timeout_s = 60.0;  // per case
+  std::chrono::seconds drain_timeout{30};
+};
+
+struct DaemonContext {
+  DaemonContext(protocol::HomePaths p, Engine e) : paths(std::move(p)), engine(std::move(e)) {}
+
+  DaemonConfig config;
+  protocol::HomePaths paths;
+  Engine engine;
+  mutable std::shared_mutex engine_mutex;  // exclusive only while envelopes change (calibrate)
+  std::unique_ptr<Store> store;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  std::int64_t started_ms = 0;
+  std::atomic<std::int64_t> requests{0};
+  std::atomic<std::int64_t> in_flight{0};
+  std::atomic<std::int64_t> errors{0};
+  std::atomic<bool> stopping{false};
+  std::function<void()> request_stop;  // set by the transport: starts a graceful shutdown
+
+  double uptime_s() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  }
+};
+
+// A request handler: the request frame in, a reply frame (or an error) out.
+using Handler = std::function<Result<protocol::Frame>(DaemonContext&, const protocol::Frame&)>;
+
+struct Command {
+  std::string name;
+  Handler handler;
+  bool fast = false;  // answered on the transport's thread (never blocks): hello, ping, stats
+  std::string summary;
+};
+
+// Every command, registered by the handler files (handlers_*.cpp).
+const std::vector<Command>& commands();
+const Command* find_command(std::string_view name);
+
+// Runs one request: finds its command, checks the header, maps any error to an error reply.
+protocol::Frame dispatch(DaemonContext& ctx, const protocol::Frame& request);
+
+// Registration helpers of the handler files.
+void add_info_commands(std::vector<Command>& out);
+void add_fuzz_commands(std::vector<Command>& out);
+void add_failure_commands(std::vector<Command>& out);
+void add_lint_commands(std::vector<Command>& out);
+
+// Helpers shared by handlers.
+Result<std::string> string_param(const Json& params, const char* name);
+std::int64_t now_ms();
+
+}  // namespace gpuemu::server

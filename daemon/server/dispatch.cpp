@@ -1,0 +1,85 @@
+// The command table and request dispatch (docs/protocol.md, "Requests").
+#include "server/daemon_context.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace gpuemu::server {
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> table = [] {
+    std::vector<Command> t;
+    add_info_commands(t);
+    add_fuzz_commands(t);
+    add_failure_commands(t);
+    add_lint_commands(t);
+    return t;
+  }();
+  return table;
+}
+
+const Command* find_command(std::string_view name) {
+  for (const auto& c : commands())
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+Result<std::string> string_param(const Json& params, const char* name) {
+  auto it = params.find(name);
+  if (it == params.end() || !it->is_string() || it->get<std::string>().empty())
+    return make_error(ErrorCode::invalid_argument,
+                      std::string("the request needs a string '") + name + "'");
+  return it->get<std::string>();
+}
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+protocol::Frame dispatch(DaemonContext& ctx, const protocol::Frame& request) {
+  const Json& h = request.header;
+  const auto start = std::chrono::steady_clock::now();
+  const std::string method =
+      h.contains("method") && h["method"].is_string() ? h["method"].get<std::string>() : "";
+  auto fail = [&](const Error& e) {
+    ++ctx.errors;
+    spdlog::info("{} -> {}: {}", method.empty() ? "?" : method, error_code_name(e.code), e.message);
+    return protocol::make_error_reply(e);
+  };
+  if (!h.contains("v") || !h["v"].is_number_integer())
+    return fail(make_error(ErrorCode::protocol_error,
+                           "the request header has no integer 'v' (protocol version)"));
+  if (h["v"].get<int>() != protocol::k_protocol_version)
+    return fail(make_error(ErrorCode::protocol_error,
+                           "protocol version " + std::to_string(h["v"].get<int>()) +
+                               " is not supported (this daemon speaks " +
+                               std::to_string(protocol::k_protocol_version) + ")"));
+  if (method.empty())
+    return fail(make_error(ErrorCode::protocol_error, "the request header has no string 'method'"));
+  const Command* cmd = find_command(method);
+  if (!cmd) return fail(make_error(ErrorCode::protocol_error, "unknown method '" + method + "'"));
+  if (h.contains("params") && !h["params"].is_object())
+    return fail(make_error(ErrorCode::protocol_error, "'params' must be an object"));
+  if (ctx.stopping && method != "ping" && method != "hello" && method != "stats")
+    return fail(make_error(ErrorCode::unavailable, "the daemon is shutting down"));
+  ++ctx.requests;
+  Result<protocol::Frame> reply = [&]() -> Result<protocol::Frame> {
+    try {
+      return cmd->handler(ctx, request);
+    } catch (const GpuemuException& e) {
+      return e.error();
+    } catch (const std::bad_alloc&) {
+      return make_error(ErrorCode::internal, "out of memory while handling '" + method + "'");
+    } catch (const std::exception& e) {
+      return make_error(ErrorCode::internal, "'" + method + "' failed: " + e.what());
+    }
+  }();
+  if (!reply) return fail(reply.error());
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!cmd->fast) spdlog::info("{} ok in {:.1f} ms", method, ms);
+  return std::move(reply).value();
+}
+
+}  // namespace gpuemu::server

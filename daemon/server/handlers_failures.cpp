@@ -1,0 +1,220 @@
+// failures (list | get | delete | export), reproduce, minimize, diagnose.
+#include "server/records.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace gpuemu::server {
+namespace {
+
+using protocol::Frame;
+using protocol::make_reply;
+
+std::string base64(std::span<const std::byte> in) {
+  static constexpr char k[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const auto v = (std::to_integer<unsigned>(in[i]) << 16) |
+                   (std::to_integer<unsigned>(in[i + 1]) << 8) |
+                   std::to_integer<unsigned>(in[i + 2]);
+    out += {k[v >> 18], k[(v >> 12) & 63], k[(v >> 6) & 63], k[v & 63]};
+  }
+  if (i < in.size()) {
+    unsigned v = std::to_integer<unsigned>(in[i]) << 16;
+    if (i + 1 < in.size()) v |= std::to_integer<unsigned>(in[i + 1]) << 8;
+    out += {k[v >> 18], k[(v >> 12) & 63], i + 1 < in.size() ? k[(v >> 6) & 63] : '=', '='};
+  }
+  return out;
+}
+
+Result<Store*> store_of(DaemonContext& ctx) {
+  if (!ctx.store) return make_error(ErrorCode::unavailable, "this daemon has no failure store");
+  return ctx.store.get();
+}
+
+Result<Frame> failures(DaemonContext& ctx, const Frame& req) {
+  const Json p = req.header.value("params", Json::object());
+  GPUEMU_TRY(Store * store, store_of(ctx));
+  const std::string action = p.value("action", "list");
+  if (action == "list" || action == "export") {
+    FailureQuery q;
+    q.op = p.value("op", "");
+    q.since_ms = p.value("since_ms", std::int64_t{0});
+    q.limit = p.value("limit", std::size_t{0});
+    GPUEMU_TRY(auto list, store->list_failures(q));
+    Json items = Json::array();
+    for (const auto& s : list) {
+      if (action == "list") {
+        items.push_back(failure_list_item(s));
+        continue;
+      }
+      GPUEMU_TRY(FailureRecord rec, store->get_failure(s.id));
+      Json m = rec.meta;
+      m["id"] = rec.id;
+      m["op"] = rec.op;
+      m["created_ms"] = rec.created_ms;
+      m["snapshot"] = base64(rec.inputs);  // export only: never on the hot path
+      items.push_back(std::move(m));
+    }
+    return make_reply(
+        {{action == "list" ? "failures" : "records", items}, {"count", items.size()}});
+  }
+  GPUEMU_TRY(std::string id, string_param(p, "id"));
+  if (action == "get") {
+    GPUEMU_TRY(FailureRecord rec, store->get_failure(id));
+    GPUEMU_TRY(TestCase c, protocol::restore_case(rec.inputs));
+    Frame reply = make_reply();
+    Json m = rec.meta;
+    m["id"] = rec.id;
+    m["op"] = rec.op;
+    m["created_ms"] = rec.created_ms;
+    m["case"] = protocol::case_to_json(c);
+    m["snapshot_bytes"] = rec.inputs.size();
+    if (p.value("snapshot", false)) m["snapshot"] = base64(rec.inputs);
+    protocol::add_case_tensors(reply, c);
+    reply.header["result"] = m;
+    return reply;
+  }
+  if (action == "delete") {
+    GPUEMU_TRY_STATUS(store->delete_failure(id));
+    return make_reply({{"deleted", id}});
+  }
+  return make_error(ErrorCode::invalid_argument,
+                    "failures action '" + action + "' is not one of list, get, delete, export");
+}
+
+// Runs a stored failure's kernel on its case (or says it cannot: a client-side kernel).
+struct Rerun {
+  std::optional<KernelRunner> runner;
+  std::optional<CaseResult> result;
+};
+
+Result<Rerun> rerun(DaemonContext& ctx, const StoredCase& sc, const TestCase& c) {
+  Rerun r;
+  GPUEMU_TRY(r.runner, resolve_kernel(ctx, c.op, sc.meta.value("kernel", Json::object())));
+  if (r.runner) {
+    std::shared_lock lock(ctx.engine_mutex);
+    GPUEMU_TRY(CaseResult cr, ctx.engine.run_case(c.op, sc.options, c, *r.runner));
+    r.result = std::move(cr);
+  }
+  return r;
+}
+
+Result<Frame> reproduce(DaemonContext& ctx, const Frame& req) {
+  const Json p = req.header.value("params", Json::object());
+  GPUEMU_TRY(std::string id, string_param(p, "id"));
+  GPUEMU_TRY(StoredCase sc, load_stored_case(ctx, id));
+  GPUEMU_TRY(Store * store, store_of(ctx));
+  GPUEMU_TRY(FailureRecord rec, store->get_failure(id));
+  // Regenerate the case from its seed under the run's options and compare the bytes.
+  GPUEMU_TRY(const OpSchema* schema, ctx.engine.catalogue().get(sc.test_case.op));
+  CaseGenerator gen(*schema, sc.options);
+  Json regen = {{"identical", false}};
+  // A minimized case was generated with pinned dims (and maybe value transforms, contiguous
+  // inputs); a fuzz case is case `index` of its run.
+  bool all_contiguous = true;
+  for (const auto& [n, l] : sc.test_case.layouts)
+    all_contiguous = all_contiguous && l.kind == "contiguous";
+  auto again = sc.meta.contains("minimized_from")
+                   ? gen.generate_pinned(sc.test_case.seed, sc.test_case.dims,
+                                         sc.test_case.value_transforms, all_contiguous)
+                   : gen.generate(sc.test_case.master_seed, sc.test_case.index);
+  if (again) {
+    const auto bytes = protocol::snapshot_case(*again);
+    regen["identical"] = bytes == rec.inputs;
+    regen["bytes"] = bytes.size();
+  } else {
+    regen["error"] = again.error().message;
+  }
+  Json j = {{"id", id},
+            {"op", sc.test_case.op},
+            {"seed", sc.test_case.seed},
+            {"snapshot_bytes", rec.inputs.size()},
+            {"regenerated_identical", regen["identical"]},
+            {"regeneration", regen},
+            {"kernel", sc.meta.value("kernel", Json::object())},
+            {"case", protocol::case_to_json(sc.test_case)}};
+  GPUEMU_TRY(Rerun r, rerun(ctx, sc, sc.test_case));
+  Frame reply = make_reply();
+  if (r.result) {
+    j["passed"] = r.result->verdict.passed;
+    j["verdict"] = r.result->verdict.to_json();
+    j["message"] = r.result->verdict.message;
+    j["max_error"] = j["verdict"].value("max_error", Json());
+    j["still_fails"] = !r.result->verdict.passed;
+  } else {
+    // A client-side kernel: the client runs it on these inputs and calls submit_outputs.
+    j["passed"] = nullptr;
+    j["message"] = "the kernel ran in a client: replay it there (Client().reproduce(id, run_op))";
+    protocol::add_case_tensors(reply, sc.test_case);
+  }
+  reply.header["result"] = j;
+  return reply;
+}
+
+Result<Frame> minimize(DaemonContext& ctx, const Frame& req) {
+  const Json p = req.header.value("params", Json::object());
+  GPUEMU_TRY(std::string id, string_param(p, "id"));
+  const int max_eval = p.value("max_evaluations", 200);
+  GPUEMU_TRY(StoredCase sc, load_stored_case(ctx, id));
+  GPUEMU_TRY(auto runner,
+             resolve_kernel(ctx, sc.test_case.op, sc.meta.value("kernel", Json::object())));
+  if (!runner)
+    return make_error(ErrorCode::invalid_argument,
+                      "failure " + id +
+                          " comes from a client-side kernel: minimize it "
+                          "from the client (Client().minimize(id, run_op))");
+  std::shared_lock lock(ctx.engine_mutex);
+  GPUEMU_TRY(Minimized m,
+             ctx.engine.minimize(sc.test_case.op, sc.options, sc.test_case, *runner, max_eval));
+  lock.unlock();
+  Json j = m.to_json();
+  j["id"] = id;
+  if (!m.verdict.passed && ctx.store) {
+    CaseResult cr;
+    cr.test_case = m.test_case;
+    cr.verdict = m.verdict;
+    cr.diagnosis = {sc.meta.contains("diagnosis")
+                        ? sc.meta["diagnosis"].value("bug_class", "no_pattern")
+                        : "no_pattern",
+                    "minimized from " + id + ": " + m.summary,
+                    {}};
+    FailureRecord rec =
+        make_failure_record(ctx, cr, sc.options, sc.meta.value("kernel", Json::object()),
+                            sc.meta.value("client", Json::object()));
+    rec.meta["minimized_from"] = id;
+    GPUEMU_TRY(std::string mid, ctx.store->put_failure(std::move(rec)));
+    j["minimized_id"] = mid;
+    j["repro"] = "gpuemu repro " + mid;
+  }
+  return make_reply(j);
+}
+
+Result<Frame> diagnose(DaemonContext& ctx, const Frame& req) {
+  const Json p = req.header.value("params", Json::object());
+  GPUEMU_TRY(std::string id, string_param(p, "id"));
+  GPUEMU_TRY(StoredCase sc, load_stored_case(ctx, id));
+  GPUEMU_TRY(Rerun r, rerun(ctx, sc, sc.test_case));
+  if (!r.result)
+    return make_reply(
+        {{"id", id}, {"diagnosis", sc.meta.value("diagnosis", Json::object())}, {"rerun", false}});
+  std::shared_lock lock(ctx.engine_mutex);
+  Diagnosis d = ctx.engine.diagnose(sc.test_case.op, sc.options, *r.result, &*r.runner);
+  return make_reply({{"id", id},
+                     {"diagnosis", d.to_json()},
+                     {"rerun", true},
+                     {"passed", r.result->verdict.passed}});
+}
+
+}  // namespace
+
+void add_failure_commands(std::vector<Command>& out) {
+  out.push_back({"failures", failures, false, "stored failures: list, get, delete, export"});
+  out.push_back(
+      {"reproduce", reproduce, false, "re-run a stored failure from its bytes and from its seed"});
+  out.push_back({"minimize", minimize, false, "shrink a stored failure; the result is stored too"});
+  out.push_back({"diagnose", diagnose, false, "name the likely bug class of a stored failure"});
+}
+
+}  // namespace gpuemu::server

@@ -1,0 +1,340 @@
+// fuzz, get_test_batch, submit_outputs, validate, calibrate.
+#include "server/records.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <random>
+
+namespace gpuemu::server {
+namespace {
+
+using protocol::Frame;
+using protocol::make_reply;
+
+Json params_of(const Frame& req) {
+  return req.header.value("params", Json::object());
+}
+
+template <class T>
+Result<T> param(const Json& p, const char* name, T fallback) {
+  auto it = p.find(name);
+  if (it == p.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const Json::exception&) {
+    return make_error(ErrorCode::invalid_argument,
+                      std::string("parameter '") + name + "' has the wrong type");
+  }
+}
+
+// An optional unsigned seed: absent or null gives nullopt.
+Result<std::optional<std::uint64_t>> optional_seed(const Json& p) {
+  auto it = p.find("seed");
+  if (it == p.end() || it->is_null()) return std::optional<std::uint64_t>();
+  if (!it->is_number_unsigned() && !(it->is_number_integer() && it->get<std::int64_t>() >= 0))
+    return make_error(ErrorCode::invalid_argument, "'seed' must be a non-negative integer");
+  return std::optional<std::uint64_t>(it->get<std::uint64_t>());
+}
+
+std::uint64_t random_seed() {
+  std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+}
+
+// Stores failures in one transaction; returns their ids (empty strings when storing is off).
+Result<std::vector<std::string>> store_failures(DaemonContext& ctx,
+                                                const std::vector<CaseResult>& failures,
+                                                const FuzzOptions& options, const Json& kernel,
+                                                const Json& client, bool store) {
+  std::vector<std::string> ids(failures.size());
+  if (!store || failures.empty() || !ctx.store) return ids;
+  std::vector<FailureRecord> recs;
+  for (const auto& f : failures)
+    recs.push_back(make_failure_record(ctx, f, options, kernel, client));
+  GPUEMU_TRY(ids, ctx.store->put_failures(std::move(recs)));
+  return ids;
+}
+
+Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
+  const Json p = params_of(req);
+  FuzzRequest fr;
+  GPUEMU_TRY(fr.op, string_param(p, "op"));
+  GPUEMU_TRY(fr.options, protocol::options_from_json(p.value("options", Json::object())));
+  GPUEMU_TRY(auto seed, optional_seed(p));
+  fr.seed = seed ? *seed : random_seed();
+  GPUEMU_TRY(fr.iterations, param<std::int64_t>(p, "iterations", 100));
+  if (fr.iterations < 1 || fr.iterations > 10'000'000)
+    return make_error(ErrorCode::invalid_argument, "'iterations' must be in [1, 10000000]");
+  GPUEMU_TRY(fr.fail_fast, param<bool>(p, "fail_fast", false));
+  GPUEMU_TRY(fr.diagnose_limit, param<int>(p, "diagnose_limit", 3));
+  GPUEMU_TRY(bool do_minimize, param<bool>(p, "minimize", true));
+  GPUEMU_TRY(bool store, param<bool>(p, "store", true));
+  GPUEMU_TRY(fr.repro_prefix, param<std::string>(p, "repro_prefix", ""));
+  const Json kernel = p.value("kernel", Json());
+  const Json client = p.value("client", Json::object());
+  GPUEMU_TRY(auto runner, resolve_kernel(ctx, fr.op, kernel));
+  if (!runner)
+    return make_error(ErrorCode::invalid_argument,
+                      "a client-side kernel cannot be fuzzed by the daemon: use get_test_batch and "
+                      "submit_outputs");
+  std::shared_lock lock(ctx.engine_mutex);
+  GPUEMU_TRY(FuzzReport report, ctx.engine.fuzz(fr, *runner));
+  std::optional<Minimized> minimized;
+  if (do_minimize && !report.failures.empty()) {
+    auto m = ctx.engine.minimize(fr.op, fr.options, report.failures.front().test_case, *runner);
+    if (m) minimized = std::move(m).value();
+  }
+  lock.unlock();
+  std::vector<CaseResult>& failures = report.failures;
+  if (minimized && !failures.empty())
+    failures.front().diagnosis.evidence.push_back("minimized: " + minimized->summary);
+  GPUEMU_TRY(auto ids, store_failures(ctx, failures, fr.options, kernel, client, store));
+  Json j = report.to_json();
+  j["failures"] = Json::array();
+  j["failure_ids"] = ids;
+  for (std::size_t i = 0; i < failures.size(); ++i)
+    j["failures"].push_back(case_result_json(failures[i], ids[i]));
+  if (minimized) j["minimized"] = minimized->to_json();
+  j["kernel"] = kernel_identity(kernel);
+  j["options"] = protocol::options_to_json(fr.options);
+  if (store && ctx.store) {
+    Json run = {{"kind", "fuzz"},
+                {"op", fr.op},
+                {"seed", fr.seed},
+                {"kernel", j["kernel"]},
+                {"total", report.total},
+                {"passed", report.passed},
+                {"elapsed", report.elapsed_s},
+                {"failure_ids", ids}};
+    if (auto rid = ctx.store->put_run(run)) j["run_id"] = *rid;
+  }
+  return make_reply(j);
+}
+
+Result<Frame> get_test_batch(DaemonContext& ctx, const Frame& req) {
+  const Json p = params_of(req);
+  GPUEMU_TRY(std::string op, string_param(p, "op"));
+  GPUEMU_TRY(FuzzOptions options, protocol::options_from_json(p.value("options", Json::object())));
+  GPUEMU_TRY(std::int64_t count, param<std::int64_t>(p, "count", 10));
+  GPUEMU_TRY(std::int64_t start, param<std::int64_t>(p, "start_index", 0));
+  GPUEMU_TRY(auto seed, optional_seed(p));
+  if (count < 1 || count > 100000)
+    return make_error(ErrorCode::invalid_argument, "'count' must be in [1, 100000]");
+  if (start < 0) return make_error(ErrorCode::invalid_argument, "'start_index' must be >= 0");
+  const std::uint64_t master = seed ? *seed : random_seed();
+  GPUEMU_TRY(const OpSchema* schema, ctx.engine.catalogue().get(op));
+  CaseGenerator gen(*schema, options);
+  GPUEMU_TRY_STATUS(gen.validate());
+  Frame reply = make_reply();
+  Json cases = Json::array();
+  for (std::int64_t i = start; i < start + count; ++i) {
+    GPUEMU_TRY(TestCase c, gen.generate(master, i));
+    cases.push_back(protocol::case_to_json(c));
+    protocol::add_case_tensors(reply, c, "cases/" + std::to_string(i - start) + "/");
+  }
+  reply.header["result"] = {{"op", op},
+                            {"master_seed", master},
+                            {"cases", cases},
+                            {"options", protocol::options_to_json(options)}};
+  return reply;
+}
+
+// The case a submitted item refers to, regenerated from its seed (the daemon never trusts inputs a
+// client sends back: a kernel may have written into them).
+Result<TestCase> regenerate(const CaseGenerator& gen, const Json& c) {
+  if (!c.is_object())
+    return make_error(ErrorCode::invalid_argument, "each item needs a 'case' object");
+  const auto master = c.value("master_seed", std::uint64_t{0});
+  const auto index = c.value("index", std::int64_t{-1});
+  const auto seed = c.value("seed", std::uint64_t{0});
+  if (index >= 0) {
+    GPUEMU_TRY(TestCase t, gen.generate(master, index));
+    if (!c.contains("seed") || t.seed == seed) return t;
+  }
+  if (!c.contains("seed"))
+    return make_error(ErrorCode::invalid_argument, "the case has neither 'index' nor 'seed'");
+  return gen.generate_from_seed(seed);
+}
+
+// "input mutated" when the kernel changed an input it was given.
+std::string mutation_message(const TestCase& c, const Frame& req, const std::string& prefix) {
+  for (const auto& [name, t] : c.inputs) {
+    auto sent = req.tensors.find(prefix + name);
+    if (sent == req.tensors.end()) continue;
+    if (sent->second.shape() != t.shape()) return "input mutated: '" + name + "' changed shape";
+    if (sent->second.dtype() != t.dtype()) return "input mutated: '" + name + "' changed dtype";
+    if (sent->second.contiguous_bytes() != t.contiguous_bytes()) {
+      std::int64_t changed = 0;
+      for (std::int64_t k = 0; k < t.numel(); ++k) {
+        const double a = t.get_flat(k), b = sent->second.get_flat(k);
+        if (!(a == b || (std::isnan(a) && std::isnan(b)))) ++changed;
+      }
+      return "input mutated: the kernel wrote into '" + name + "' (" + std::to_string(changed) +
+             " of " + std::to_string(t.numel()) + " elements changed)";
+    }
+  }
+  return "";
+}
+
+Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
+  const Json p = params_of(req);
+  GPUEMU_TRY(std::string op, string_param(p, "op"));
+  GPUEMU_TRY(FuzzOptions options, protocol::options_from_json(p.value("options", Json::object())));
+  GPUEMU_TRY(bool store, param<bool>(p, "store", true));
+  const Json kernel = p.value("kernel", Json{{"kind", "client"}});
+  const Json client = p.value("client", Json::object());
+  const Json items = p.value("items", Json::array());
+  if (!items.is_array() || items.empty())
+    return make_error(ErrorCode::invalid_argument, "'items' must be a non-empty array");
+  GPUEMU_TRY(const OpSchema* schema, ctx.engine.catalogue().get(op));
+  CaseGenerator gen(*schema, options);
+  GPUEMU_TRY_STATUS(gen.validate());
+  std::vector<CaseResult> failures;
+  std::vector<std::size_t> failure_item;
+  Json results = Json::array();
+  std::shared_lock lock(ctx.engine_mutex);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const Json& item = items[i];
+    const std::string prefix = "items/" + std::to_string(i) + "/";
+    GPUEMU_TRY(TestCase c, regenerate(gen, item.value("case", Json())));
+    CaseResult r;
+    r.test_case = c;
+    const std::string kernel_error = item.value("kernel_error", "");
+    const std::string contract = item.value("contract_error", "");
+    const std::string mutated = mutation_message(c, req, prefix + "inputs/");
+    if (!kernel_error.empty() || !contract.empty() || !mutated.empty()) {
+      r.verdict.passed = false;
+      r.verdict.max_error = std::numeric_limits<double>::infinity();
+      r.verdict.envelope = ctx.engine.envelopes().get(op, c.dtype);
+      r.kernel_error = kernel_error;
+      r.verdict.message = !kernel_error.empty() ? "the kernel raised: " + kernel_error
+                          : !contract.empty()   ? contract
+                                                : mutated;
+      r.diagnosis = {kernel_error.empty() ? "contract" : "kernel_error", r.verdict.message, {}};
+    } else {
+      std::vector<Tensor> outs;
+      for (int k = 0;; ++k) {
+        auto t = req.tensors.find(prefix + "outputs/" + std::to_string(k));
+        if (t == req.tensors.end()) break;
+        outs.push_back(t->second);
+      }
+      if (outs.empty())
+        return make_error(ErrorCode::invalid_argument,
+                          "item " + std::to_string(i) + " carries no outputs");
+      GPUEMU_TRY(r.verdict, ctx.engine.judge_case(c, outs));
+      if (!r.verdict.passed) r.diagnosis = ctx.engine.diagnose(op, options, r, nullptr);
+    }
+    r.repro = "gpuemu fuzz " + op + " --seed " + std::to_string(c.master_seed) + " --case " +
+              std::to_string(c.index);
+    results.push_back({{"passed", r.verdict.passed},
+                       {"max_error", r.verdict.to_json().value("max_error", Json())},
+                       {"envelope", r.verdict.envelope},
+                       {"message", r.verdict.message},
+                       {"seed", c.seed},
+                       {"index", c.index}});
+    if (!r.verdict.passed) {
+      results.back()["diagnosis"] = r.diagnosis.to_json();
+      Json k = kernel;
+      if (item.contains("kernel") && item["kernel"].is_object()) k.update(item["kernel"]);
+      failures.push_back(r);
+      failure_item.push_back(i);
+    }
+  }
+  lock.unlock();
+  GPUEMU_TRY(auto ids, store_failures(ctx, failures, options, kernel, client, store));
+  for (std::size_t f = 0; f < failures.size(); ++f)
+    if (!ids[f].empty()) {
+      results[failure_item[f]]["failure_id"] = ids[f];
+      results[failure_item[f]]["repro"] = "gpuemu repro " + ids[f];
+    }
+  return make_reply({{"op", op}, {"results", results}});
+}
+
+Result<Frame> validate(DaemonContext& ctx, const Frame& req) {
+  const Json p = params_of(req);
+  GPUEMU_TRY(std::string op, string_param(p, "op"));
+  GPUEMU_TRY(const OpSchema* schema, ctx.engine.catalogue().get(op));
+  TestCase c;
+  c.op = op;
+  std::vector<Tensor> outs;
+  for (const auto& [key, t] : req.tensors) {
+    if (key.rfind("inputs/", 0) == 0) c.inputs.emplace(key.substr(7), t);
+  }
+  for (int k = 0;; ++k) {
+    auto t = req.tensors.find("outputs/" + std::to_string(k));
+    if (t == req.tensors.end()) break;
+    outs.push_back(t->second);
+  }
+  if (outs.empty())
+    return make_error(ErrorCode::invalid_argument,
+                      "validate needs the kernel's outputs as outputs/0, ...");
+  const Json attrs = p.value("attrs", Json::object());
+  std::optional<DType> dt;
+  if (p.contains("dtype")) {
+    dt = parse_dtype(p["dtype"].get<std::string>());
+    if (!dt)
+      return make_error(ErrorCode::invalid_argument,
+                        "unknown dtype '" + p["dtype"].get<std::string>() + "'");
+  }
+  GPUEMU_TRY(RefContext rc, make_ref_context(*schema, c.inputs, attrs, dt));
+  c.dims = rc.dims;
+  c.attrs = rc.attrs;
+  c.dtype = rc.case_dtype;
+  std::shared_lock lock(ctx.engine_mutex);
+  GPUEMU_TRY(Verdict v, ctx.engine.judge_case(c, outs));
+  return make_reply(v.to_json());
+}
+
+Result<Frame> calibrate(DaemonContext& ctx, const Frame& req) {
+  const Json p = params_of(req);
+  GPUEMU_TRY(std::string op, string_param(p, "op"));
+  GPUEMU_TRY(const OpSchema* schema, ctx.engine.catalogue().get(op));
+  GPUEMU_TRY(auto names, param<std::vector<std::string>>(p, "dtypes", {}));
+  GPUEMU_TRY(std::int64_t cases, param<std::int64_t>(p, "cases", 200));
+  GPUEMU_TRY(std::uint64_t seed, param<std::uint64_t>(p, "seed", 0xC0FFEE));
+  GPUEMU_TRY(bool apply, param<bool>(p, "apply", true));
+  if (cases < 1 || cases > 1000000)
+    return make_error(ErrorCode::invalid_argument, "'cases' must be in [1, 1000000]");
+  std::vector<DType> dtypes;
+  for (const auto& n : names) {
+    auto d = parse_dtype(n);
+    if (!d) return make_error(ErrorCode::invalid_argument, "unknown dtype '" + n + "'");
+    dtypes.push_back(*d);
+  }
+  if (dtypes.empty()) dtypes = schema->dtypes;
+  Json results = Json::array();
+  std::vector<CalibrationResult> done;
+  {
+    std::shared_lock lock(ctx.engine_mutex);
+    for (DType d : dtypes) {
+      GPUEMU_TRY(CalibrationResult r, ctx.engine.calibrate(op, d, cases, seed));
+      results.push_back(r.to_json());
+      done.push_back(std::move(r));
+    }
+  }
+  if (apply) {
+    std::unique_lock lock(ctx.engine_mutex);
+    for (const auto& r : done) ctx.engine.envelopes().set(op, r.dtype, r.envelope, r.to_json());
+  }
+  if (apply && ctx.store)
+    for (const auto& r : done)
+      GPUEMU_TRY_STATUS(
+          ctx.store->put_calibration(op, std::string(dtype_name(r.dtype)), r.to_json()));
+  return make_reply({{"op", op}, {"applied", apply}, {"results", results}});
+}
+
+}  // namespace
+
+void add_fuzz_commands(std::vector<Command>& out) {
+  out.push_back(
+      {"fuzz", fuzz, false, "fuzz an op against a built-in or script kernel; failures are stored"});
+  out.push_back({"get_test_batch", get_test_batch, false,
+                 "cases (inputs and attrs) for a client-side kernel"});
+  out.push_back({"submit_outputs", submit_outputs, false,
+                 "judge a client kernel's outputs for cases of a batch"});
+  out.push_back({"validate", validate, false, "judge outputs for inputs the client chose"});
+  out.push_back(
+      {"calibrate", calibrate, false, "calibrate an op's envelopes from its correct controls"});
+}
+
+}  // namespace gpuemu::server

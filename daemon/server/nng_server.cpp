@@ -1,0 +1,225 @@
+// NngServer: rep0 contexts, a work queue, token checks on tcp connections.
+#include "server/nng_server.hpp"
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+
+namespace gpuemu::server {
+
+struct NngServer::Impl {
+  nng_socket sock = NNG_SOCKET_INITIALIZER;
+  bool open = false;
+};
+
+struct NngServer::Slot {
+  enum class State { receiving, working, sending };
+  NngServer* server = nullptr;
+  nng_ctx ctx{};
+  nng_aio* aio = nullptr;
+  State state = State::receiving;
+  bool from_tcp = false;
+};
+
+namespace {
+
+void slot_callback(void* arg);
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return d == 0;
+}
+
+}  // namespace
+
+NngServer::NngServer(DaemonContext& ctx) : m_ctx(ctx), m_impl(std::make_unique<Impl>()) {
+  if (nng_rep0_open(&m_impl->sock) == 0) {
+    m_impl->open = true;
+    nng_socket_set_size(m_impl->sock, NNG_OPT_RECVMAXSZ,
+                        0);  // tensors are large; frames check sizes
+  }
+}
+
+NngServer::~NngServer() {
+  stop(std::chrono::milliseconds(0));
+}
+
+Status NngServer::listen(const std::string& url) {
+  if (!m_impl->open) return make_error(ErrorCode::internal, "cannot open an NNG rep socket");
+  const bool tcp = url.rfind("tcp://", 0) == 0;
+  if (tcp && m_ctx.config.token.empty())
+    return make_error(ErrorCode::invalid_argument,
+                      "a tcp:// listener needs a token (--token-file or GPUEMU_TOKEN)");
+  nng_listener l;
+  if (int rv = nng_listener_create(&l, m_impl->sock, url.c_str()); rv != 0)
+    return make_error(ErrorCode::io_error, "cannot listen on " + url + ": " + nng_strerror(rv));
+  if (url.rfind("ipc://", 0) == 0) nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
+  if (int rv = nng_listener_start(l, 0); rv != 0)
+    return make_error(rv == NNG_EADDRINUSE ? ErrorCode::conflict : ErrorCode::io_error,
+                      "cannot listen on " + url + ": " + nng_strerror(rv));
+  spdlog::info("listening on {}", url);
+  return {};
+}
+
+Status NngServer::start() {
+  const int workers = m_ctx.config.workers > 0
+                          ? m_ctx.config.workers
+                          : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  for (int i = 0; i < workers; ++i) m_workers.emplace_back([this] { worker_loop(); });
+  for (int i = 0; i < std::max(2, m_ctx.config.contexts); ++i) {
+    auto slot = std::make_unique<Slot>();
+    slot->server = this;
+    if (int rv = nng_aio_alloc(&slot->aio, slot_callback, slot.get()); rv != 0)
+      return make_error(ErrorCode::internal, std::string("nng_aio_alloc: ") + nng_strerror(rv));
+    if (int rv = nng_ctx_open(&slot->ctx, m_impl->sock); rv != 0)
+      return make_error(ErrorCode::internal, std::string("nng_ctx_open: ") + nng_strerror(rv));
+    m_slots.push_back(std::move(slot));
+  }
+  for (auto& s : m_slots) nng_ctx_recv(s->ctx, s->aio);
+  spdlog::info("serving with {} contexts and {} workers", m_slots.size(), workers);
+  return {};
+}
+
+namespace {
+void slot_callback(void* arg) {
+  auto* slot = static_cast<NngServer::Slot*>(arg);
+  slot->server->on_event(slot);
+}
+}  // namespace
+
+void NngServer::on_event(Slot* slot) {
+  const int rv = nng_aio_result(slot->aio);
+  switch (slot->state) {
+    case Slot::State::receiving:
+      if (rv == NNG_ECLOSED || rv == NNG_ECANCELED) return;
+      if (rv != 0) {
+        spdlog::warn("[W-recv] receive failed: {}", nng_strerror(rv));
+        nng_ctx_recv(slot->ctx, slot->aio);
+        return;
+      }
+      handle_received(slot);
+      return;
+    case Slot::State::sending:
+      if (rv != 0) {
+        nng_msg_free(nng_aio_get_msg(slot->aio));
+        if (rv == NNG_ECLOSED || rv == NNG_ECANCELED) return;
+        spdlog::warn("[W-send] reply not delivered: {}", nng_strerror(rv));
+      }
+      slot->state = Slot::State::receiving;
+      nng_ctx_recv(slot->ctx, slot->aio);
+      return;
+    case Slot::State::working:
+      return;
+  }
+}
+
+void NngServer::handle_received(Slot* slot) {
+  nng_msg* msg = nng_aio_get_msg(slot->aio);
+  nng_sockaddr addr{};
+  slot->from_tcp = nng_pipe_get_addr(nng_msg_get_pipe(msg), NNG_OPT_REMADDR, &addr) == 0 &&
+                   (addr.s_family == NNG_AF_INET || addr.s_family == NNG_AF_INET6);
+  auto frame = protocol::decode(
+      std::span(static_cast<const std::byte*>(nng_msg_body(msg)), nng_msg_len(msg)));
+  nng_msg_free(msg);
+  if (!frame) {
+    ++m_ctx.errors;
+    spdlog::info("bad frame: {}", frame.error().message);
+    send_reply(slot, protocol::make_error_reply(frame.error()));
+    return;
+  }
+  if (slot->from_tcp) {
+    const std::string token = frame->header.value("token", "");
+    if (m_ctx.config.token.empty() || !constant_time_equal(token, m_ctx.config.token)) {
+      spdlog::warn("[W-token] a tcp request with a missing or wrong token was refused");
+      send_reply(slot,
+                 protocol::make_error_reply(make_error(
+                     ErrorCode::invalid_argument, "a valid token is required on tcp connections")));
+      return;
+    }
+  }
+  const std::string method = frame->header.value("method", "");
+  const Command* cmd = find_command(method);
+  if (!cmd || cmd->fast) {
+    send_reply(slot, dispatch(m_ctx, *frame));
+    return;
+  }
+  slot->state = Slot::State::working;
+  ++m_ctx.in_flight;
+  {
+    std::lock_guard lock(m_mutex);
+    m_queue.emplace_back(slot, std::move(frame).value());
+  }
+  m_cv.notify_one();
+}
+
+void NngServer::send_reply(Slot* slot, const protocol::Frame& reply) {
+  const auto bytes = protocol::encode(reply);
+  nng_msg* msg = nullptr;
+  if (nng_msg_alloc(&msg, bytes.size()) != 0) {
+    spdlog::error("[E-alloc] cannot allocate a reply of {} bytes", bytes.size());
+    slot->state = Slot::State::receiving;
+    nng_ctx_recv(slot->ctx, slot->aio);
+    return;
+  }
+  std::memcpy(nng_msg_body(msg), bytes.data(), bytes.size());
+  slot->state = Slot::State::sending;
+  nng_aio_set_msg(slot->aio, msg);
+  nng_ctx_send(slot->ctx, slot->aio);
+}
+
+void NngServer::worker_loop() {
+  for (;;) {
+    std::pair<Slot*, protocol::Frame> job;
+    {
+      std::unique_lock lock(m_mutex);
+      m_cv.wait(lock, [&] { return m_closing || !m_queue.empty(); });
+      if (m_queue.empty()) return;
+      job = std::move(m_queue.front());
+      m_queue.pop_front();
+    }
+    protocol::Frame reply = dispatch(m_ctx, job.second);
+    send_reply(job.first, reply);
+    --m_ctx.in_flight;
+  }
+}
+
+bool NngServer::stop(std::chrono::milliseconds drain) {
+  if (!m_impl->open) return true;
+  m_ctx.stopping = true;
+  const auto deadline = std::chrono::steady_clock::now() + drain;
+  while (m_ctx.in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const bool clean = m_ctx.in_flight.load() == 0;
+  if (!clean)
+    spdlog::warn("[W-drain] closing with {} requests still running", m_ctx.in_flight.load());
+  else
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the last replies leave
+  {
+    std::lock_guard lock(m_mutex);
+    m_closing = true;
+  }
+  m_cv.notify_all();
+  if (!clean) {
+    // Workers still inside a request cannot be interrupted: leave them (and the socket) to the
+    // process exit that follows.
+    for (auto& t : m_workers) t.detach();
+    m_workers.clear();
+    m_impl->open = false;
+    for (auto& s : m_slots) (void)s.release();  // NNG may still call back into them
+    return false;
+  }
+  nng_close(m_impl->sock);
+  m_impl->open = false;
+  for (auto& s : m_slots) nng_aio_stop(s->aio);
+  for (auto& t : m_workers) t.join();
+  m_workers.clear();
+  for (auto& s : m_slots) nng_aio_free(s->aio);
+  m_slots.clear();
+  return true;
+}
+
+}  // namespace gpuemu::server

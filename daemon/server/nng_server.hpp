@@ -1,0 +1,52 @@
+// The daemon's transport: an NNG rep socket with many contexts, so that requests from many clients
+// are in flight at once. Cheap requests (hello, ping, stats, shutdown) are answered on NNG's own
+// thread; everything else goes to a pool of worker threads (the oracle is CPU-bound).
+#pragma once
+
+#include "server/daemon_context.hpp"
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace gpuemu::server {
+
+class NngServer {
+ public:
+  explicit NngServer(DaemonContext& ctx);
+  ~NngServer();
+  NngServer(const NngServer&) = delete;
+  NngServer& operator=(const NngServer&) = delete;
+
+  // Adds a listener. ipc:// sockets are created 0600; tcp:// requires ctx.config.token.
+  Status listen(const std::string& url);
+  // Starts the contexts and the workers.
+  Status start();
+  // Stops taking requests, lets in-flight ones finish (up to `drain`), then closes. False when
+  // requests were still running at the deadline: their workers are left detached and the caller
+  // should exit the process.
+  bool stop(std::chrono::milliseconds drain);
+
+  struct Slot;
+  void on_event(Slot* slot);  // NNG's aio callback
+
+ private:
+  void handle_received(Slot* slot);
+  void send_reply(Slot* slot, const protocol::Frame& reply);
+  void worker_loop();
+
+  DaemonContext& m_ctx;
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+  std::vector<std::unique_ptr<Slot>> m_slots;
+  std::vector<std::thread> m_workers;
+  std::mutex m_mutex;
+  std::condition_variable m_cv;
+  std::deque<std::pair<Slot*, protocol::Frame>> m_queue;
+  bool m_closing = false;
+};
+
+}  // namespace gpuemu::server

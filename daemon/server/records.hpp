@@ -1,0 +1,34 @@
+// Turning engine results into stored failure records and back, and resolving the kernel a request
+// names ({"kind": "builtin" | "script" | "client", ...}) into something the engine can run.
+#pragma once
+
+#include "server/daemon_context.hpp"
+
+#include <optional>
+
+namespace gpuemu::server {
+
+// The runner of a kernel spec; `std::nullopt` for a client-side kernel (the daemon cannot run it).
+Result<std::optional<KernelRunner>> resolve_kernel(const DaemonContext& ctx, const std::string& op,
+                                                   const Json& kernel);
+// The kernel identity stored with a failure (kind, name, file, line, script, function, framework).
+Json kernel_identity(const Json& kernel);
+
+// A failure record of a failing case: meta (docs/store.md) and the exact input snapshot.
+FailureRecord make_failure_record(const DaemonContext& ctx, const CaseResult& failure,
+                                  const FuzzOptions& options, const Json& kernel,
+                                  const Json& client);
+// A list item: id, op, seed, dtype, created_ms, max_error, bug_class, kernel.
+Json failure_list_item(const FailureSummary& s);
+// The stored case and the options it was generated under.
+struct StoredCase {
+  TestCase test_case;
+  FuzzOptions options;
+  Json meta;
+};
+Result<StoredCase> load_stored_case(const DaemonContext& ctx, const std::string& id);
+
+// The JSON of a case result with its failure id and repro line filled in.
+Json case_result_json(const CaseResult& r, const std::string& failure_id);
+
+}  // namespace gpuemu::server

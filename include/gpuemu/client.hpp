@@ -1,0 +1,62 @@
+// The C++ client of gpuemu-daemon (the protocol of docs/protocol.md over NNG req/rep). The CLI and
+// the Python module use it. Calls are thread-safe: each runs on its own NNG context.
+//
+// When no daemon answers on the socket and `autostart` is on, the client starts one (the
+// `gpuemu-daemon` next to this program, else on PATH) and waits for it to answer a ping, as
+// watchman's clients do.
+#pragma once
+
+#include "gpuemu/protocol.hpp"
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace gpuemu {
+
+struct ClientOptions {
+  std::string url;   // empty: ipc:// socket of $GPUEMU_HOME
+  std::string home;  // empty: $GPUEMU_HOME (or its default)
+  bool autostart = true;
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};  // per call, unless a call says
+  std::chrono::milliseconds start_timeout{std::chrono::seconds(20)};
+  std::string daemon_path;  // empty: found next to this program, then on PATH
+  std::string token;        // for tcp:// daemons ($GPUEMU_TOKEN when empty)
+};
+
+class DaemonClient {
+ public:
+  static Result<std::unique_ptr<DaemonClient>> connect(ClientOptions options = {});
+  ~DaemonClient();
+  DaemonClient(const DaemonClient&) = delete;
+  DaemonClient& operator=(const DaemonClient&) = delete;
+
+  // One request, one reply frame (the reply may be an error reply: see call_json).
+  Result<protocol::Frame> call(protocol::Frame request,
+                               std::optional<std::chrono::milliseconds> timeout = {});
+  // A request whose reply's result (or error) is returned; `reply` receives the whole frame.
+  Result<Json> call_json(const std::string& method, Json params = Json::object(),
+                         std::optional<std::chrono::milliseconds> timeout = {},
+                         protocol::Frame* reply = nullptr);
+
+  const Json& hello() const { return m_hello; }  // the daemon's hello: version, capabilities, pid
+  const std::string& url() const { return m_url; }
+  bool started_daemon() const { return m_started; }
+
+  struct Impl;  // the NNG socket (daemon_client.cpp)
+
+ private:
+  explicit DaemonClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> m_impl;
+  Json m_hello;
+  std::string m_url;
+  bool m_started = false;
+};
+
+// The gpuemu-daemon binary a client would start ("" when none is found).
+std::string find_daemon_binary();
+// Starts a daemon for `home` in the background (it detaches itself); does not wait.
+Status spawn_daemon(const std::string& daemon_path, const std::string& home);
+
+}  // namespace gpuemu

@@ -1,0 +1,88 @@
+// The wire protocol between gpuemu's daemon and its clients (docs/protocol.md is the spec; the
+// JSON Schema of every header is schemas/protocol.schema.json).
+//
+// A frame is
+//   "GEMU" | u32 LE header length H | H bytes of UTF-8 JSON | zero padding to a multiple of 64 |
+//   payload: each tensor's storage bytes at a 64-byte aligned offset
+// The header names every tensor it carries ("tensors": [{key, dtype, shape, strides, offset,
+// storage_nbytes, data_offset}]); bytes are little-endian, bfloat16 and fp8 as their bits. A tensor
+// whose bytes live elsewhere (shared memory, a later version) says so instead of data_offset.
+#pragma once
+
+#include "gpuemu/error.hpp"
+#include "gpuemu/fuzz.hpp"
+#include "gpuemu/op_schema.hpp"
+#include "gpuemu/tensor.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace gpuemu::protocol {
+
+inline constexpr char k_magic[4] = {'G', 'E', 'M', 'U'};
+inline constexpr int k_protocol_version = 1;
+inline constexpr std::size_t k_alignment = 64;
+inline constexpr std::size_t k_max_header_bytes = std::size_t{16} << 20;  // 16 MiB of JSON
+inline constexpr std::size_t k_max_frame_bytes = std::size_t{4} << 30;    // 4 GiB in all
+
+// Capability names a daemon of this build announces in `hello`.
+std::vector<std::string> capabilities();
+
+// A decoded frame: the JSON header and the tensors it carries, by key.
+struct Frame {
+  Json header = Json::object();
+  std::map<std::string, Tensor, std::less<>> tensors;
+
+  void add(std::string key, Tensor t) { tensors.insert_or_assign(std::move(key), std::move(t)); }
+  Result<Tensor> tensor(std::string_view key) const;  // protocol_error when absent
+};
+
+// Encodes a frame (the header gains "tensors"). Tensors are sent as their whole storage plus the
+// view (strides, offset), so a non-contiguous input arrives with its real layout.
+std::vector<std::byte> encode(const Frame& frame);
+// Decodes and validates a frame: magic, sizes, JSON, every tensor descriptor against the payload.
+Result<Frame> decode(std::span<const std::byte> bytes);
+
+// A request: {"v":1, "method": M, "params": {...}, "token"?: T}.
+Frame make_request(std::string method, Json params = Json::object());
+// A successful reply {"v":1, "ok":true, "result":{...}} and an error reply.
+Frame make_reply(Json result = Json::object());
+Frame make_error_reply(const Error& error);
+// The result of a reply frame, or its error (the wire code mapped back onto ErrorCode).
+Result<Json> reply_result(const Frame& reply);
+
+// ---- Structured values on the wire ----------------------------------------------------------
+Json options_to_json(const FuzzOptions& options);
+Result<FuzzOptions> options_from_json(const Json& j);
+
+// A test case: its header part (everything but bytes) and its input tensors as "inputs/<name>".
+Json case_to_json(const TestCase& c);
+void add_case_tensors(Frame& frame, const TestCase& c, const std::string& prefix = "inputs/");
+Result<TestCase> case_from_frame(const Json& case_json, const Frame& frame,
+                                 const std::string& prefix = "inputs/");
+
+// The exact input bytes of a case, as stored with a failure: a frame holding case_to_json and the
+// inputs. Deterministic: the same case gives the same bytes on every machine.
+std::vector<std::byte> snapshot_case(const TestCase& c);
+Result<TestCase> restore_case(std::span<const std::byte> snapshot);
+
+// ---- Where a daemon lives ---------------------------------------------------------------------
+struct HomePaths {
+  std::string home;       // $GPUEMU_HOME, or $XDG_STATE_HOME/gpuemu, or ~/.local/state/gpuemu
+  std::string run_dir;    // home/run (0700)
+  std::string socket;     // home/run/gpuemu.sock
+  std::string url;        // ipc://<socket>
+  std::string lock;       // home/run/gpuemu.lock
+  std::string info;       // home/run/daemon.json (pid, socket, version, started)
+  std::string logs_dir;   // home/logs
+  std::string store_dir;  // home/store
+};
+HomePaths home_paths();
+HomePaths home_paths(const std::string& home);
+
+}  // namespace gpuemu::protocol

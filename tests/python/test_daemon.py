@@ -1,0 +1,281 @@
+"""The daemon end to end: a real gpuemu-daemon on a temporary GPUEMU_HOME with its own LMDB store,
+driven through the real `gpuemu` CLI (and raw frames through nngcat)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from daemon_harness import DAEMON, GPUEMU, Daemon, alive, decode_header, encode_frame, kill_hard, wait_gone  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not (os.path.exists(GPUEMU) and os.path.exists(DAEMON)),
+                                reason="gpuemu / gpuemu-daemon not built")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def daemon(tmp_path, request):
+    d = Daemon(tmp_path / "home")
+    yield d
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        print("---- daemon log ----\n" + d.log())
+    try:
+        pid = d.pid
+    except (FileNotFoundError, json.JSONDecodeError):
+        pid = None
+    d.stop()
+    if pid and alive(pid):
+        kill_hard(pid)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):  # noqa: D103 (keeps the call report for the fixture)
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+def test_status_start_stop_and_private_socket(daemon):
+    r = daemon.cli("daemon", "status", "--json")
+    assert r.returncode == 1 and json.loads(r.stdout)["running"] is False
+    s = daemon.start()
+    assert s["started"] is True
+    st = daemon.cli_json("daemon", "status")
+    for key in ("pid", "socket", "version", "uptime_s"):
+        assert key in st
+    assert st["socket"] == str(daemon.socket)
+    assert st["pid"] == daemon.pid
+    assert stat.S_IMODE(os.stat(daemon.socket).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(daemon.home / "run").st_mode) == 0o700
+    # start again: nothing to do
+    assert daemon.cli_json("daemon", "start")["started"] is False
+    pid = daemon.pid
+    stopped = daemon.cli_json("daemon", "stop")
+    assert stopped["stopped"] is True and not alive(pid)
+    assert not daemon.socket.exists()
+    assert "stopped" in daemon.log()
+    assert daemon.cli("daemon", "logs", "-n", "3").returncode == 0
+
+
+def test_two_daemons_refused_on_one_home(daemon):
+    daemon.start()
+    r = subprocess.run([DAEMON, "--home", str(daemon.home)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 3
+    assert f"pid {daemon.pid}" in r.stderr and "already serves" in r.stderr
+    r = subprocess.run([DAEMON, "--home", str(daemon.home), "--foreground"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 3
+    assert daemon.cli("daemon", "status").returncode == 0  # the first one is untouched
+
+
+def test_fuzz_stores_failures_and_repro_is_byte_exact(daemon):
+    r = daemon.cli("fuzz", "softmax", "--kernel", "tail_leak", "--seed", "7", "-n", "40", "--json")
+    assert r.returncode == 1, r.stderr
+    report = json.loads(r.stdout)
+    assert report["failed"] > 0 and len(report["failure_ids"]) == report["failed"]
+    first = report["failures"][0]
+    assert first["repro"] == "gpuemu repro " + first["id"]
+    assert first["diagnosis"]["bug_class"] == "tail_mask"
+    listed = daemon.cli_json("failures", "list")
+    assert {f["id"] for f in listed} == set(report["failure_ids"])
+    for item in listed:
+        for key in ("id", "op", "seed", "dtype"):
+            assert key in item
+        assert item["op"] == "softmax"
+    # repro: replays from the stored bytes and regenerates from the seed
+    rep = daemon.cli_json("repro", first["id"], expect_rc=1)
+    assert rep["passed"] is False and rep["regenerated_identical"] is True
+    assert rep["seed"] == first["seed"]
+    shown = daemon.cli_json("failures", "show", first["id"])
+    assert shown["seed"] == first["seed"] and shown["kernel"] == {"kind": "builtin", "name": "tail_leak"}
+    assert shown["options"]["distribution"] == "adversarial"
+    for key in ("shapes", "strides", "layouts", "attrs", "dtype", "dims", "distribution", "diagnosis", "verdict",
+                "gpuemu_version", "schema_version", "sub_seed_path", "master_seed", "client", "created_ms"):
+        assert key in shown, key
+    # minimize: stored as a new failure that replays byte-exactly too
+    m = daemon.cli_json("minimize", first["id"])
+    assert "N=129" in m["summary"] and m["minimized_id"]
+    rep2 = daemon.cli_json("repro", m["minimized_id"], expect_rc=1)
+    assert rep2["regenerated_identical"] is True and rep2["passed"] is False
+    # export carries the exact bytes; rm removes one failure and only that one
+    exported = json.loads(daemon.cli("failures", "export").stdout)
+    assert exported["format"] == "gpuemu-failures" and len(exported["records"]) == len(listed) + 1
+    assert all(rec["snapshot"] for rec in exported["records"])
+    assert daemon.cli_json("failures", "rm", first["id"])["deleted"] == [first["id"]]
+    r = daemon.cli("repro", first["id"])
+    assert r.returncode == 2 and "not_found" not in r.stdout and first["id"] in r.stderr
+    assert len(daemon.cli_json("failures", "list")) == len(listed)
+
+
+def test_correct_control_passes_and_exit_codes(daemon):
+    r = daemon.cli("fuzz", "softmax", "--kernel", "fp32_online", "--seed", "3", "-n", "20")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PASSED 20/20" in r.stdout
+    assert daemon.cli_json("failures", "list") == []
+    r = daemon.cli("fuzz", "no_such_op", "--kernel", "x", "-n", "2")
+    assert r.returncode == 2 and r.stderr.startswith("gpuemu: error:") and r.stderr.count("\n") == 1
+    r = daemon.cli("fuzz", "softmax", "--kernel", "no_such_kernel", "-n", "2")
+    assert r.returncode == 2 and "tail_leak" in r.stderr
+    r = daemon.cli("fuzz", "softmax", "-n", "2")
+    assert r.returncode == 2 and "--script" in r.stderr
+
+
+KERNELS = textwrap.dedent('''
+    import numpy as np
+
+    def softmax(inputs):
+        x = inputs["x"].astype(np.float32)
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    def softmax_unmasked_tail(inputs):
+        x = inputs["x"].astype(np.float32)
+        n = x.shape[-1]
+        b = max(64, n // 64 * 64) if n > 64 else n
+        e = np.exp(x[..., :b] - x[..., :b].max(axis=-1, keepdims=True))
+        out = np.zeros_like(x)
+        out[..., :b] = e / e.sum(axis=-1, keepdims=True)
+        return out
+
+    def raises(inputs):
+        raise RuntimeError("kernel exploded")
+
+    def torch_softmax(inputs):
+        import torch
+        x = inputs["x"]
+        assert isinstance(x, torch.Tensor)
+        return torch.softmax(x.float(), dim=-1).to(x.dtype)
+''')
+
+
+def test_script_kernels(daemon, tmp_path):
+    k = tmp_path / "kernels.py"
+    k.write_text(KERNELS)
+    r = daemon.cli("fuzz", "softmax", "--script", f"{k}:softmax", "--dtype", "float32", "-n", "15", "--seed", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = daemon.cli_json("fuzz", "softmax", "--script", f"{k}:softmax_unmasked_tail", "--dtype", "float32",
+                          "-n", "25", "--seed", "1", expect_rc=1)
+    assert rep["failed"] > 0
+    f = rep["failures"][0]
+    assert f["diagnosis"]["bug_class"] == "tail_mask"
+    assert rep["kernel"]["kind"] == "script" and rep["kernel"]["file"] == str(k)
+    again = daemon.cli_json("repro", f["id"], expect_rc=1)
+    assert again["passed"] is False and again["regenerated_identical"] is True
+    rep = daemon.cli_json("fuzz", "softmax", "--script", f"{k}:raises", "-n", "3", "--seed", "1", expect_rc=1)
+    assert rep["failed"] == 3 and "kernel exploded" in rep["failures"][0]["message"]
+    r = daemon.cli("fuzz", "softmax", "--script", f"{k}:missing", "-n", "3")
+    assert r.returncode == 2 and "missing" in r.stderr
+    r = daemon.cli("fuzz", "softmax", "--script", f"{tmp_path}/nope.py:f", "-n", "3")
+    assert r.returncode == 2 and "nope.py" in r.stderr
+
+
+def test_script_kernel_with_torch_bfloat16(daemon, tmp_path):
+    pytest.importorskip("torch")
+    k = tmp_path / "kernels.py"
+    k.write_text(KERNELS)
+    r = daemon.cli("fuzz", "softmax", "--script", f"{k}:torch_softmax", "--framework", "torch", "--dtype", "bfloat16",
+                   "--dtype", "float16", "-n", "12", "--seed", "5")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_kill_9_keeps_every_acknowledged_failure(daemon):
+    daemon.start()
+    acknowledged = []
+    for seed in (11, 12):
+        rep = daemon.cli_json("fuzz", "softmax", "--kernel", "tail_leak", "--seed", str(seed), "-n", "12",
+                              expect_rc=1)
+        acknowledged += rep["failure_ids"]
+    assert acknowledged
+    # a long run in flight when the daemon is killed
+    long_run = subprocess.Popen([GPUEMU, "fuzz", "softmax", "--kernel", "tail_leak", "-n", "100000", "--seed", "9",
+                                 "--json"], env=daemon.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    kill_hard(daemon.pid)
+    out, err = long_run.communicate(timeout=60)
+    assert long_run.returncode == 2, (out, err)  # the client says the daemon went away
+    assert daemon.socket.exists()  # stale: nobody serves it
+    # the next client starts a fresh daemon, which recovers the lock and the socket
+    listed = {f["id"] for f in daemon.cli_json("failures", "list")}
+    assert set(acknowledged) <= listed
+    for fid in acknowledged[:3]:
+        assert daemon.cli_json("repro", fid, expect_rc=1)["regenerated_identical"] is True
+    assert "stale socket" in daemon.log()
+
+
+def test_sigterm_lets_in_flight_requests_finish(daemon):
+    daemon.start()
+    pid = daemon.pid
+    run = subprocess.Popen([GPUEMU, "fuzz", "softmax", "--kernel", "fp32_online", "-n", "60", "--seed", "2", "--json"],
+                           env=daemon.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.8)
+    os.kill(pid, signal.SIGTERM)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 0, err
+    assert json.loads(out)["total"] == 60
+    assert wait_gone(pid, 60)
+    assert "draining" in daemon.log() and "stopped" in daemon.log()
+
+
+def test_bad_frames_get_errors_and_the_daemon_keeps_serving(daemon):
+    daemon.start()
+    cases = [
+        b"garbage that is not a frame",
+        b"GEMU" + (10**6).to_bytes(4, "little") + b"{}",
+        encode_frame({"v": 1, "method": "no_such_method"}),
+        encode_frame({"v": 99, "method": "ping"}),
+        encode_frame({"v": 1}),
+        encode_frame({"v": 1, "method": "fuzz", "params": []}),
+        encode_frame({"v": 1, "method": "fuzz", "params": {"op": "softmax", "kernel": {"kind": "builtin", "name": "tail_leak"},
+                                                          "iterations": -5}}),
+        encode_frame({"v": 1, "method": "failures", "params": {"action": "get", "id": "f0000000000000000"}}),
+        encode_frame({"v": 1, "method": "submit_outputs", "params": {"op": "softmax", "items": [{"case": {"seed": 1}}]}},
+                     [("items/0/outputs/0", "float32", [4, 4], [4, 1], 0, b"\0" * 8)]),  # view past its storage
+        encode_frame({"v": 1, "method": "get_test_batch", "params": {"op": "softmax", "count": 10**9}}),
+    ]
+    texts = b"GEMU" + (40).to_bytes(4, "little") + b'{"v":1,"method":"ping","tensors":[{"key":1}]}'
+    cases.append(texts)
+    codes = []
+    for payload in cases:
+        h = decode_header(daemon.raw_request(payload))
+        assert h["ok"] is False, h
+        codes.append(h["error"]["code"])
+    assert {"protocol_error", "invalid_argument", "not_found"} <= set(codes), codes
+    assert daemon.cli("daemon", "status").returncode == 0
+    assert daemon.cli_json("daemon", "status")["errors"] >= len(codes)
+
+
+def test_headers_follow_the_protocol_schema(daemon):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((REPO / "schemas" / "protocol.schema.json").read_text())
+    daemon.start()
+    requests = [
+        {"v": 1, "method": "hello", "params": {"client": "test"}},
+        {"v": 1, "method": "ping"},
+        {"v": 1, "method": "stats"},
+        {"v": 1, "method": "list_ops"},
+        {"v": 1, "method": "describe_op", "params": {"op": "softmax"}},
+        {"v": 1, "method": "get_test_batch", "params": {"op": "softmax", "count": 2, "seed": 1}},
+        {"v": 1, "method": "failures", "params": {"action": "list"}},
+        {"v": 1, "method": "failures", "params": {"action": "get", "id": "nope"}},
+    ]
+    for req in requests:
+        jsonschema.validate(req, schema)
+        reply = daemon.raw_request(encode_frame(req))
+        h = decode_header(reply)
+        jsonschema.validate(h, schema)
+    hello = decode_header(daemon.raw_request(encode_frame(requests[0])))["result"]
+    assert hello["protocol"] == 1 and "fuzz.script" in hello["capabilities"]
+    batch = decode_header(daemon.raw_request(encode_frame(requests[5])))
+    assert [t["key"] for t in batch["tensors"]] == ["cases/0/x", "cases/1/x"]
+    assert all(t["data_offset"] % 64 == 0 for t in batch["tensors"])
