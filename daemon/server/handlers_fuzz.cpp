@@ -86,8 +86,6 @@ Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
   }
   lock.unlock();
   std::vector<CaseResult>& failures = report.failures;
-  if (minimized && !failures.empty())
-    failures.front().diagnosis.evidence.push_back("minimized: " + minimized->summary);
   GPUEMU_TRY(auto ids, store_failures(ctx, failures, fr.options, kernel, client, store));
   Json j = report.to_json();
   j["failures"] = Json::array();

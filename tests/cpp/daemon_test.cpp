@@ -1,0 +1,236 @@
+// The daemon through the C++ client: a real gpuemu-daemon (started by the client's autostart) on a
+// temporary GPUEMU_HOME with its own LMDB store. Client-side kernels via get_test_batch and
+// submit_outputs, the input-mutation check, concurrent requests, shutdown. The daemon's log is
+// printed when a test fails.
+#include "gpuemu/client.hpp"
+#include "gpuemu/engine.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+namespace gpuemu {
+namespace {
+namespace fs = std::filesystem;
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuemu-daemon-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    m_home = tmpl;
+    m_options.home = m_home;
+    m_options.daemon_path = GPUEMU_BIN_DIR "/gpuemu-daemon";
+    m_options.timeout = std::chrono::minutes(5);
+    auto c = DaemonClient::connect(m_options);
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    m_client = std::move(c).value();
+  }
+
+  void TearDown() override {
+    if (HasFailure()) {
+      std::ifstream log(m_home + "/logs/daemon.log");
+      std::cerr << "---- daemon log ----\n" << log.rdbuf() << "\n";
+    }
+    if (m_client) (void)m_client->call_json("shutdown");
+    m_client.reset();
+    // Wait for the socket to go away before removing the home.
+    for (int i = 0; i < 500 && fs::exists(m_home + "/run/gpuemu.sock"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    fs::remove_all(m_home);
+  }
+
+  Json call(const std::string& method, Json params, protocol::Frame* reply = nullptr) {
+    auto r = m_client->call_json(method, std::move(params), std::nullopt, reply);
+    EXPECT_TRUE(r.ok()) << method << ": " << r.error().message;
+    return r.ok() ? *r : Json();
+  }
+
+  static Engine& engine() {
+    static Engine e = [] {
+      auto cat = Catalogue::load({GPUEMU_SOURCE_DIR "/schemas/ops"});
+      return Engine(*cat, EnvelopeTable{});
+    }();
+    return e;
+  }
+
+  // Runs a built-in kernel on each case of a batch and submits its outputs.
+  Json run_batch(const std::string& op, const std::string& kernel, int count, std::uint64_t seed,
+                 bool mutate_first_input = false) {
+    protocol::Frame batch;
+    Json b = call("get_test_batch", {{"op", op}, {"count", count}, {"seed", seed}}, &batch);
+    auto runner = engine().builtin_kernel(op, kernel);
+    EXPECT_TRUE(runner.ok());
+    protocol::Frame req = protocol::make_request(
+        "submit_outputs",
+        {{"op", op},
+         {"items", Json::array()},
+         {"kernel", {{"kind", "client"}, {"name", kernel}, {"file", "kernels.cu"}, {"line", 42}}}});
+    for (int i = 0; i < count; ++i) {
+      auto c = protocol::case_from_frame(b["cases"][i], batch, "cases/" + std::to_string(i) + "/");
+      EXPECT_TRUE(c.ok()) << c.error().message;
+      auto outs = (*runner)(*c);
+      EXPECT_TRUE(outs.ok());
+      const std::string prefix = "items/" + std::to_string(i) + "/";
+      req.header["params"]["items"].push_back({{"case", b["cases"][i]}});
+      for (std::size_t k = 0; k < outs->size(); ++k)
+        req.add(prefix + "outputs/" + std::to_string(k), (*outs)[k]);
+      for (auto& [name, t] : c->inputs) {
+        Tensor sent = t.contiguous();
+        if (mutate_first_input && i == 0 && name == c->inputs.begin()->first)
+          sent.set_flat(0, sent.get_flat(0) + 1.0);
+        req.add(prefix + "inputs/" + name, sent);
+      }
+    }
+    auto reply = m_client->call(std::move(req));
+    EXPECT_TRUE(reply.ok());
+    auto r = protocol::reply_result(*reply);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : Json();
+  }
+
+  std::string m_home;
+  ClientOptions m_options;
+  std::unique_ptr<DaemonClient> m_client;
+};
+
+TEST_F(DaemonTest, AutostartHelloAndStats) {
+  EXPECT_TRUE(m_client->started_daemon());
+  const Json& hello = m_client->hello();
+  EXPECT_EQ(hello["protocol"], protocol::k_protocol_version);
+  EXPECT_EQ(hello["home"], m_home);
+  EXPECT_NE(std::find(hello["capabilities"].begin(), hello["capabilities"].end(), "submit_outputs"),
+            hello["capabilities"].end());
+  Json s = call("stats", Json::object());
+  EXPECT_GT(s["pid"].get<long>(), 0);
+  EXPECT_EQ(s["store"]["failures"], 0);
+  // A second client finds the running daemon instead of starting another.
+  auto second = DaemonClient::connect(m_options);
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE((*second)->started_daemon());
+  EXPECT_EQ((*second)->hello()["pid"], hello["pid"]);
+}
+
+TEST_F(DaemonTest, ClientSideKernelsAreJudgedAndFailuresStored) {
+  Json good = run_batch("softmax", "fp32_online", 8, 5);
+  for (const auto& r : good["results"]) EXPECT_TRUE(r["passed"].get<bool>()) << r.dump();
+  Json bad = run_batch("softmax", "tail_leak", 8, 5);
+  int failed = 0;
+  for (const auto& r : bad["results"])
+    if (!r["passed"].get<bool>()) {
+      ++failed;
+      EXPECT_TRUE(r.contains("failure_id"));
+      EXPECT_EQ(r["repro"], "gpuemu repro " + r["failure_id"].get<std::string>());
+    }
+  EXPECT_GT(failed, 0);
+  Json list = call("failures", {{"action", "list"}});
+  ASSERT_EQ(list["failures"].size(), static_cast<std::size_t>(failed));
+  EXPECT_EQ(list["failures"][0]["kernel"]["file"], "kernels.cu");
+  EXPECT_EQ(list["failures"][0]["kernel"]["line"], 42);
+  // A client kernel cannot be re-run by the daemon: reproduce hands the exact case back.
+  protocol::Frame rep;
+  Json r = call("reproduce", {{"id", list["failures"][0]["id"]}}, &rep);
+  EXPECT_TRUE(r["passed"].is_null());
+  EXPECT_TRUE(r["regenerated_identical"].get<bool>());
+  EXPECT_FALSE(rep.tensors.empty());
+}
+
+TEST_F(DaemonTest, InputsWrittenByTheKernelFailTheCase) {
+  Json r = run_batch("softmax", "fp32_online", 3, 9, /*mutate_first_input=*/true);
+  EXPECT_FALSE(r["results"][0]["passed"].get<bool>());
+  EXPECT_NE(r["results"][0]["message"].get<std::string>().find("input mutated"), std::string::npos);
+  EXPECT_TRUE(r["results"][1]["passed"].get<bool>());
+}
+
+TEST_F(DaemonTest, ValidateJudgesInputsTheClientChose) {
+  Tensor x = Tensor::from_values(DType::float32, {2, 3}, std::vector<double>{1, 2, 3, -1, 0, 1});
+  std::vector<double> out(6);
+  for (int r = 0; r < 2; ++r) {
+    double m = -1e300, s = 0;
+    for (int c = 0; c < 3; ++c) m = std::max(m, x.get_flat(r * 3 + c));
+    for (int c = 0; c < 3; ++c) s += std::exp(x.get_flat(r * 3 + c) - m);
+    for (int c = 0; c < 3; ++c) out[r * 3 + c] = std::exp(x.get_flat(r * 3 + c) - m) / s;
+  }
+  for (bool wrong : {false, true}) {
+    std::vector<double> o = out;
+    if (wrong) o[2] *= 1.01;
+    protocol::Frame req = protocol::make_request("validate", {{"op", "softmax"}});
+    req.add("inputs/x", x);
+    req.add("outputs/0", Tensor::from_values(DType::float32, {2, 3}, o));
+    auto reply = m_client->call(std::move(req));
+    ASSERT_TRUE(reply.ok());
+    auto v = protocol::reply_result(*reply);
+    ASSERT_TRUE(v.ok()) << v.error().message;
+    EXPECT_EQ((*v)["passed"].get<bool>(), !wrong) << v->dump();
+  }
+}
+
+TEST_F(DaemonTest, PingIsAnsweredWhileLongRequestsRun) {
+  auto fuzz = std::async(std::launch::async, [&] {
+    auto c = DaemonClient::connect(m_options);
+    return (*c)->call_json("fuzz", {{"op", "softmax"},
+                                    {"kernel", {{"kind", "builtin"}, {"name", "fp32_online"}}},
+                                    {"iterations", 40},
+                                    {"seed", 1}});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int pings = 0;
+  while (fuzz.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready && pings < 20) {
+    auto p = m_client->call_json("ping", Json::object(), std::chrono::seconds(5));
+    ASSERT_TRUE(p.ok()) << p.error().message;
+    ++pings;
+  }
+  auto r = fuzz.get();
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ((*r)["total"], 40);
+  EXPECT_GT(pings, 0);
+}
+
+TEST_F(DaemonTest, ErrorsCarryTheirCodesAndShutdownStopsTheDaemon) {
+  auto e = m_client->call_json("describe_op", {{"op", "sofmax"}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, ErrorCode::unknown_op);
+  e = m_client->call_json("failures", {{"action", "get"}, {"id", "f0123456789abcdef"}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, ErrorCode::not_found);
+  e = m_client->call_json("fuzz", {{"op", "softmax"}, {"kernel", {{"kind", "cuda"}}}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, ErrorCode::invalid_argument);
+  e = m_client->call_json("nonsense");
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, ErrorCode::protocol_error);
+  ASSERT_TRUE(m_client->call_json("shutdown").ok());
+  m_client.reset();
+  ClientOptions no_start = m_options;
+  no_start.autostart = false;
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; ++i) {
+    auto c = DaemonClient::connect(no_start);
+    gone = !c.ok() && c.error().code == ErrorCode::unavailable;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(gone);
+}
+
+TEST(DaemonStart, ADaemonThatCannotStartIsAClearError) {
+  ClientOptions o;
+  o.home = "/tmp/gpuemu-daemon-test-nostart";
+  o.daemon_path = "/bin/false";
+  o.start_timeout = std::chrono::seconds(2);
+  auto c = DaemonClient::connect(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, ErrorCode::unavailable);
+  EXPECT_NE(c.error().message.find("/bin/false"), std::string::npos);
+  o.daemon_path = "/nonexistent/gpuemu-daemon";
+  c = DaemonClient::connect(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, ErrorCode::tool_missing);
+  std::filesystem::remove_all(o.home);
+}
+
+}  // namespace
+}  // namespace gpuemu
