@@ -39,6 +39,7 @@ test-ext:
 
 bench: build
 	@bash scripts/bench.sh
+	@bash scripts/bench_protocol.sh
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.hpp')
