@@ -1,6 +1,7 @@
 // `gpuemu lint`: flags in, service call, document out. Everything else lives in gpuemu_lint
 // (include/gpuemu/lint/lint.hpp); see docs/lint.md.
 #include "cli_common.hpp"
+#include "daemon_link.hpp"
 
 #include "gpuemu/lint/lint.hpp"
 
@@ -20,6 +21,8 @@ struct LintOptions {
   std::string format = "text";
   std::string save_baseline;
   std::string baseline;
+  std::string save_baseline_tag;  // in the daemon's store (LMDB) under this tag
+  std::string baseline_tag;
   std::string config;
   std::string output;
   std::vector<std::string> nvcc_flags;
@@ -55,10 +58,22 @@ int run_lint(const LintOptions& o) {
   request.sass_histogram = !o.no_disasm;
   request.line_info = !o.no_lineinfo;
 
+  if (!o.baseline.empty() && !o.baseline_tag.empty())
+    return print_error("lint: give --baseline FILE or --baseline-tag TAG, not both");
   std::optional<lint::Baseline> baseline;
   if (!o.baseline.empty()) {
     auto loaded = lint::load_baseline(o.baseline);
     if (!loaded) return print_error(loaded.error().message);
+    baseline = std::move(*loaded);
+  }
+  std::unique_ptr<DaemonClient> daemon;
+  if (!o.baseline_tag.empty() || !o.save_baseline_tag.empty()) daemon = connect_daemon();
+  if (!o.baseline_tag.empty()) {
+    const Json stored =
+        call_daemon(*daemon, "baselines", {{"action", "get"}, {"name", o.baseline_tag}});
+    auto loaded = lint::baseline_from_json(stored.value("baseline", Json()));
+    if (!loaded)
+      return print_error("baseline tag '" + o.baseline_tag + "': " + loaded.error().message);
     baseline = std::move(*loaded);
   }
   auto report = lint::analyze(request);
@@ -76,6 +91,11 @@ int run_lint(const LintOptions& o) {
     Status saved = lint::save_baseline(lint::make_baseline(*report), o.save_baseline);
     if (!saved) return print_error(saved.error().message);
   }
+  if (!o.save_baseline_tag.empty())
+    call_daemon(*daemon, "baselines",
+                {{"action", "put"},
+                 {"name", o.save_baseline_tag},
+                 {"baseline", Json(lint::make_baseline(*report))}});
   return verdict.failed() ? k_exit_failed : k_exit_ok;
 }
 
@@ -99,6 +119,10 @@ void register_lint_commands(CLI::App& app, CliContext& ctx) {
                   "Write the measured metrics as a baseline FILE");
   cmd->add_option("--baseline", options->baseline,
                   "Compare against a baseline FILE (exit 1 on regression)");
+  cmd->add_option("--save-baseline-tag", options->save_baseline_tag,
+                  "Also store the baseline in the daemon's store under TAG");
+  cmd->add_option("--baseline-tag", options->baseline_tag,
+                  "Compare against the baseline stored in the daemon under TAG");
   cmd->add_option("--config", options->config, "Policy file (default: ./gpuemu.toml when present)");
   // One value per occurrence, so that `--arch sm_90 k.cu` does not take k.cu as a second arch.
   cmd->add_option("--nvcc-flag", options->nvcc_flags,

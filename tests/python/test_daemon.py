@@ -279,3 +279,40 @@ def test_headers_follow_the_protocol_schema(daemon):
     batch = decode_header(daemon.raw_request(encode_frame(requests[5])))
     assert [t["key"] for t in batch["tensors"]] == ["cases/0/x", "cases/1/x"]
     assert all(t["data_offset"] % 64 == 0 for t in batch["tensors"])
+
+
+NVCC = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
+SAXPY = """
+extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+SAXPY_HEAVIER = """
+extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    float acc = y[i];
+    #pragma unroll
+    for (int k = 0; k < 16; ++k) acc = a * x[(i + k * 97) % n] + acc * 0.5f;
+    y[i] = acc;
+  }
+}
+"""
+
+
+@pytest.mark.skipif(not NVCC.exists(), reason="no nvcc")
+def test_lint_baselines_live_in_the_daemon_store(daemon, tmp_path):
+    k = tmp_path / "saxpy.cu"
+    k.write_text(SAXPY)
+    r = daemon.cli("lint", str(k), "--arch", "sm_90", "--save-baseline-tag", "main", "--json")
+    assert r.returncode == 0, r.stderr
+    listed = decode_header(daemon.raw_request(encode_frame({"v": 1, "method": "baselines", "params": {"action": "list"}})))
+    assert listed["result"]["baselines"] == ["main"]
+    r = daemon.cli("lint", str(k), "--arch", "sm_90", "--baseline-tag", "main", "--json")
+    assert r.returncode == 0, r.stderr
+    k.write_text(SAXPY_HEAVIER)
+    r = daemon.cli("lint", str(k), "--arch", "sm_90", "--baseline-tag", "main", "--json")
+    assert r.returncode == 1, r.stdout + r.stderr  # the instruction count grew past the policy
+    r = daemon.cli("lint", str(k), "--arch", "sm_90", "--baseline-tag", "nope")
+    assert r.returncode == 2 and "nope" in r.stderr
