@@ -70,6 +70,7 @@ void add_info_commands(std::vector<Command>& out);
 void add_fuzz_commands(std::vector<Command>& out);
 void add_failure_commands(std::vector<Command>& out);
 void add_lint_commands(std::vector<Command>& out);
+void add_coverage_commands(std::vector<Command>& out);
 
 // Helpers shared by handlers.
 Result<std::string> string_param(const Json& params, const char* name);

@@ -12,6 +12,7 @@ const std::vector<Command>& commands() {
     add_fuzz_commands(t);
     add_failure_commands(t);
     add_lint_commands(t);
+    add_coverage_commands(t);
     return t;
   }();
   return table;

@@ -1,4 +1,5 @@
 // fuzz, get_test_batch, submit_outputs, validate, calibrate.
+#include "server/coverage.hpp"
 #include "server/records.hpp"
 
 #include <spdlog/spdlog.h>
@@ -42,15 +43,18 @@ std::uint64_t random_seed() {
 }
 
 // Stores failures in one transaction; returns their ids (empty strings when storing is off).
+// `kernels` holds one identity per failure, or one for all.
 Result<std::vector<std::string>> store_failures(DaemonContext& ctx,
                                                 const std::vector<CaseResult>& failures,
-                                                const FuzzOptions& options, const Json& kernel,
+                                                const FuzzOptions& options,
+                                                const std::vector<Json>& kernels,
                                                 const Json& client, bool store) {
   std::vector<std::string> ids(failures.size());
   if (!store || failures.empty() || !ctx.store) return ids;
   std::vector<FailureRecord> recs;
-  for (const auto& f : failures)
-    recs.push_back(make_failure_record(ctx, f, options, kernel, client));
+  for (std::size_t i = 0; i < failures.size(); ++i)
+    recs.push_back(make_failure_record(ctx, failures[i], options,
+                                       kernels[std::min(i, kernels.size() - 1)], client));
   GPUEMU_TRY(ids, ctx.store->put_failures(std::move(recs)));
   return ids;
 }
@@ -77,6 +81,8 @@ Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
     return make_error(ErrorCode::invalid_argument,
                       "a client-side kernel cannot be fuzzed by the daemon: use get_test_batch and "
                       "submit_outputs");
+  Json cov = Json::object();
+  fr.on_case = [&cov](const CaseResult& r) { coverage_add(cov, r.test_case); };
   std::shared_lock lock(ctx.engine_mutex);
   GPUEMU_TRY(FuzzReport report, ctx.engine.fuzz(fr, *runner));
   std::optional<Minimized> minimized;
@@ -86,7 +92,7 @@ Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
   }
   lock.unlock();
   std::vector<CaseResult>& failures = report.failures;
-  GPUEMU_TRY(auto ids, store_failures(ctx, failures, fr.options, kernel, client, store));
+  GPUEMU_TRY(auto ids, store_failures(ctx, failures, fr.options, {kernel}, client, store));
   Json j = report.to_json();
   j["failures"] = Json::array();
   j["failure_ids"] = ids;
@@ -103,7 +109,8 @@ Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
                 {"total", report.total},
                 {"passed", report.passed},
                 {"elapsed", report.elapsed_s},
-                {"failure_ids", ids}};
+                {"failure_ids", ids},
+                {"coverage", cov}};
     if (auto rid = ctx.store->put_run(run)) j["run_id"] = *rid;
   }
   return make_reply(j);
@@ -189,12 +196,15 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
   GPUEMU_TRY_STATUS(gen.validate());
   std::vector<CaseResult> failures;
   std::vector<std::size_t> failure_item;
+  std::vector<Json> failure_kernels;
+  Json cov = Json::object();
   Json results = Json::array();
   std::shared_lock lock(ctx.engine_mutex);
   for (std::size_t i = 0; i < items.size(); ++i) {
     const Json& item = items[i];
     const std::string prefix = "items/" + std::to_string(i) + "/";
     GPUEMU_TRY(TestCase c, regenerate(gen, item.value("case", Json())));
+    coverage_add(cov, c);
     CaseResult r;
     r.test_case = c;
     const std::string kernel_error = item.value("kernel_error", "");
@@ -232,19 +242,30 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
                        {"index", c.index}});
     if (!r.verdict.passed) {
       results.back()["diagnosis"] = r.diagnosis.to_json();
-      Json k = kernel;
+      Json k = kernel;  // the request's kernel identity, refined per item (file, line)
       if (item.contains("kernel") && item["kernel"].is_object()) k.update(item["kernel"]);
+      failure_kernels.push_back(std::move(k));
       failures.push_back(r);
       failure_item.push_back(i);
     }
   }
   lock.unlock();
-  GPUEMU_TRY(auto ids, store_failures(ctx, failures, options, kernel, client, store));
+  GPUEMU_TRY(auto ids, store_failures(ctx, failures, options, failure_kernels, client, store));
   for (std::size_t f = 0; f < failures.size(); ++f)
     if (!ids[f].empty()) {
       results[failure_item[f]]["failure_id"] = ids[f];
       results[failure_item[f]]["repro"] = "gpuemu repro " + ids[f];
     }
+  if (store && ctx.store) {
+    Json run = {{"kind", "client"},
+                {"op", op},
+                {"kernel", kernel_identity(kernel)},
+                {"total", items.size()},
+                {"passed", items.size() - failures.size()},
+                {"failure_ids", ids},
+                {"coverage", cov}};
+    (void)ctx.store->put_run(run);
+  }
   return make_reply({{"op", op}, {"results", results}});
 }
 

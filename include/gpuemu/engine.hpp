@@ -76,6 +76,8 @@ struct FuzzRequest {
   bool diagnose = true;
   int diagnose_limit = 3;    // failures diagnosed per run (each diagnosis re-runs the kernel)
   std::string repro_prefix;  // how to replay: "gpuemu fuzz softmax --kernel tail_leak"
+  // Called for every case judged (passing or not), in order: coverage accounting.
+  std::function<void(const CaseResult&)> on_case;
 };
 
 struct Minimized {

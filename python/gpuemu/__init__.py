@@ -7,20 +7,27 @@ values the kernel received. This package is its Python side:
 - :mod:`gpuemu.dtypes` — exact conversions between float64 and float16/bfloat16/fp8 bits;
 - :mod:`gpuemu.rng` — gpuemu's reproducible RNG in pure Python, bit-identical to the C++ one;
 - :func:`fuzz_op_in_process` — fuzz an op against a Python kernel, in process;
-- :mod:`gpuemu.errors` — the exception hierarchy (:class:`GpuemuError` and its subclasses).
+- :mod:`gpuemu.errors` — the exception hierarchy (:class:`GpuemuError` and its subclasses);
+- :class:`Client` — the daemon's client: client-side fuzzing, test batches, stored failures.
 """
 
 from . import dtypes, errors, rng
 from ._reference import op_schema, ops, reference, reload_catalogue
 from .dtypes import from_bits, round_to, to_bits
 from .inprocess import Failure, FuzzResults, fuzz_op_in_process
+from .client import Client, ClientFailure, Verdict
 from .errors import (
+    ConflictError,
+    ConnectError,
     GpuemuError,
     GpuemuIOError,
     InternalError,
     NotFoundError,
+    ProtocolError,
     SchemaError,
     ShapeMismatchError,
+    StorageFullError,
+    TimeoutError,
     ToolMissingError,
     UnknownOpError,
     ValidationError,
@@ -30,6 +37,14 @@ from .rng import Rng, derive_seed
 __version__ = "0.1.0"  # the CMake project's version; tests check _core.__version__ agrees
 
 __all__ = [
+    "Client",
+    "ClientFailure",
+    "ConflictError",
+    "ConnectError",
+    "ProtocolError",
+    "StorageFullError",
+    "TimeoutError",
+    "Verdict",
     "Failure",
     "FuzzResults",
     "fuzz_op_in_process",

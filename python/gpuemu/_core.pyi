@@ -51,3 +51,29 @@ def reference(
 def ops() -> List[str]: ...
 def op_schema(op: str) -> Dict[str, Any]: ...
 def reload_catalogue() -> None: ...
+
+# client.cpp
+def find_daemon_binary() -> str: ...
+
+class Connection:
+    def __init__(
+        self,
+        home: Optional[str] = None,
+        socket_url: Optional[str] = None,
+        autostart: bool = True,
+        timeout_s: float = 600.0,
+        daemon_path: Optional[str] = None,
+        start_timeout_s: float = 20.0,
+    ) -> None: ...
+    def call(
+        self,
+        header: str,
+        tensors: List[Tuple[str, str, List[int], List[int], int, Any]] = ...,
+        timeout_s: Optional[float] = None,
+    ) -> Tuple[str, List[Tuple[str, str, List[int], List[int], int, npt.NDArray[np.uint8]]]]: ...
+    @property
+    def hello(self) -> Dict[str, Any]: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def started_daemon(self) -> bool: ...

@@ -13,4 +13,5 @@ PYBIND11_MODULE(_core, m) {
   gpuemu::python::register_rng(m);
   gpuemu::python::register_reference(m);
   gpuemu::python::register_engine(m);
+  gpuemu::python::register_client(m);
 }

@@ -10,5 +10,6 @@ void register_dtypes(pybind11::module_& m);     // dtypes.cpp: conversions, dtyp
 void register_rng(pybind11::module_& m);        // rng.cpp: the C++ Rng, for cross-checking
 void register_reference(pybind11::module_& m);  // reference.cpp: the catalogue and fp64 oracle
 void register_engine(pybind11::module_& m);     // engine.cpp: fuzz, judge, minimise, calibrate
+void register_client(pybind11::module_& m);     // client.cpp: Connection over DaemonClient
 
 }  // namespace gpuemu::python

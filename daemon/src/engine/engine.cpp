@@ -111,6 +111,7 @@ Result<FuzzReport> Engine::fuzz(const FuzzRequest& req, const KernelRunner& kern
     GPUEMU_TRY(TestCase c, gen.generate(req.seed, i));
     GPUEMU_TRY(CaseResult r, run_case(req.op, req.options, c, kernel));
     ++report.total;
+    if (req.on_case) req.on_case(r);
     if (r.verdict.passed) {
       ++report.passed;
     } else {

@@ -1,0 +1,372 @@
+// gpuemu init, gpuemu ci, gpuemu report [verify]: the project-level commands (docs/ci.md).
+#include "cli_common.hpp"
+#include "daemon_link.hpp"
+#include "project_config.hpp"
+#include "report_signing.hpp"
+#include "report_writers.hpp"
+
+#include <gpuemu/protocol.hpp>
+
+#include <unistd.h>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <random>
+
+namespace gpuemu::cli {
+namespace fs = std::filesystem;
+namespace {
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  if (!out) throw GpuemuException(make_error(ErrorCode::io_error, "cannot write " + path));
+}
+
+// The line of `def FUNC(` in a script (1 when not found).
+int function_line(const std::string& script, const std::string& function) {
+  std::ifstream in(script);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++n;
+    const auto p = line.find("def " + function + "(");
+    if (p != std::string::npos && line.find_first_not_of(" \t") == p) return n;
+  }
+  return 1;
+}
+
+fs::path runs_file() {
+  return fs::path(protocol::home_paths().home) / "reports" / "ci-runs.jsonl";
+}
+
+// The last `limit` CI runs recorded by `gpuemu ci` in this home.
+Json recent_runs(std::size_t limit) {
+  std::ifstream in(runs_file());
+  std::vector<Json> all;
+  for (std::string line; std::getline(in, line);) {
+    try {
+      all.push_back(Json::parse(line));
+    } catch (const Json::exception&) {
+    }
+  }
+  Json out = Json::array();
+  for (std::size_t i = all.size() > limit ? all.size() - limit : 0; i < all.size(); ++i)
+    out.push_back(all[i]);
+  return out;
+}
+
+void record_run(const Json& run) {
+  std::error_code ec;
+  fs::create_directories(runs_file().parent_path(), ec);
+  std::ofstream out(runs_file(), std::ios::app);
+  out << run.dump() << "\n";
+}
+
+Json summarize(const Json& results) {
+  int passed = 0, failed = 0, errors = 0;
+  for (const auto& r : results) {
+    const std::string s = r.value("status", "");
+    (s == "passed" ? passed : s == "failed" ? failed : errors) += 1;
+  }
+  return {{"total", results.size()}, {"passed", passed}, {"failed", failed}, {"errors", errors}};
+}
+
+std::string repro_prefix(const ProjectOp& op, const std::string& dtype) {
+  std::string p = "gpuemu fuzz " + op.op;
+  if (!op.builtin.empty())
+    p += " --kernel " + op.builtin;
+  else
+    p += " --script " + op.script + ":" + op.function +
+         (op.framework != "numpy" ? " --framework " + op.framework : "");
+  if (op.strategy != "adversarial") p += " --strategy " + op.strategy;
+  p += " --dtype " + dtype;
+  for (const auto& [name, sizes] : op.dims) {
+    std::string list;
+    for (auto s : sizes) list += (list.empty() ? "" : ",") + std::to_string(s);
+    p += " --dims " + name + "=" + list;
+  }
+  for (const auto& [name, value] : op.attrs.items()) p += " --attr " + name + "=" + value.dump();
+  for (const auto& v : op.vary_attrs) p += " --vary-attr " + v;
+  if (!op.layouts) p += " --no-layouts";
+  return p;
+}
+
+// The first failure of a daemon fuzz report, as a report document's `failure`.
+Json failure_of(const Json& f) {
+  const Json d = f.value("diagnosis", Json::object());
+  const Json c = f.value("case", Json::object());
+  return {{"id", f.value("id", Json())},
+          {"message", f.value("message", Json())},
+          {"bug_class", d.value("bug_class", Json())},
+          {"summary", d.value("summary", Json())},
+          {"max_error", f.value("max_error", Json())},
+          {"envelope", f.value("envelope", Json())},
+          {"seed", f.contains("seed") ? f["seed"] : c.value("seed", Json())},
+          {"index", f.contains("index") ? f["index"] : c.value("index", Json())},
+          {"repro", f.value("repro", Json())},
+          {"replay", f.value("replay", Json())}};
+}
+
+struct CiOptions {
+  std::string config, junit, sarif, preset;
+  bool quick = false, thorough = false, json = false;
+};
+
+int run_ci(const CiOptions& o) {
+  auto cfg = load_project_config(o.config);
+  if (!cfg) throw GpuemuException(cfg.error());
+  std::string preset_name = o.quick ? "quick" : o.thorough ? "thorough" : cfg->ci_preset;
+  if (!o.preset.empty()) preset_name = o.preset;
+  if (!cfg->presets.count(preset_name))
+    throw GpuemuException(
+        make_error(ErrorCode::invalid_argument, "unknown ci preset '" + preset_name + "'"));
+  const CiPreset preset = cfg->presets[preset_name];
+  if (cfg->ops.empty())
+    throw GpuemuException(
+        make_error(ErrorCode::invalid_argument, cfg->file.string() + ": no [[op]] to run"));
+  auto client = connect_daemon();
+  const bool tty = isatty(2) && !o.json;
+  Json results = Json::array();
+  for (const ProjectOp& op : cfg->ops) {
+    std::vector<std::string> dtypes = op.dtypes;
+    Json base = {{"op", op.op},
+                 {"kernel", op.kernel_label()},
+                 {"file", op.script.empty() ? cfg->file.string() : op.script},
+                 {"line", op.script.empty() ? op.line : function_line(op.script, op.function)}};
+    if (dtypes.empty()) {
+      try {
+        const Json d = call_daemon(*client, "describe_op", {{"op", op.op}});
+        for (const auto& dt : d.value("dtypes", Json::array())) dtypes.push_back(dt);
+      } catch (const GpuemuException& e) {
+        Json r = base;
+        r["name"] = op.op;
+        r["status"] = "error";
+        r["error"] = e.error().message;
+        results.push_back(r);
+        continue;
+      }
+    }
+    const auto iterations = std::max<std::int64_t>(
+        preset.min_iterations,
+        static_cast<std::int64_t>(std::llround(static_cast<double>(op.iterations) * preset.scale)));
+    for (const std::string& dtype : dtypes) {
+      Json r = base;
+      r["name"] = op.op + "[" + dtype + "]";
+      r["dtype"] = dtype;
+      const std::uint64_t seed =
+          op.seed
+              ? *op.seed
+              : std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32);
+      r["seed"] = seed;
+      if (tty) std::cerr << "  " << r["name"].get<std::string>() << " ...\r" << std::flush;
+      Json params = {{"op", op.op},
+                     {"kernel", op.kernel_spec()},
+                     {"options", protocol::options_to_json(op.fuzz_options(dtype))},
+                     {"seed", seed},
+                     {"iterations", iterations},
+                     {"fail_fast", false},
+                     {"minimize", cfg->ci_minimize},
+                     {"diagnose_limit", 1},
+                     {"repro_prefix", repro_prefix(op, dtype)},
+                     {"client", {{"name", "gpuemu-ci"}, {"version", GPUEMU_VERSION_STRING}}}};
+      try {
+        const Json rep = call_daemon(*client, "fuzz", params);
+        const Json failures = rep.value("failures", Json::array());
+        r["cases"] = rep.value("total", 0);
+        r["failed_cases"] = rep.value("failed", 0);
+        r["elapsed"] = rep.value("elapsed", 0.0);
+        r["status"] = failures.empty() ? "passed" : "failed";
+        if (!failures.empty()) r["failure"] = failure_of(failures.front());
+        if (rep.contains("run_id")) r["run_id"] = rep["run_id"];
+      } catch (const GpuemuException& e) {
+        r["status"] = "error";
+        r["error"] = e.error().message;
+      }
+      if (tty) std::cerr << "\033[K";
+      results.push_back(r);
+    }
+  }
+  Json doc = {{"tool", "gpuemu"},
+              {"version", GPUEMU_VERSION_STRING},
+              {"kind", "ci"},
+              {"generated_ms", now_ms()},
+              {"project", cfg->name},
+              {"config", cfg->file.string()},
+              {"srcroot", cfg->file.parent_path().string()},
+              {"preset", preset_name},
+              {"results", results},
+              {"summary", summarize(results)},
+              {"runs", Json::array()}};
+  const Json& s = doc["summary"];
+  record_run({{"time_ms", doc["generated_ms"]},
+              {"project", cfg->name},
+              {"config", cfg->file.string()},
+              {"srcroot", cfg->file.parent_path().string()},
+              {"preset", preset_name},
+              {"total", s["total"]},
+              {"passed", s["passed"]},
+              {"failed", s["failed"]},
+              {"errors", s["errors"]}});
+  if (!o.junit.empty()) write_text(o.junit, report_junit(doc));
+  if (!o.sarif.empty()) write_text(o.sarif, report_sarif(doc));
+  if (o.json)
+    std::cout << doc.dump(2) << "\n";
+  else
+    std::cout << report_text(doc);
+  if (s["errors"].get<int>() > 0) return k_exit_usage;
+  return s["failed"].get<int>() > 0 ? k_exit_failed : k_exit_ok;
+}
+
+// The report document of the failures stored by the daemon, and the recent CI runs.
+Json stored_failures_report(const std::string& op, std::size_t limit) {
+  auto client = connect_daemon();
+  const Json list =
+      call_daemon(*client, "failures", {{"action", "list"}, {"op", op}, {"limit", limit}});
+  Json results = Json::array();
+  for (const auto& item : list.value("failures", Json::array())) {
+    Json rec = item;
+    try {
+      rec = call_daemon(*client, "failures", {{"action", "get"}, {"id", item.value("id", "")}});
+    } catch (const GpuemuException&) {
+      // Deleted since it was listed: keep the list's summary.
+    }
+    const Json kernel = rec.value("kernel", Json::object());
+    const Json d = rec.value("diagnosis", Json::object());
+    std::string label = kernel.value("name", std::string("?"));
+    if (kernel.value("kind", "") == "script" || kernel.contains("file"))
+      label = fs::path(kernel.value("file", std::string())).filename().string() + ":" + label;
+    Json r = {{"name",
+               item.value("op", "") + "[" + item.value("dtype", "") + "] " + item.value("id", "")},
+              {"op", item.value("op", "")},
+              {"dtype", item.value("dtype", "")},
+              {"kernel", label},
+              {"status", "failed"},
+              {"seed", item.value("master_seed", Json())},
+              {"created_ms", item.value("created_ms", Json())},
+              {"failure",
+               {{"id", item.value("id", Json())},
+                {"message", item.value("message", Json())},
+                {"bug_class", item.value("bug_class", Json())},
+                {"summary", d.value("summary", Json())},
+                {"max_error", item.value("max_error", Json())},
+                {"envelope", item.value("envelope", Json())},
+                {"seed", item.value("seed", Json())},
+                {"index", item.value("index", Json())},
+                {"repro", "gpuemu repro " + item.value("id", std::string())}}}};
+    if (kernel.contains("file") && kernel["file"].is_string()) {
+      r["file"] = kernel["file"];
+      r["line"] = kernel.value("line", 0) > 0
+                      ? kernel.value("line", 1)
+                      : function_line(kernel["file"].get<std::string>(), kernel.value("name", ""));
+    }
+    results.push_back(r);
+  }
+  return {{"tool", "gpuemu"},
+          {"version", GPUEMU_VERSION_STRING},
+          {"kind", "failures"},
+          {"generated_ms", now_ms()},
+          {"project", ""},
+          {"srcroot", fs::current_path().string()},
+          {"filter", {{"op", op}, {"limit", limit}}},
+          {"results", results},
+          {"summary", summarize(results)},
+          {"runs", recent_runs(20)}};
+}
+
+}  // namespace
+
+void register_project_commands(CLI::App& app, CliContext& ctx) {
+  auto* init = app.add_subcommand("init", "Write a commented gpuemu.toml in this directory");
+  static bool force = false;
+  static std::string init_path = "gpuemu.toml";
+  init->add_flag("--force", force, "overwrite an existing file");
+  init->add_option("--config", init_path, "where to write it (default ./gpuemu.toml)");
+  init->callback([&ctx] {
+    std::error_code ec;
+    if (fs::exists(init_path, ec) && !force)
+      throw GpuemuException(
+          make_error(ErrorCode::conflict, init_path + " exists: pass --force to overwrite it"));
+    write_text(init_path, example_project_config());
+    std::cout << "wrote " << init_path << " (gpuemu ci runs it; docs/ci.md lists every key)\n";
+    ctx.exit_code = k_exit_ok;
+  });
+
+  auto* ci = app.add_subcommand("ci", "Fuzz every [[op]] of gpuemu.toml; exit 1 when any fails");
+  static CiOptions ci_opts;
+  ci->add_option("--config", ci_opts.config, "the gpuemu.toml (default: search upward)");
+  auto* quick = ci->add_flag("--quick", ci_opts.quick, "preset: iterations / 4, at least 10");
+  auto* thorough = ci->add_flag("--thorough", ci_opts.thorough, "preset: iterations x 4");
+  auto* preset = ci->add_option("--preset", ci_opts.preset, "a preset of [ci.presets]");
+  quick->excludes(thorough);
+  preset->excludes(quick)->excludes(thorough);
+  ci->add_option("--junit", ci_opts.junit, "write JUnit XML here");
+  ci->add_option("--sarif", ci_opts.sarif, "write SARIF 2.1.0 here");
+  ci->add_flag("--json", ci_opts.json, "JSON output");
+  ci->callback([&ctx] { ctx.exit_code = run_ci(ci_opts); });
+
+  auto* report = app.add_subcommand("report", "A report of the stored failures and recent runs");
+  static std::string format = "text", report_op, out_path;
+  static std::size_t report_limit = 100;
+  static bool sign = false;
+  report->add_option("--format", format, "text | json | junit | sarif | html")
+      ->check(CLI::IsMember({"text", "json", "junit", "sarif", "html"}));
+  report->add_option("--op", report_op, "only this op");
+  report->add_option("--limit", report_limit, "at most N failures (newest first)");
+  report->add_option("-o,--output", out_path, "write to FILE instead of stdout");
+  report->add_flag("--sign", sign, "sign it (ed25519): writes FILE.sig next to -o FILE");
+  auto* verify = report->add_subcommand("verify", "Check a signed report offline");
+  static std::string verify_file, verify_key;
+  static bool verify_json = false;
+  verify->add_option("FILE", verify_file, "the report (FILE.sig next to it)")->required();
+  verify->add_option("--key", verify_key, "the signer's public key (base64) to pin");
+  verify->add_flag("--json", verify_json, "JSON output");
+  verify->callback([&ctx] {
+    auto v = verify_report_file(verify_file, verify_key);
+    if (!v) throw GpuemuException(v.error());
+    if (verify_json)
+      std::cout << Json{{"valid", v->valid},
+                        {"public_key", v->public_key},
+                        {"key_pinned", v->key_pinned},
+                        {"reason", v->reason}}
+                       .dump(2)
+                << "\n";
+    else if (v->valid)
+      std::cout << "valid: " << verify_file << " signed by " << v->public_key
+                << (v->key_pinned ? "" : " (the key in the .sig file; pin it with --key)") << "\n";
+    else
+      std::cerr << "gpuemu: error: invalid signature: " << v->reason << "\n";
+    ctx.exit_code = v->valid ? k_exit_ok : k_exit_failed;
+  });
+  report->callback([&ctx, report, verify] {
+    if (verify->parsed()) return;
+    if (sign && out_path.empty())
+      throw GpuemuException(make_error(ErrorCode::invalid_argument,
+                                       "--sign needs -o FILE (the signature goes to FILE.sig)"));
+    // A signed report is the JSON document unless another format is asked for explicitly.
+    const std::string fmt = sign && report->count("--format") == 0 ? "json" : format;
+    const Json doc = stored_failures_report(report_op, report_limit);
+    const std::string text = render_report(doc, fmt);
+    if (out_path.empty()) {
+      std::cout << text;
+    } else {
+      write_text(out_path, text);
+      if (sign) {
+        auto s = sign_report_file(out_path);
+        if (!s) throw GpuemuException(s.error());
+        std::cout << "signed " << out_path << " -> " << out_path << ".sig (public key "
+                  << s->public_key << ")\n";
+      }
+    }
+    ctx.exit_code = k_exit_ok;
+  });
+}
+
+}  // namespace gpuemu::cli

@@ -1,0 +1,410 @@
+// Reading gpuemu.toml (see project_config.hpp and docs/ci.md).
+#include "project_config.hpp"
+
+#include <toml++/toml.h>
+#include <gpuemu/lint/policy.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <initializer_list>
+#include <sstream>
+
+namespace gpuemu::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Reads typed values out of toml nodes; every error names the file and the line.
+class Reader {
+ public:
+  explicit Reader(std::string source) : m_source(std::move(source)) {}
+
+  Error at(const toml::source_region& where, const std::string& what) const {
+    return make_error(ErrorCode::invalid_argument,
+                      m_source + ":" + std::to_string(where.begin.line) + ": " + what);
+  }
+  Error at(const toml::node& node, const std::string& what) const {
+    return at(node.source(), what);
+  }
+
+  // Every key of `table` must be one of `known`.
+  Status check_keys(const toml::table& table, const std::string& where,
+                    std::initializer_list<std::string_view> known) const {
+    for (auto&& [key, value] : table) {
+      if (std::find(known.begin(), known.end(), key.str()) != known.end()) continue;
+      if (key.str() == "tolerance")
+        return at(key.source(),
+                  "'tolerance' in " + where +
+                      ": tolerance overrides are not applied yet (see docs/ci.md, \"Not "
+                      "implemented\"); remove the key");
+      std::string list;
+      for (auto k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+      return at(key.source(), "unknown key '" + std::string(key.str()) + "' in " + where +
+                                  " (known: " + list + ")");
+    }
+    return {};
+  }
+
+  Result<std::string> string(const toml::node& n, const std::string& key) const {
+    if (auto v = n.value<std::string>(); v && n.is_string()) return *v;
+    return at(n, "'" + key + "' must be a string");
+  }
+  Result<std::int64_t> positive_int(const toml::node& n, const std::string& key) const {
+    if (auto v = n.value<std::int64_t>(); v && n.is_integer() && *v >= 1) return *v;
+    return at(n, "'" + key + "' must be a positive integer");
+  }
+  Result<double> positive_number(const toml::node& n, const std::string& key) const {
+    if (auto v = n.value<double>(); v && (n.is_floating_point() || n.is_integer()) && *v > 0)
+      return *v;
+    return at(n, "'" + key + "' must be a positive number");
+  }
+  Result<bool> boolean(const toml::node& n, const std::string& key) const {
+    if (auto v = n.value<bool>(); v && n.is_boolean()) return *v;
+    return at(n, "'" + key + "' must be true or false");
+  }
+  Result<std::uint64_t> seed(const toml::node& n) const {
+    if (auto v = n.value<std::int64_t>(); v && n.is_integer() && *v >= 0)
+      return static_cast<std::uint64_t>(*v);
+    return at(n, "'seed' must be a non-negative integer");
+  }
+  Result<std::vector<std::string>> strings(const toml::node& n, const std::string& key) const {
+    const toml::array* a = n.as_array();
+    if (a == nullptr) return at(n, "'" + key + "' must be an array of strings");
+    std::vector<std::string> out;
+    for (const toml::node& item : *a) {
+      GPUEMU_TRY(auto s, string(item, key + "[]"));
+      out.push_back(s);
+    }
+    return out;
+  }
+  Result<std::string> one_of(const toml::node& n, const std::string& key,
+                             std::initializer_list<std::string_view> allowed) const {
+    GPUEMU_TRY(std::string s, string(n, key));
+    if (std::find(allowed.begin(), allowed.end(), s) != allowed.end()) return s;
+    std::string list;
+    for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+    return at(n, "'" + key + "' must be one of " + list + ", got '" + s + "'");
+  }
+
+  // A TOML value as JSON (attrs).
+  Result<nlohmann::json> json(const toml::node& n) const {
+    if (n.is_boolean()) return nlohmann::json(*n.value<bool>());
+    if (n.is_integer()) return nlohmann::json(*n.value<std::int64_t>());
+    if (n.is_floating_point()) return nlohmann::json(*n.value<double>());
+    if (n.is_string()) return nlohmann::json(*n.value<std::string>());
+    if (const toml::array* a = n.as_array()) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const toml::node& item : *a) {
+        GPUEMU_TRY(auto v, json(item));
+        out.push_back(v);
+      }
+      return out;
+    }
+    return at(n, "attr values must be booleans, numbers, strings or arrays of them");
+  }
+
+ private:
+  std::string m_source;
+};
+
+struct Defaults {
+  std::int64_t iterations = 100;
+  std::string strategy = "adversarial";
+  std::vector<std::string> dtypes;
+  std::optional<std::uint64_t> seed;
+  std::string framework = "numpy";
+  double timeout_s = 60.0;
+};
+
+Status read_defaults(const Reader& r, const toml::table& t, Defaults& d) {
+  GPUEMU_TRY_STATUS(r.check_keys(
+      t, "[defaults]", {"iterations", "strategy", "dtypes", "seed", "framework", "timeout_s"}));
+  for (auto&& [key, n] : t) {
+    const std::string k(key.str());
+    if (k == "iterations") {
+      GPUEMU_TRY(d.iterations, r.positive_int(n, k));
+    } else if (k == "strategy") {
+      GPUEMU_TRY(d.strategy, r.one_of(n, k, {"regular", "boundary", "adversarial", "special"}));
+    } else if (k == "dtypes") {
+      GPUEMU_TRY(d.dtypes, r.strings(n, k));
+    } else if (k == "seed") {
+      GPUEMU_TRY(d.seed, r.seed(n));
+    } else if (k == "framework") {
+      GPUEMU_TRY(d.framework, r.one_of(n, k, {"numpy", "torch"}));
+    } else if (k == "timeout_s") {
+      GPUEMU_TRY(d.timeout_s, r.positive_number(n, k));
+    }
+  }
+  return {};
+}
+
+Result<ProjectOp> read_op(const Reader& r, const toml::table& t, const Defaults& d,
+                          const fs::path& base_dir) {
+  GPUEMU_TRY_STATUS(
+      r.check_keys(t, "[[op]]",
+                   {"name", "script", "kernel", "framework", "python", "timeout_s", "dtypes",
+                    "iterations", "strategy", "seed", "dims", "attrs", "vary_attrs", "layouts"}));
+  ProjectOp op;
+  op.line = static_cast<int>(t.source().begin.line);
+  op.framework = d.framework;
+  op.timeout_s = d.timeout_s;
+  op.dtypes = d.dtypes;
+  op.iterations = d.iterations;
+  op.strategy = d.strategy;
+  op.seed = d.seed;
+  for (auto&& [key, n] : t) {
+    const std::string k(key.str());
+    if (k == "name") {
+      GPUEMU_TRY(op.op, r.string(n, k));
+    } else if (k == "script") {
+      GPUEMU_TRY(std::string s, r.string(n, k));
+      const auto colon = s.rfind(':');
+      if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+        return r.at(n, "'script' must be \"FILE.py:FUNC\", got '" + s + "'");
+      fs::path p = s.substr(0, colon);
+      if (p.is_relative()) p = base_dir / p;
+      op.script = p.lexically_normal().string();
+      op.function = s.substr(colon + 1);
+      if (!fs::is_regular_file(op.script)) return r.at(n, "'script': no file " + op.script);
+    } else if (k == "kernel") {
+      GPUEMU_TRY(op.builtin, r.string(n, k));
+    } else if (k == "framework") {
+      GPUEMU_TRY(op.framework, r.one_of(n, k, {"numpy", "torch"}));
+    } else if (k == "python") {
+      GPUEMU_TRY(op.python, r.string(n, k));
+    } else if (k == "timeout_s") {
+      GPUEMU_TRY(op.timeout_s, r.positive_number(n, k));
+    } else if (k == "dtypes") {
+      GPUEMU_TRY(op.dtypes, r.strings(n, k));
+      for (const auto& dt : op.dtypes)
+        if (!parse_dtype(dt)) return r.at(n, "unknown dtype '" + dt + "'");
+    } else if (k == "iterations") {
+      GPUEMU_TRY(op.iterations, r.positive_int(n, k));
+    } else if (k == "strategy") {
+      GPUEMU_TRY(op.strategy, r.one_of(n, k, {"regular", "boundary", "adversarial", "special"}));
+    } else if (k == "seed") {
+      GPUEMU_TRY(op.seed, r.seed(n));
+    } else if (k == "dims") {
+      const toml::table* dims = n.as_table();
+      if (dims == nullptr) return r.at(n, "'dims' must be a table: dims = { N = [64, 129] }");
+      for (auto&& [dim, sizes] : *dims) {
+        const toml::array* a = sizes.as_array();
+        if (a == nullptr || a->empty())
+          return r.at(sizes, "dims." + std::string(dim.str()) + " must be a non-empty array");
+        std::vector<std::int64_t> v;
+        for (const toml::node& s : *a) {
+          auto x = s.value<std::int64_t>();
+          if (!s.is_integer() || !x || *x < 0)
+            return r.at(s, "dims." + std::string(dim.str()) + " sizes must be integers >= 0");
+          v.push_back(*x);
+        }
+        op.dims[std::string(dim.str())] = v;
+      }
+    } else if (k == "attrs") {
+      const toml::table* attrs = n.as_table();
+      if (attrs == nullptr) return r.at(n, "'attrs' must be a table: attrs = { dim = -1 }");
+      for (auto&& [name, value] : *attrs) {
+        GPUEMU_TRY(op.attrs[std::string(name.str())], r.json(value));
+      }
+    } else if (k == "vary_attrs") {
+      GPUEMU_TRY(op.vary_attrs, r.strings(n, k));
+    } else if (k == "layouts") {
+      GPUEMU_TRY(op.layouts, r.boolean(n, k));
+    }
+  }
+  if (op.op.empty()) return r.at(t.source(), "[[op]] needs 'name' (a catalogue op)");
+  if (op.script.empty() == op.builtin.empty())
+    return r.at(t.source(), "[[op]] '" + op.op + "' needs exactly one of 'script' or 'kernel'");
+  for (const auto& dt : op.dtypes)
+    if (!parse_dtype(dt)) return r.at(t.source(), "unknown dtype '" + dt + "'");
+  return op;
+}
+
+Status read_ci(const Reader& r, const toml::table& t, ProjectConfig& c) {
+  GPUEMU_TRY_STATUS(r.check_keys(t, "[ci]", {"preset", "minimize", "presets"}));
+  for (auto&& [key, n] : t) {
+    const std::string k(key.str());
+    if (k == "preset") {
+      GPUEMU_TRY(c.ci_preset, r.string(n, k));
+    } else if (k == "minimize") {
+      GPUEMU_TRY(c.ci_minimize, r.boolean(n, k));
+    } else if (k == "presets") {
+      const toml::table* presets = n.as_table();
+      if (presets == nullptr) return r.at(n, "[ci.presets] must be a table of tables");
+      for (auto&& [name, body] : *presets) {
+        const toml::table* p = body.as_table();
+        const std::string where = "[ci.presets." + std::string(name.str()) + "]";
+        if (p == nullptr) return r.at(body, where + " must be a table");
+        GPUEMU_TRY_STATUS(r.check_keys(*p, where, {"scale", "min_iterations"}));
+        CiPreset preset = c.presets.count(std::string(name.str()))
+                              ? c.presets[std::string(name.str())]
+                              : CiPreset{};
+        if (const toml::node* s = p->get("scale")) {
+          GPUEMU_TRY(preset.scale, r.positive_number(*s, "scale"));
+        }
+        if (const toml::node* m = p->get("min_iterations")) {
+          GPUEMU_TRY(preset.min_iterations, r.positive_int(*m, "min_iterations"));
+        }
+        c.presets[std::string(name.str())] = preset;
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+nlohmann::json ProjectOp::kernel_spec() const {
+  if (!builtin.empty()) return {{"kind", "builtin"}, {"name", builtin}};
+  nlohmann::json k = {{"kind", "script"},       {"script", script},       {"function", function},
+                      {"framework", framework}, {"timeout_s", timeout_s}, {"name", function},
+                      {"file", script}};
+  if (!python.empty()) k["python"] = python;
+  return k;
+}
+
+std::string ProjectOp::kernel_label() const {
+  if (!builtin.empty()) return "builtin:" + builtin;
+  return fs::path(script).filename().string() + ":" + function;
+}
+
+FuzzOptions ProjectOp::fuzz_options(const std::string& dtype) const {
+  FuzzOptions o;
+  if (!dtype.empty()) {
+    if (auto dt = parse_dtype(dtype)) o.dtypes.push_back(*dt);
+  } else {
+    for (const auto& d : dtypes)
+      if (auto dt = parse_dtype(d)) o.dtypes.push_back(*dt);
+  }
+  if (auto dist = parse_distribution(strategy)) o.distribution = *dist;
+  for (const auto& [k, v] : dims) o.dims[k] = v;
+  o.attrs = attrs;
+  o.vary_attrs = vary_attrs;
+  o.layouts = layouts;
+  return o;
+}
+
+Result<ProjectConfig> parse_project_config(const std::string& text, const fs::path& file) {
+  const std::string source = file.string();
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    return make_error(ErrorCode::invalid_argument, source + ":" +
+                                                       std::to_string(e.source().begin.line) + ":" +
+                                                       std::to_string(e.source().begin.column) +
+                                                       ": " + std::string(e.description()));
+  }
+  Reader r(source);
+  ProjectConfig c;
+  c.file = file;
+  c.text = text;
+  c.presets["default"] = {1.0, 1};
+  c.presets["quick"] = {0.25, 10};
+  c.presets["thorough"] = {4.0, 1};
+  GPUEMU_TRY_STATUS(r.check_keys(root, "gpuemu.toml", {"project", "defaults", "op", "lint", "ci"}));
+  Defaults d;
+  if (const toml::node* n = root.get("project")) {
+    const toml::table* t = n->as_table();
+    if (t == nullptr) return r.at(*n, "[project] must be a table");
+    GPUEMU_TRY_STATUS(r.check_keys(*t, "[project]", {"name"}));
+    if (const toml::node* name = t->get("name")) {
+      GPUEMU_TRY(c.name, r.string(*name, "name"));
+    }
+  }
+  if (const toml::node* n = root.get("defaults")) {
+    const toml::table* t = n->as_table();
+    if (t == nullptr) return r.at(*n, "[defaults] must be a table");
+    GPUEMU_TRY_STATUS(read_defaults(r, *t, d));
+  }
+  if (const toml::node* n = root.get("ci")) {
+    const toml::table* t = n->as_table();
+    if (t == nullptr) return r.at(*n, "[ci] must be a table");
+    GPUEMU_TRY_STATUS(read_ci(r, *t, c));
+  }
+  if (!c.presets.count(c.ci_preset))
+    return make_error(ErrorCode::invalid_argument,
+                      source + ": [ci].preset '" + c.ci_preset + "' is not a known preset");
+  if (const toml::node* n = root.get("op")) {
+    const toml::array* ops = n->as_array();
+    if (ops == nullptr) return r.at(*n, "'op' must be an array of tables: write [[op]]");
+    for (const toml::node& item : *ops) {
+      const toml::table* t = item.as_table();
+      if (t == nullptr) return r.at(item, "each [[op]] must be a table");
+      GPUEMU_TRY(ProjectOp op, read_op(r, *t, d, file.parent_path()));
+      c.ops.push_back(std::move(op));
+    }
+  }
+  // [lint] is validated by the lint policy reader itself (the same messages as `gpuemu lint`).
+  GPUEMU_TRY_STATUS(lint::parse_policy(text, source));
+  return c;
+}
+
+Result<ProjectConfig> load_project_config(const std::string& explicit_path) {
+  fs::path path;
+  std::error_code ec;
+  if (!explicit_path.empty()) {
+    path = fs::absolute(explicit_path, ec);
+    if (!fs::is_regular_file(path))
+      return make_error(ErrorCode::not_found, "no config file " + path.string());
+  } else {
+    for (fs::path dir = fs::current_path(ec);; dir = dir.parent_path()) {
+      if (fs::is_regular_file(dir / "gpuemu.toml", ec)) {
+        path = dir / "gpuemu.toml";
+        break;
+      }
+      if (dir == dir.parent_path() || dir.empty())
+        return make_error(ErrorCode::not_found,
+                          "no gpuemu.toml here or in any parent directory (gpuemu init writes "
+                          "one; --config FILE names another)");
+    }
+  }
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in) return make_error(ErrorCode::io_error, "cannot read " + path.string());
+  return parse_project_config(text.str(), path);
+}
+
+std::string example_project_config() {
+  return R"(# gpuemu.toml: the ops of this project that `gpuemu ci` fuzzes (docs/ci.md lists every key).
+# Unknown keys are errors, so a misspelt setting never silently does nothing.
+
+[project]
+name = "my-kernels"
+
+# Defaults for every [[op]] below; each [[op]] may override them.
+[defaults]
+iterations = 100            # cases per op and dtype
+strategy = "adversarial"    # regular | boundary | adversarial | special
+# dtypes = ["float32", "bfloat16"]   # default: every dtype the op allows
+# seed = 1234               # default: a fresh random seed per run (printed, and in the reports)
+framework = "numpy"         # what script kernels receive: numpy | torch
+timeout_s = 60.0            # seconds a script kernel may take per case
+
+# One [[op]] per kernel under test. `name` is a catalogue op (gpuemu ops list); the kernel is a
+# Python function (script = "FILE.py:FUNC", relative to this file) or a built-in emulated kernel.
+[[op]]
+name = "softmax"
+kernel = "fp32_online"      # replace with: script = "kernels/softmax.py:softmax"
+dtypes = ["float32"]
+iterations = 40
+# dims = { N = [64, 129, 4097] }   # restrict a dim to these sizes
+# attrs = { dim = -1 }             # pin an attr
+# vary_attrs = ["dim"]             # vary an attr over its domain
+# layouts = true                   # also feed non-contiguous inputs
+
+# [lint]                    # the policy of `gpuemu lint` (docs/lint.md)
+# max_registers = 128
+# allow_spills = false
+
+[ci]
+preset = "default"          # default | quick | thorough | one of [ci.presets.*]
+minimize = false            # minimise the first failure of each op (slower)
+# [ci.presets.nightly]
+# scale = 10.0              # iterations x scale
+# min_iterations = 50
+)";
+}
+
+}  // namespace gpuemu::cli

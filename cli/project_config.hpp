@@ -1,0 +1,81 @@
+// gpuemu.toml: a project's registered ops, defaults, lint policy and CI presets (docs/ci.md).
+//
+//   [project]  name
+//   [defaults] iterations, strategy, dtypes, seed, framework, timeout_s
+//   [[op]]     name, script = "FILE.py:FUNC" | kernel = "builtin", framework, dtypes, iterations,
+//              strategy, seed, timeout_s, python, dims = {N = [64, 129]}, attrs = {dim = -1},
+//              vary_attrs, layouts
+//   [lint]     the lint policy (include/gpuemu/lint/policy.hpp validates it)
+//   [ci]       preset, minimize, [ci.presets.NAME] scale, min_iterations
+//
+// Every unknown key is an error naming the file and line. `tolerance` is recognised and refused:
+// tolerance overrides are not applied yet (docs/ci.md says so).
+#pragma once
+
+#include <gpuemu/error.hpp>
+#include <gpuemu/fuzz.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpuemu::cli {
+
+// One [[op]] table, with [defaults] already applied.
+struct ProjectOp {
+  std::string op;        // catalogue op name
+  int line = 0;          // where its [[op]] table starts in the file
+  std::string script;    // absolute path of the script ("" for a builtin kernel)
+  std::string function;  // the script's function
+  std::string builtin;   // a built-in kernel name ("" for a script)
+  std::string framework = "numpy";
+  std::string python;  // interpreter for the script ("" = the daemon's default)
+  double timeout_s = 60.0;
+  std::vector<std::string> dtypes;  // empty: every dtype the op allows
+  std::int64_t iterations = 100;
+  std::string strategy = "adversarial";
+  std::optional<std::uint64_t> seed;
+  std::map<std::string, std::vector<std::int64_t>> dims;
+  nlohmann::json attrs = nlohmann::json::object();
+  std::vector<std::string> vary_attrs;
+  bool layouts = true;
+
+  // The kernel spec of the daemon's `fuzz` request.
+  nlohmann::json kernel_spec() const;
+  // A label: "softmax.py:softmax" or "builtin:tail_leak".
+  std::string kernel_label() const;
+  // FuzzOptions restricted to one dtype ("" keeps the op's dtypes list).
+  FuzzOptions fuzz_options(const std::string& dtype) const;
+};
+
+struct CiPreset {
+  double scale = 1.0;
+  std::int64_t min_iterations = 1;
+};
+
+struct ProjectConfig {
+  std::filesystem::path file;  // absolute path of the gpuemu.toml read
+  std::string text;            // its text
+  std::string name;
+  std::vector<ProjectOp> ops;
+  std::string ci_preset = "default";
+  bool ci_minimize = false;
+  std::map<std::string, CiPreset> presets;  // "default", "quick", "thorough" and the user's
+};
+
+// Parses TOML text; `file` names it in messages and anchors relative script paths. Errors are
+// invalid_argument with "FILE:LINE: ...".
+Result<ProjectConfig> parse_project_config(const std::string& text,
+                                           const std::filesystem::path& file);
+// Reads `explicit_path` when given, else the first gpuemu.toml from the current directory up to
+// the filesystem root (not_found when there is none).
+Result<ProjectConfig> load_project_config(const std::string& explicit_path);
+
+// The commented example `gpuemu init` writes.
+std::string example_project_config();
+
+}  // namespace gpuemu::cli

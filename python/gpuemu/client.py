@@ -1,0 +1,604 @@
+"""The Python client of gpuemu-daemon (docs/python.md; the wire protocol is docs/protocol.md).
+
+:class:`Client` connects to the daemon of ``GPUEMU_HOME`` (starting one when none answers) through
+the compiled ``_core.Connection`` (the C++ ``DaemonClient``). Client-side fuzzing runs the kernel
+here, in this process, on the framework and device the caller picks; the daemon generates the
+cases, judges the outputs against its fp64 reference and stores the failures::
+
+    from gpuemu import Client
+    client = Client()
+    results = client.fuzz_op_client_side("softmax", run_op=lambda inputs: my_softmax(inputs["x"]))
+    print(f"Passed: {results.passed}/{results.total}")
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import inspect
+import json
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _core, errors
+from .dtypes import from_bits, to_bits
+from .inprocess import Failure, FuzzResults
+
+__all__ = ["Client", "ClientFailure", "FuzzResults", "Verdict"]
+
+_CHUNK = 16  # cases per get_test_batch / submit_outputs round trip
+
+_NUMPY_NATIVE = {
+    "float64": np.float64, "float32": np.float32, "float16": np.float16, "int8": np.int8,
+    "int16": np.int16, "int32": np.int32, "int64": np.int64, "uint8": np.uint8, "bool": np.bool_,
+}
+_BITS = {"bfloat16": np.uint16, "float8_e4m3fn": np.uint8, "float8_e5m2": np.uint8}
+
+
+@dataclass
+class ClientFailure(Failure):
+    """A failing case of a client-side run: :class:`gpuemu.Failure` plus what the daemon stored.
+
+    ``id`` is the stored failure's id (``gpuemu repro ID`` replays it), ``snapshot`` the base64 of
+    the exact input bytes the daemon stored (a frame: docs/protocol.md), ``file``/``line`` where the
+    kernel under test is defined.
+    """
+
+    snapshot: str = ""
+    file: Optional[str] = None
+    line: Optional[int] = None
+
+
+@dataclass
+class Verdict:
+    """The daemon's judgement of one submitted case."""
+
+    passed: bool
+    max_error: Optional[float]
+    envelope: Optional[float]
+    message: str
+    seed: int
+    index: int
+    diagnosis: Dict[str, Any] = field(default_factory=dict)
+    failure_id: Optional[str] = None
+    repro: Optional[str] = None
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+
+def _default_daemon() -> Optional[str]:
+    """$GPUEMU_DAEMON, else the gpuemu-daemon of this package's build, else None (the C++ client
+    then looks on PATH)."""
+    env = os.environ.get("GPUEMU_DAEMON")
+    if env:
+        return env
+    for d in (os.environ.get("GPUEMU_BIN_DIR"), Path(__file__).resolve().parents[2] / "build" / "bin"):
+        if d:
+            cand = Path(d) / "gpuemu-daemon"
+            if os.access(cand, os.X_OK):
+                return str(cand)
+    return None
+
+
+def _kernel_identity(run_op: Callable) -> Dict[str, Any]:
+    """{"kind": "client", name, file, line} of run_op, or of the function a lambda calls."""
+    fn = run_op
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    target = fn
+    code = getattr(fn, "__code__", None)
+    if code is not None and fn.__name__ == "<lambda>":
+        scope = dict(getattr(fn, "__globals__", {}))
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            try:
+                scope[name] = cell.cell_contents
+            except ValueError:
+                pass
+        for name in code.co_names + code.co_freevars:
+            cand = scope.get(name)
+            if inspect.isfunction(cand) or inspect.ismethod(cand):
+                target = inspect.unwrap(cand)
+                break
+    try:
+        file = inspect.getsourcefile(target)
+        line = inspect.getsourcelines(target)[1]
+    except (TypeError, OSError):
+        file, line = None, None
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)
+    return {"kind": "client", "name": name, "file": file, "line": line}
+
+
+# ---------------------------------------------------------------------------------------------
+# Wire tensors <-> framework tensors
+
+
+class _Input:
+    """One input handed to the kernel: the framework tensor and how to send its storage back."""
+
+    def __init__(self, key_dtype: str, shape, strides, offset: int, storage: np.ndarray, tensor: Any,
+                 decoded: Optional[Any] = None):
+        self.dtype = key_dtype
+        self.shape, self.strides, self.offset = list(shape), list(strides), int(offset)
+        self.storage = storage  # the wire storage (uint8), which the tensor views when it can
+        self.tensor = tensor
+        self.decoded = decoded  # float32 copy for dtypes the framework lacks, or a device copy
+
+    def wire(self, key: str):
+        data = self.storage
+        if self.decoded is not None:
+            base = self.decoded
+            if hasattr(base, "detach"):  # torch (a device copy or exact float32 values)
+                base = base.detach().cpu().numpy()
+            base = np.asarray(base)
+            if self.dtype in _BITS:
+                data = to_bits(base.astype(np.float64), self.dtype)
+            else:
+                data = np.ascontiguousarray(base)
+        return (key, self.dtype, self.shape, self.strides, self.offset, data)
+
+
+def _numpy_input(dtype: str, shape, strides, offset, storage: np.ndarray) -> _Input:
+    if dtype in _NUMPY_NATIVE:
+        base = storage.view(_NUMPY_NATIVE[dtype])
+        decoded = None
+    elif dtype in _BITS:
+        base = from_bits(storage.view(_BITS[dtype]), dtype).astype(np.float32)
+        decoded = base
+    else:
+        raise errors.ProtocolError(f"unknown dtype {dtype!r}")
+    if base.size == 0:
+        arr = np.zeros(shape, dtype=base.dtype)
+    else:
+        item = base.dtype.itemsize
+        arr = np.ndarray(tuple(shape), dtype=base.dtype, buffer=base, offset=int(offset) * item,
+                         strides=tuple(int(s) * item for s in strides))
+    return _Input(dtype, shape, strides, offset, storage, arr, decoded)
+
+
+def _torch_input(dtype: str, shape, strides, offset, storage: np.ndarray, device: Optional[str]) -> _Input:
+    import torch  # lazily: numpy users need not have it
+
+    native = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
+              "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64,
+              "uint8": torch.uint8, "bool": torch.bool}
+    decoded = None
+    if dtype == "bfloat16":
+        base = _frombuffer(torch, storage, torch.int16).view(torch.bfloat16)
+    elif dtype in _BITS and hasattr(torch, dtype):
+        base = _frombuffer(torch, storage, torch.uint8).view(getattr(torch, dtype))
+    elif dtype in _BITS:  # this torch has no fp8: exact float32 values
+        base = torch.from_numpy(from_bits(storage.view(np.uint8), dtype).astype(np.float32))
+        decoded = base
+    elif dtype in native:
+        base = _frombuffer(torch, storage, native[dtype])
+    else:
+        raise errors.ProtocolError(f"unknown dtype {dtype!r}")
+    t = base.as_strided([int(s) for s in shape], [int(s) for s in strides], int(offset))
+    if device and torch.device(device).type != "cpu":
+        dev_base = base.to(device)
+        t = dev_base.as_strided([int(s) for s in shape], [int(s) for s in strides], int(offset))
+        decoded = dev_base if decoded is None else dev_base
+    return _Input(dtype, shape, strides, offset, storage, t, decoded)
+
+
+def _frombuffer(torch: Any, storage: np.ndarray, dt: Any):
+    if storage.size == 0:
+        return torch.empty(0, dtype=dt)
+    return torch.from_numpy(storage).view(dt)
+
+
+def _is_torch(v: Any) -> bool:
+    return type(v).__module__.split(".")[0] == "torch" and hasattr(v, "data_ptr")
+
+
+def _output_array(v: Any, want: Optional[str]) -> Tuple[str, np.ndarray]:
+    """(gpuemu dtype, contiguous numpy array of the storage) of a kernel's output."""
+    if v is None:
+        raise TypeError("run_op returned None where an output was expected")
+    if _is_torch(v):
+        import torch
+
+        t = v.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        t = t.contiguous()
+        if t.dtype == torch.bfloat16:
+            return "bfloat16", t.view(torch.int16).numpy().view(np.uint16)
+        for name in _BITS:
+            if hasattr(torch, name) and t.dtype == getattr(torch, name):
+                return name, t.view(torch.uint8).numpy()
+        arr = t.numpy()
+    else:
+        arr = np.asarray(v)
+    if arr.dtype == np.dtype(object):
+        raise TypeError(f"run_op returned a {type(v).__name__}, not an array or tensor")
+    arr = np.ascontiguousarray(arr)
+    if want in _BITS and arr.dtype.kind == "f":
+        # numpy (and old torch for fp8) lack the dtype: float values are rounded to it once here.
+        return want, to_bits(arr.astype(np.float64), want)
+    for name, code in _NUMPY_NATIVE.items():
+        if arr.dtype == np.dtype(code):
+            return name, arr
+    raise TypeError(f"output dtype {arr.dtype} is not one gpuemu takes")
+
+
+def _memory_range(v: Any) -> Optional[Tuple[int, int]]:
+    """[lo, hi) bytes of the memory a tensor's storage spans (None when unknown)."""
+    try:
+        if _is_torch(v):
+            if hasattr(v, "untyped_storage"):
+                s = v.untyped_storage()
+                return (s.data_ptr(), s.data_ptr() + s.nbytes())
+            s = v.storage()
+            return (s.data_ptr(), s.data_ptr() + s.size() * v.element_size())
+        arr = np.asarray(v)
+        while isinstance(arr.base, np.ndarray):
+            arr = arr.base
+        lo, hi = np.byte_bounds(arr)
+        return (lo, hi)
+    except Exception:  # noqa: BLE001 (aliasing is a best-effort check)
+        return None
+
+
+def _outputs_of(result: Any) -> List[Any]:
+    if isinstance(result, (list, tuple)):
+        return list(result)
+    return [result]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class Client:
+    """A connection to gpuemu-daemon.
+
+    ``socket``: an ``ipc://`` or ``tcp://`` URL or a socket path (default: the daemon of
+    ``home`` / ``$GPUEMU_HOME``). With ``autostart`` a daemon is started when none answers
+    (``daemon_path``, else ``$GPUEMU_DAEMON``, else the one built next to this package, else
+    ``PATH``); :class:`gpuemu.errors.ConnectError` when none can be reached or started.
+    ``timeout`` bounds each request, in seconds (<= 0: no limit).
+    """
+
+    def __init__(self, socket: Optional[str] = None, autostart: bool = True, timeout: float = 600.0,
+                 home: Optional[str] = None, daemon_path: Optional[str] = None,
+                 start_timeout: float = 20.0) -> None:
+        url = socket
+        if url is not None and "://" not in url:
+            url = "ipc://" + os.path.abspath(url)
+        self._conn = _core.Connection(home=None if home is None else str(home), socket_url=url,
+                                      autostart=autostart, timeout_s=float(timeout),
+                                      daemon_path=daemon_path or _default_daemon(),
+                                      start_timeout_s=float(start_timeout))
+        self._cases: Dict[Tuple[str, int], Tuple[Dict[str, Any], Dict[str, Any], Dict[str, _Input]]] = {}
+
+    # --- plumbing -------------------------------------------------------------------------------
+    @property
+    def hello(self) -> Dict[str, Any]:
+        """The daemon's hello: version, protocol, capabilities, methods, pid, socket, home."""
+        return self._conn.hello
+
+    @property
+    def started_daemon(self) -> bool:
+        return self._conn.started_daemon
+
+    def request(self, method: str, params: Optional[Dict[str, Any]] = None, tensors: Sequence = (),
+                timeout: Optional[float] = None) -> Tuple[Dict[str, Any], Dict[str, tuple]]:
+        """One request: (result, {key: (dtype, shape, strides, offset, uint8 storage)})."""
+        header = json.dumps({"v": 1, "method": method, "params": params or {}})
+        reply, tens = self._conn.call(header, list(tensors), timeout)
+        h = json.loads(reply)
+        if not h.get("ok", False):
+            err = h.get("error", {})
+            raise errors.error_from_code(err.get("code", "internal"), err.get("message", ""))
+        return h.get("result", {}), {k: (d, s, st, o, b) for k, d, s, st, o, b in tens}
+
+    def ping(self) -> Dict[str, Any]:
+        return self.request("ping")[0]
+
+    def stats(self) -> Dict[str, Any]:
+        return self.request("stats")[0]
+
+    # --- cases ----------------------------------------------------------------------------------
+    @staticmethod
+    def _options(dtypes, value_distribution, dims, attrs, layouts) -> Dict[str, Any]:
+        o: Dict[str, Any] = {"distribution": value_distribution, "layouts": bool(layouts)}
+        if dtypes is not None:
+            o["dtypes"] = [dtypes] if isinstance(dtypes, str) else list(dtypes)
+        if dims is not None:
+            o["dims"] = {k: ([v] if isinstance(v, int) else list(v)) for k, v in dims.items()}
+        if attrs is not None:
+            o["attrs"] = dict(attrs)
+        return o
+
+    def _batch(self, op, options, seed, start, count, framework, device):
+        """[(case json, {name: _Input})] and the master seed."""
+        params = {"op": op, "count": count, "start_index": start, "options": options}
+        if seed is not None:
+            params["seed"] = int(seed)
+        res, tens = self.request("get_test_batch", params)
+        out = []
+        for i, c in enumerate(res["cases"]):
+            inputs = {}
+            for name in c["inputs"]:
+                d, shape, strides, offset, storage = tens[f"cases/{i}/{name}"]
+                if framework == "torch":
+                    inputs[name] = _torch_input(d, shape, strides, offset, storage, device)
+                else:
+                    inputs[name] = _numpy_input(d, shape, strides, offset, storage)
+            out.append((c, inputs))
+        return out, int(res["master_seed"])
+
+    @staticmethod
+    def _framework(framework: Optional[str]) -> str:
+        f = framework or "numpy"
+        if f not in ("numpy", "torch"):
+            raise errors.ValidationError(f"framework {f!r} is not supported by this client (numpy, torch)")
+        return f
+
+    def _schema(self, op: str) -> Dict[str, Any]:
+        cache = self.__dict__.setdefault("_schemas", {})
+        if op not in cache:
+            try:
+                from ._reference import op_schema
+
+                cache[op] = op_schema(op)
+            except Exception:  # noqa: BLE001 (an op only the daemon knows: it judges alone)
+                cache[op] = {}
+        return cache[op]
+
+    def _expected(self, op: str, case: Dict[str, Any], inputs: Dict[str, _Input]):
+        """[(dtype, shape or None)] of the op's outputs for this case (from its schema)."""
+        out = []
+        for o in self._schema(op).get("outputs", []):
+            d = o.get("dtype", "case")
+            d = case["dtype"] if d == "case" else d
+            spec = o.get("shape")
+            shape = None
+            if isinstance(spec, str) and spec.startswith("like:") and spec[5:] in inputs:
+                shape = list(inputs[spec[5:]].shape)
+            elif isinstance(spec, list) and all(isinstance(s, (int, str)) for s in spec):
+                dims = case.get("dims", {})
+                if all(isinstance(s, int) or s in dims for s in spec):
+                    shape = [s if isinstance(s, int) else int(dims[s]) for s in spec]
+            out.append((d if isinstance(d, str) and not d.startswith("like:") else None, shape))
+        return out
+
+    def _run_item(self, op, run_op, case, inputs, i: int, check_determinism: bool, rebuild) -> Tuple[dict, list]:
+        """Runs the kernel on one case: (item json, wire tensors)."""
+        args: Dict[str, Any] = {n: inp.tensor for n, inp in inputs.items()}
+        args.update(case.get("attrs", {}))
+        item: Dict[str, Any] = {"case": case}
+        tensors = []
+        try:
+            result = run_op(args)
+        except Exception:  # noqa: BLE001 (a kernel's exception is a failure of the case)
+            item["kernel_error"] = traceback.format_exc()
+            return item, tensors
+        try:
+            expected = self._expected(op, case, inputs)
+            values = _outputs_of(result)
+            contract = ""
+            ranges = [r for r in (_memory_range(inp.tensor) for inp in inputs.values()) if r]
+            for k, v in enumerate(values):
+                r = _memory_range(v)
+                if r and any(lo < r[1] and r[0] < hi for lo, hi in ranges):
+                    contract = f"output {k} aliases an input (a kernel must return new memory)"
+                    break
+            want = [e[0] for e in expected] + [None] * max(0, len(values) - len(expected))
+            outs = [] if contract else [_output_array(v, want[k]) for k, v in enumerate(values)]
+            if not contract and expected and len(values) != len(expected):
+                contract = f"run_op returned {len(values)} outputs, the op has {len(expected)}"
+            for k, (d, arr) in enumerate(outs):
+                if contract or k >= len(expected):
+                    break
+                ed, es = expected[k]
+                if es is not None and list(arr.shape) != es:
+                    contract = f"output {k} has shape {list(arr.shape)}, expected {es}"
+                elif ed is not None and d != ed:
+                    contract = f"output {k} is {d}, expected {ed}"
+            if not contract and check_determinism:
+                again_inputs = rebuild()
+                args2: Dict[str, Any] = {n: inp.tensor for n, inp in again_inputs.items()}
+                args2.update(case.get("attrs", {}))
+                again = [_output_array(v, want[k]) for k, v in enumerate(_outputs_of(run_op(args2)))]
+                for k, ((_, a), (_, b)) in enumerate(zip(outs, again)):
+                    if a.tobytes() != b.tobytes():
+                        contract = f"nondeterministic: output {k} differs bitwise between two runs"
+                        break
+        except Exception:  # noqa: BLE001
+            item["kernel_error"] = traceback.format_exc()
+            return item, tensors
+        if contract:
+            item["contract_error"] = contract
+            return item, tensors
+        for k, (d, arr) in enumerate(outs):
+            strides = [s // arr.itemsize for s in arr.strides] if arr.ndim else []
+            tensors.append((f"items/{i}/outputs/{k}", d, list(arr.shape), strides, 0, arr))
+        for name, inp in inputs.items():
+            tensors.append(inp.wire(f"items/{i}/inputs/{name}"))
+        return item, tensors
+
+    # --- client-side fuzzing --------------------------------------------------------------------
+    def fuzz_op_client_side(self, op: str, run_op: Callable[[Dict[str, Any]], Any], iterations: int = 100,
+                            value_distribution: str = "adversarial", dtypes: Optional[Sequence[str]] = None,
+                            seed: Optional[int] = None, framework: Optional[str] = None,
+                            device: Optional[str] = None, dims: Optional[Dict[str, Any]] = None,
+                            attrs: Optional[Dict[str, Any]] = None, layouts: bool = True,
+                            fail_fast: bool = False, progress: Optional[Callable[[int, int], None]] = None,
+                            check_determinism: bool = False) -> FuzzResults:
+        """Fuzzes ``op`` against ``run_op`` run here (docs/python.md). ``run_op`` gets every input by
+        its schema name as a ``framework`` tensor on ``device`` with the case's real strides, and
+        every attr by name; it returns a tensor (or a tuple for multi-output ops)."""
+        fw = self._framework(framework)
+        options = self._options(dtypes, value_distribution, dims, attrs, layouts)
+        kernel = _kernel_identity(run_op)
+        t0 = time.perf_counter()
+        total = passed = 0
+        first_failure = -1
+        failures: List[ClientFailure] = []
+        master = seed
+        while total < iterations:
+            n = min(_CHUNK, iterations - total)
+            batch, master = self._batch(op, options, master, total, n, fw, device)
+            items, tensors = [], []
+            for i, (case, inputs) in enumerate(batch):
+                def rebuild(case=case, i=i):
+                    return self._batch(op, options, master, case["index"], 1, fw, device)[0][0][1]
+
+                item, t = self._run_item(op, run_op, case, inputs, i, check_determinism, rebuild)
+                items.append(item)
+                tensors.extend(t)
+            res, _ = self.request("submit_outputs", {"op": op, "options": options, "items": items,
+                                                     "kernel": kernel, "store": True,
+                                                     "client": {"name": "gpuemu-python"}}, tensors)
+            stop = False
+            for (case, inputs), item, r in zip(batch, items, res["results"]):
+                total += 1
+                if r["passed"]:
+                    passed += 1
+                    continue
+                if first_failure < 0:
+                    first_failure = total - 1
+                failures.append(self._failure(case, item, r, kernel))
+                stop = stop or fail_fast
+            if progress is not None:
+                progress(total, iterations)
+            if stop:
+                break
+        return FuzzResults(op=op, seed=int(master if master is not None else 0),
+                           value_distribution=value_distribution, framework=fw, total=total,
+                           passed=passed, elapsed=time.perf_counter() - t0, first_failure=first_failure,
+                           failures=failures)
+
+    def _failure(self, case, item, r, kernel) -> ClientFailure:
+        fid = r.get("failure_id") or f"{case['op']}:{case['master_seed']}:{case['index']}"
+        snapshot = ""
+        if r.get("failure_id"):
+            meta, _ = self.request("failures", {"action": "get", "id": r["failure_id"], "snapshot": True})
+            snapshot = meta.get("snapshot", "")
+        ins = case.get("inputs", {})
+        max_error = r.get("max_error")
+        return ClientFailure(
+            id=fid, seed=int(case["seed"]), index=int(case["index"]), dtype=case["dtype"],
+            dims=dict(case.get("dims", {})), shapes={k: list(v["shape"]) for k, v in ins.items()},
+            attrs=dict(case.get("attrs", {})), layout={k: v.get("layout", "contiguous") for k, v in ins.items()},
+            max_error=float("inf") if max_error is None else float(max_error),
+            envelope=float(r.get("envelope") or 0.0), message=r.get("message", ""),
+            diagnosis=r.get("diagnosis", {}), repro=r.get("repro") or f"gpuemu repro {fid}",
+            traceback=item.get("kernel_error"), verdict=r, snapshot=snapshot, file=kernel.get("file"),
+            line=kernel.get("line"))
+
+    # --- daemon-orchestrated ------------------------------------------------------------------
+    def get_test_batch(self, op: str, count: int = 10, seed: Optional[int] = None,
+                       dtypes: Optional[Sequence[str]] = None, framework: Optional[str] = None,
+                       device: Optional[str] = None, dims: Optional[Dict[str, Any]] = None,
+                       attrs: Optional[Dict[str, Any]] = None, layouts: bool = True,
+                       value_distribution: str = "adversarial", start_index: int = 0) -> List[Dict[str, Any]]:
+        """``count`` cases as dicts {seed, index, dtype, inputs, attrs, dims, layout}; hand the
+        kernel's output for one back with :meth:`submit_output`."""
+        fw = self._framework(framework)
+        options = self._options(dtypes, value_distribution, dims, attrs, layouts)
+        out = []
+        done = 0
+        master = seed
+        while done < count:
+            n = min(1024, count - done)
+            batch, master = self._batch(op, options, master, start_index + done, n, fw, device)
+            for case, inputs in batch:
+                self._cases[(op, int(case["seed"]))] = (case, options, inputs)
+                out.append({"seed": int(case["seed"]), "index": int(case["index"]), "dtype": case["dtype"],
+                            "inputs": {k: v.tensor for k, v in inputs.items()},
+                            "attrs": dict(case.get("attrs", {})), "dims": dict(case.get("dims", {})),
+                            "layout": {k: v.get("layout") for k, v in case["inputs"].items()},
+                            "master_seed": master, "_case": case})
+            done += n
+        return out
+
+    def submit_output(self, op: str, inputs: Optional[Dict[str, Any]], output: Any, seed: int,
+                      run_op: Optional[Callable] = None) -> Verdict:
+        """The daemon's verdict on ``output`` for the case of :meth:`get_test_batch` with ``seed``.
+        The inputs the case handed out are sent back too, so a kernel that wrote into them fails
+        with "input mutated"."""
+        key = (op, int(seed))
+        if key not in self._cases:
+            raise errors.NotFoundError(f"no case with seed {seed} of {op!r} was fetched by this client "
+                                       "(call get_test_batch first)")
+        case, options, held = self._cases[key]
+        item, tensors = self._run_item(op, lambda _args: output, case, held, 0, False, None)
+        res, _ = self.request("submit_outputs", {"op": op, "options": options, "items": [item],
+                                                 "kernel": _kernel_identity(run_op) if run_op else
+                                                 {"kind": "client", "name": "submit_output"},
+                                                 "store": True, "client": {"name": "gpuemu-python"}}, tensors)
+        return self._verdict(res["results"][0])
+
+    @staticmethod
+    def _verdict(r: Dict[str, Any]) -> Verdict:
+        return Verdict(passed=bool(r["passed"]), max_error=r.get("max_error"), envelope=r.get("envelope"),
+                       message=r.get("message", ""), seed=int(r.get("seed", 0)), index=int(r.get("index", 0)),
+                       diagnosis=r.get("diagnosis", {}), failure_id=r.get("failure_id"), repro=r.get("repro"))
+
+    # --- stored failures and the rest ---------------------------------------------------------
+    def failures(self, op: Optional[str] = None, limit: Optional[int] = None) -> List[Dict[str, Any]]:
+        params: Dict[str, Any] = {"action": "list"}
+        if op:
+            params["op"] = op
+        if limit:
+            params["limit"] = int(limit)
+        return self.request("failures", params)[0].get("failures", [])
+
+    def failure(self, failure_id: str, snapshot: bool = False) -> Dict[str, Any]:
+        return self.request("failures", {"action": "get", "id": failure_id, "snapshot": snapshot})[0]
+
+    def reproduce(self, failure_id: str, run_op: Optional[Callable] = None,
+                  framework: Optional[str] = None, device: Optional[str] = None) -> Dict[str, Any]:
+        """Replays a stored failure. The daemon regenerates the case from its seed and compares it
+        with the stored bytes (``regenerated_identical``); a daemon-side kernel is rerun there. A
+        client-side kernel is rerun here when ``run_op`` is given: ``verdict`` is then its
+        judgement on the stored inputs."""
+        res, tens = self.request("reproduce", {"id": failure_id})
+        if run_op is not None:
+            fw = self._framework(framework)
+            case = res["case"]
+            inputs = {}
+            for name in case["inputs"]:
+                d, shape, strides, offset, storage = tens[f"inputs/{name}"]
+                inputs[name] = (_torch_input(d, shape, strides, offset, storage, device) if fw == "torch"
+                                else _numpy_input(d, shape, strides, offset, storage))
+            options = self.failure(failure_id).get("options", {})
+            item, t = self._run_item(case["op"], run_op, case, inputs, 0, False, None)
+            sub, _ = self.request("submit_outputs", {"op": case["op"], "options": options, "items": [item],
+                                                     "kernel": _kernel_identity(run_op), "store": False}, t)
+            v = sub["results"][0]
+            res["verdict"] = v
+            res["passed"] = v["passed"]
+            res["message"] = v.get("message", "")
+            res["max_error"] = v.get("max_error")
+        return res
+
+    def minimize(self, failure_id: str, max_evaluations: int = 200) -> Dict[str, Any]:
+        return self.request("minimize", {"id": failure_id, "max_evaluations": int(max_evaluations)})[0]
+
+    def calibrate(self, op: str, dtypes: Optional[Sequence[str]] = None, cases: int = 200,
+                  seed: Optional[int] = None, apply: bool = True) -> Dict[str, Any]:
+        params: Dict[str, Any] = {"op": op, "cases": int(cases), "apply": apply}
+        if dtypes is not None:
+            params["dtypes"] = [dtypes] if isinstance(dtypes, str) else list(dtypes)
+        if seed is not None:
+            params["seed"] = int(seed)
+        return self.request("calibrate", params)[0]
+
+    def lint(self, paths: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]],
+             arch: Optional[Union[str, Sequence[str]]] = None) -> Dict[str, Any]:
+        ps = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+        params: Dict[str, Any] = {"paths": [os.path.abspath(str(p)) for p in ps]}
+        if arch is not None:
+            params["arches"] = [arch] if isinstance(arch, str) else list(arch)
+        return self.request("lint", params)[0]
