@@ -316,3 +316,21 @@ def test_lint_baselines_live_in_the_daemon_store(daemon, tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr  # the instruction count grew past the policy
     r = daemon.cli("lint", str(k), "--arch", "sm_90", "--baseline-tag", "nope")
     assert r.returncode == 2 and "nope" in r.stderr
+
+
+def test_coverage_names_what_was_never_exercised(daemon, tmp_path):
+    r = daemon.cli("fuzz", "softmax", "--kernel", "fp32_online", "-n", "25", "--seed", "4", "--strategy", "special")
+    assert r.returncode == 0, r.stderr
+    cov = daemon.cli_json("coverage", "--codecov", str(tmp_path / "cc.json"))
+    assert [o["op"] for o in cov] == ["softmax"]
+    soft = cov[0]
+    assert soft["cases"] == 25 and soft["runs"] == 1
+    assert "distribution regular" in soft["missing"] and "distribution special" not in soft["missing"]
+    assert soft["counts"]["distributions"] == {"special": 25}
+    assert 0 < soft["percent"] < 100 and soft["exercised"] < soft["total"]
+    codecov = json.loads((tmp_path / "cc.json").read_text())["coverage"]["schemas/ops/softmax.json"]
+    assert len(codecov) == soft["total"] and sum(1 for v in codecov.values() if v > 0) == soft["exercised"]
+    everything = daemon.cli_json("coverage", "--all")
+    assert len(everything) > 30 and any(o["op"] == "matmul" and o["percent"] == 0 for o in everything)
+    r = daemon.cli("coverage", "--op", "sofmax")
+    assert r.returncode == 2 and "softmax" in r.stderr
