@@ -145,6 +145,24 @@ void register_daemon_commands(CLI::App& app, CliContext& ctx) {
     ctx.exit_code = k_exit_ok;
   });
 
+  auto* raw = daemon->add_subcommand("raw",
+                                     "Send one message read from stdin as is (a frame, or any "
+                                     "bytes) and write the reply to stdout");
+  static double raw_timeout = 30;
+  raw->add_option("--timeout", raw_timeout, "seconds to wait for the reply");
+  raw->callback([&ctx] {
+    std::string in((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    auto c = try_connect();
+    if (!c) throw GpuemuException(make_error(ErrorCode::unavailable, "no daemon is running"));
+    auto r = c->call_raw(std::span(reinterpret_cast<const std::byte*>(in.data()), in.size()),
+                         std::chrono::milliseconds(static_cast<long>(raw_timeout * 1000)));
+    if (!r) throw GpuemuException(r.error());
+    std::cout.write(reinterpret_cast<const char*>(r->data()),
+                    static_cast<std::streamsize>(r->size()));
+    std::cout.flush();
+    ctx.exit_code = k_exit_ok;
+  });
+
   auto* logs = daemon->add_subcommand("logs", "Print the daemon's log");
   static std::size_t lines = 50;
   static bool follow = false;

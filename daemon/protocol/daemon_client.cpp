@@ -58,7 +58,14 @@ Result<protocol::Frame> DaemonClient::call(protocol::Frame request,
                                            std::optional<std::chrono::milliseconds> timeout) {
   if (!m_impl->token.empty() && !request.header.contains("token"))
     request.header["token"] = m_impl->token;
-  const std::vector<std::byte> bytes = protocol::encode(request);
+  const std::string method = request.header.value("method", "");
+  GPUEMU_TRY(auto reply, call_raw(protocol::encode(request), timeout, method));
+  return protocol::decode(reply);
+}
+
+Result<std::vector<std::byte>> DaemonClient::call_raw(
+    std::span<const std::byte> bytes, std::optional<std::chrono::milliseconds> timeout,
+    const std::string& what) {
   nng_ctx ctx;
   if (int rv = nng_ctx_open(&ctx, m_impl->sock); rv != 0)
     return nng_failure("cannot open a context", rv);
@@ -94,16 +101,15 @@ Result<protocol::Frame> DaemonClient::call(protocol::Frame request,
   if (int rv = nng_aio_result(aio); rv != 0) {
     if (rv == NNG_ETIMEDOUT)
       return make_error(ErrorCode::timeout,
-                        "the daemon did not answer '" + request.header.value("method", "") +
-                            "' within " + std::to_string(static_cast<double>(t.count()) / 1000.0) +
-                            " s");
+                        "the daemon did not answer '" + what + "' within " +
+                            std::to_string(static_cast<double>(t.count()) / 1000.0) + " s");
     return nng_failure("no reply from the daemon at " + m_url, rv);
   }
   nng_msg* reply = nng_aio_get_msg(aio);
-  auto frame = protocol::decode(
-      std::span(static_cast<const std::byte*>(nng_msg_body(reply)), nng_msg_len(reply)));
+  const auto* body = static_cast<const std::byte*>(nng_msg_body(reply));
+  std::vector<std::byte> out(body, body + nng_msg_len(reply));
   nng_msg_free(reply);
-  return frame;
+  return out;
 }
 
 Result<Json> DaemonClient::call_json(const std::string& method, Json params,

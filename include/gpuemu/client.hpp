@@ -35,6 +35,10 @@ class DaemonClient {
   // One request, one reply frame (the reply may be an error reply: see call_json).
   Result<protocol::Frame> call(protocol::Frame request,
                                std::optional<std::chrono::milliseconds> timeout = {});
+  // One message of raw bytes (any bytes: a debugging and testing aid), its reply's raw bytes.
+  Result<std::vector<std::byte>> call_raw(std::span<const std::byte> bytes,
+                                          std::optional<std::chrono::milliseconds> timeout = {},
+                                          const std::string& what = "request");
   // A request whose reply's result (or error) is returned; `reply` receives the whole frame.
   Result<Json> call_json(const std::string& method, Json params = Json::object(),
                          std::optional<std::chrono::milliseconds> timeout = {},

@@ -72,19 +72,12 @@ class Daemon:
         return p.read_text() if p.exists() else "(no log)"
 
     # --- raw frames (what a client of any language sends) ----------------------------------------
-    def raw_request(self, payload: bytes, timeout: float = 10) -> bytes:
-        """Sends bytes as one request through nngcat; returns the reply's bytes.
-
-        nngcat 1.5.2 sometimes fails while setting up its socket ("Cannot set recv timeout"), and
-        then exits without a reply: every request the tests send this way is a read or an error, so
-        such attempts are retried.
-        """
-        for _ in range(8):
-            r = subprocess.run(["nngcat", "--req", "--dial", "ipc://" + str(self.socket), "--raw", "--count", "1",
-                                "--file", "-"], input=payload, capture_output=True, timeout=timeout)
-            if r.stdout:
-                return r.stdout
-        raise AssertionError(f"nngcat got no reply: rc {r.returncode}, stderr {r.stderr!r}")
+    def raw_request(self, payload: bytes, timeout: float = 30) -> bytes:
+        """Sends bytes as one request (`gpuemu daemon raw`); returns the reply's bytes."""
+        r = subprocess.run([GPUEMU, "daemon", "raw"], env=self.env, input=payload, capture_output=True,
+                           timeout=timeout)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
 
 
 def encode_frame(header: dict, tensors: Optional[list] = None) -> bytes:

@@ -1,5 +1,5 @@
 """The daemon end to end: a real gpuemu-daemon on a temporary GPUEMU_HOME with its own LMDB store,
-driven through the real `gpuemu` CLI (and raw frames through nngcat)."""
+driven through the real `gpuemu` CLI (and raw frames through `gpuemu daemon raw`)."""
 
 from __future__ import annotations
 
