@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
   CLI::App app{"gpuemu-daemon: the gpuemu validation service", "gpuemu-daemon"};
   Options o;
   app.add_option("--home", o.home,
-                 "GPUEMU_HOME (default: $GPUEMU_HOME, else ~/.local/state/gpuemu)");
+                 "GPUEMU_HOME (default: $GPUEMU_HOME, else ~/.gpuemu)");
   app.add_flag("--foreground", o.foreground, "stay attached to the terminal and log to stderr too");
   app.add_option("--tcp", o.tcp, "also listen on tcp://HOST:PORT (requires a token)");
   app.add_option("--token-file", o.token_file,

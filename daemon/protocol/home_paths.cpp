@@ -22,16 +22,11 @@ HomePaths home_paths(const std::string& home) {
 
 HomePaths home_paths() {
   if (const char* h = std::getenv("GPUEMU_HOME"); h && *h) return home_paths(std::string(h));
-  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x)
-    return home_paths(std::string(x) + "/gpuemu");
   std::string user_home;
-  if (const char* h = std::getenv("HOME"); h && *h)
-    user_home = h;
-  else if (const passwd* pw = getpwuid(getuid()))
-    user_home = pw->pw_dir;
-  else
-    user_home = "/tmp";
-  return home_paths(user_home + "/.local/state/gpuemu");
+  if (const char* h = std::getenv("HOME"); h && *h) user_home = h;
+  else if (const passwd* pw = getpwuid(getuid())) user_home = pw->pw_dir;
+  else user_home = "/tmp";
+  return home_paths(user_home + "/.gpuemu");
 }
 
 }  // namespace gpuemu::protocol
