@@ -83,6 +83,11 @@ int serve(const Options& o, const protocol::HomePaths& paths,
     spdlog::error("[E-start] {}", e.message);
     return e.code == ErrorCode::conflict ? 3 : 1;
   };
+  if (paths.socket.size() >= 107)  // sizeof(sockaddr_un::sun_path) - 1
+    return fail(make_error(
+        ErrorCode::invalid_argument,
+        "the socket path " + paths.socket + " is " + std::to_string(paths.socket.size()) +
+            " bytes; Unix sockets allow 107: set GPUEMU_HOME to a shorter directory"));
   for (const auto& d : {paths.home, paths.run_dir, paths.logs_dir, paths.store_dir})
     if (auto st = make_private_dir(d); !st) return fail(st.error());
   auto lock = take_lock(paths);
@@ -172,8 +177,7 @@ int serve(const Options& o, const protocol::HomePaths& paths,
 int main(int argc, char** argv) {
   CLI::App app{"gpuemu-daemon: the gpuemu validation service", "gpuemu-daemon"};
   Options o;
-  app.add_option("--home", o.home,
-                 "GPUEMU_HOME (default: $GPUEMU_HOME, else ~/.gpuemu)");
+  app.add_option("--home", o.home, "GPUEMU_HOME (default: $GPUEMU_HOME, else ~/.gpuemu)");
   app.add_flag("--foreground", o.foreground, "stay attached to the terminal and log to stderr too");
   app.add_option("--tcp", o.tcp, "also listen on tcp://HOST:PORT (requires a token)");
   app.add_option("--token-file", o.token_file,
