@@ -13,6 +13,9 @@
 #include <future>
 #include <thread>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 namespace gpuemu {
 namespace {
 namespace fs = std::filesystem;
@@ -230,6 +233,56 @@ TEST(DaemonStart, ADaemonThatCannotStartIsAClearError) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error().code, ErrorCode::tool_missing);
   std::filesystem::remove_all(o.home);
+}
+
+}  // namespace
+}  // namespace gpuemu
+
+namespace gpuemu {
+namespace {
+
+// Runs gpuemu-daemon with arguments (it detaches itself once it serves); returns its exit status.
+int run_daemon(const std::vector<std::string>& args) {
+  std::string cmd = GPUEMU_BIN_DIR "/gpuemu-daemon";
+  for (const auto& a : args) cmd += " '" + a + "'";
+  cmd += " 2>/dev/null";
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+TEST(DaemonTcp, TokenGatedListener) {
+  char tmpl[] = "/tmp/gpuemu-daemon-tcp-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string home = tmpl;
+  const std::string token_file = home + "/token";
+  { std::ofstream(token_file) << "short\n"; }
+  const std::string url = "tcp://127.0.0.1:" + std::to_string(20000 + getpid() % 20000);
+  // A token under 16 characters is refused before anything listens.
+  EXPECT_NE(run_daemon({"--home", home, "--tcp", url, "--token-file", token_file}), 0);
+  { std::ofstream(token_file) << "0123456789abcdef-secret\n"; }
+  ASSERT_EQ(run_daemon({"--home", home, "--tcp", url, "--token-file", token_file}), 0);
+  ClientOptions tcp;
+  tcp.url = url;
+  tcp.autostart = false;
+  tcp.token = "0123456789abcdef-secret";
+  auto good = DaemonClient::connect(tcp);
+  ASSERT_TRUE(good.ok()) << good.error().message;
+  EXPECT_TRUE((*good)->call_json("ping").ok());
+  tcp.token = "0123456789abcdef-wrong!";
+  auto bad = DaemonClient::connect(tcp);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(bad.error().message.find("token"), std::string::npos);
+  // The local socket needs no token.
+  ClientOptions local;
+  local.home = home;
+  local.autostart = false;
+  auto ipc = DaemonClient::connect(local);
+  ASSERT_TRUE(ipc.ok()) << ipc.error().message;
+  ASSERT_TRUE((*ipc)->call_json("shutdown").ok());
+  for (int i = 0; i < 500 && fs::exists(home + "/run/gpuemu.sock"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  fs::remove_all(home);
 }
 
 }  // namespace
