@@ -60,37 +60,6 @@ std::string headline(const Json& r) {
 
 }  // namespace
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char ch : s) {
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        // XML 1.0 forbids most control characters even as references.
-        if (static_cast<unsigned char>(ch) < 0x20 && ch != '\n' && ch != '\t' && ch != '\r')
-          out += '?';
-        else
-          out += ch;
-    }
-  }
-  return out;
-}
-
 std::string report_text(const Json& doc) {
   std::ostringstream os;
   const Json s = doc.value("summary", Json::object());

@@ -10,6 +10,7 @@
 //    runs: [{time_ms, project, preset, total, passed, failed, errors}]}
 #pragma once
 
+#include <gpuemu/xml_escape.hpp>
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -24,6 +25,6 @@ std::string report_html(const nlohmann::json& doc);
 std::string render_report(const nlohmann::json& doc, const std::string& format);
 
 // Escapes text for XML and HTML content and attributes.
-std::string xml_escape(const std::string& s);
+using gpuemu::xml_escape;  // include/gpuemu/xml_escape.hpp
 
 }  // namespace gpuemu::cli

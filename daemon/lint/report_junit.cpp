@@ -1,41 +1,13 @@
 // JUnit XML: one test case per kernel (and per vanished baseline kernel); error findings are
 // failures, warnings and notes go to the case's system-out.
 #include "gpuemu/lint/report.hpp"
+#include "gpuemu/xml_escape.hpp"
 
 #include <map>
 #include <sstream>
 
 namespace gpuemu::lint {
 namespace {
-
-std::string xml_escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t')
-          out += ' ';
-        else
-          out += c;
-    }
-  }
-  return out;
-}
 
 struct Case {
   std::string classname, name;
