@@ -3,11 +3,12 @@
 Started as::
 
     python .../gpuemu/_script_runner.py --script FILE.py --function FUNC \
-        --framework numpy|torch [--device cpu]
+        --framework numpy|torch|cupy|jax|tensorflow [--device cpu]
 
 It is run by file path, not as ``-m gpuemu._script_runner``: importing the ``gpuemu`` package would
 load its compiled module, which this process must not depend on. Only the standard library and
-numpy are imported up front; torch only with ``--framework torch``.
+numpy are imported up front (and ``_frameworks.py`` beside this file, by path); torch, CuPy, JAX or
+TensorFlow only when ``--framework`` names it.
 
 Protocol, on the stdin/stdout it was started with (binary): every message is a u64 little-endian
 length followed by one frame in gpuemu's frame format (docs/protocol.md, "Framing")::
@@ -44,22 +45,6 @@ import traceback
 
 _ALIGN = 64
 _MAX_FRAME = 4 << 30
-
-# gpuemu dtype name <-> numpy dtype string, for dtypes numpy holds natively.
-_NUMPY_NATIVE = {
-    "float64": "<f8",
-    "float32": "<f4",
-    "float16": "<f2",
-    "int8": "i1",
-    "int16": "<i2",
-    "int32": "<i4",
-    "int64": "<i8",
-    "uint8": "u1",
-    "bool": "?",
-}
-# Dtypes numpy has no type for: their storage (bits) dtype.
-_BITS = {"bfloat16": "<u2", "float8_e4m3fn": "u1", "float8_e5m2": "u1"}
-
 
 class ProtocolError(Exception):
     pass
@@ -166,176 +151,38 @@ class Channel:
 
 
 # ---------------------------------------------------------------------------------------------
-# Inputs
-
-_FP8_TABLES = {}
-
-
-def _fp8_table(np, dtype: str):
-    """float32 value of each of the 256 bit patterns (exact)."""
-    table = _FP8_TABLES.get(dtype)
-    if table is not None:
-        return table
-    bits = np.arange(256, dtype=np.uint32)
-    if dtype == "float8_e5m2":
-        # e5m2 is the upper byte of an IEEE binary16.
-        table = (bits.astype(np.uint16) << 8).view(np.float16).astype(np.float32)
-    else:  # float8_e4m3fn: bias 7, no infinities, S.1111.111 is NaN
-        sign = np.where(bits & 0x80, -1.0, 1.0)
-        exp = (bits >> 3) & 0xF
-        man = (bits & 0x7).astype(np.float64)
-        mag = np.where(exp == 0, man * 2.0 ** -9, (1.0 + man / 8.0) * np.exp2(exp.astype(np.float64) - 7.0))
-        mag = np.where((bits & 0x7F) == 0x7F, np.nan, mag)
-        table = np.copysign(mag, sign).astype(np.float32)
-    _FP8_TABLES[dtype] = table
-    return table
+# Inputs and outputs: gpuemu/_frameworks.py, loaded by path (importing the gpuemu package would
+# load its compiled module)
 
 
-def _decode_to_f32(np, dtype: str, storage):
-    """The whole storage of a bfloat16 or fp8 tensor as exact float32 values."""
-    if dtype == "bfloat16":
-        bits = np.frombuffer(storage, dtype="<u2")
-        return (bits.astype(np.uint32) << 16).view(np.float32)
-    return _fp8_table(np, dtype)[np.frombuffer(storage, dtype=np.uint8)]
+def load_frameworks():
+    """gpuemu/_frameworks.py (beside this file) as a private module."""
+    name = "_gpuemu_script_frameworks"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_frameworks.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-def numpy_input(np, desc, storage):
-    dtype = desc["dtype"]
-    shape = tuple(int(s) for s in desc["shape"])
-    strides = [int(s) for s in desc["strides"]]
-    offset = int(desc["offset"])
-    if dtype in _NUMPY_NATIVE:
-        base = np.frombuffer(storage, dtype=_NUMPY_NATIVE[dtype]) if len(storage) else np.empty(0, _NUMPY_NATIVE[dtype])
-    elif dtype in _BITS:
-        base = _decode_to_f32(np, dtype, storage)
-    else:
-        raise ProtocolError(f"unknown dtype {dtype!r}")
-    if len(base) == 0:
-        return np.empty(shape, dtype=base.dtype)
-    base = base.copy() if not base.flags.writeable else base
-    item = base.dtype.itemsize
-    return np.ndarray(shape, dtype=base.dtype, buffer=base, offset=offset * item,
-                      strides=tuple(s * item for s in strides))
-
-
-class TorchSupport:
-    def __init__(self, device: str):
-        import torch  # noqa: deferred: only --framework torch needs it
-
-        self.torch = torch
-        self.device = torch.device(device)
-        self.native = {
-            "float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
-            "bfloat16": torch.bfloat16, "int8": torch.int8, "int16": torch.int16,
-            "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8, "bool": torch.bool,
-        }
-        self.fp8 = {}
-        for name in ("float8_e4m3fn", "float8_e5m2"):
-            if hasattr(torch, name):
-                self.fp8[name] = getattr(torch, name)
-
-    def input(self, np, desc, storage):
-        torch = self.torch
-        dtype = desc["dtype"]
-        shape = [int(s) for s in desc["shape"]]
-        strides = [int(s) for s in desc["strides"]]
-        offset = int(desc["offset"])
-        if dtype in self.fp8:
-            storage_dtype, view_dtype = torch.uint8, self.fp8[dtype]
-        elif dtype in ("float8_e4m3fn", "float8_e5m2"):
-            # This torch has no fp8 dtypes: exact float32 values instead.
-            base = torch.from_numpy(_decode_to_f32(np, dtype, storage).copy())
-            return self._place(base.as_strided(shape, strides, offset))
-        elif dtype == "bfloat16":
-            storage_dtype, view_dtype = torch.int16, torch.bfloat16
-        elif dtype in self.native:
-            storage_dtype, view_dtype = self.native[dtype], self.native[dtype]
-        else:
-            raise ProtocolError(f"unknown dtype {dtype!r}")
-        if len(storage) == 0:
-            base = torch.empty(0, dtype=storage_dtype)
-        else:
-            base = torch.frombuffer(bytearray(storage), dtype=storage_dtype)
-        if view_dtype is not storage_dtype:
-            base = base.view(view_dtype)
-        return self._place(base.as_strided(shape, strides, offset))
-
-    def _place(self, t):
-        return t if self.device.type == "cpu" else t.to(self.device)
-
-    def is_tensor(self, v) -> bool:
-        return isinstance(v, self.torch.Tensor)
-
-    def output(self, np, t):
-        """(gpuemu dtype name, numpy array of the contiguous storage) of a torch tensor."""
-        torch = self.torch
-        t = t.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        t = t.contiguous()
-        if t.dtype == torch.bfloat16:
-            return "bfloat16", t.view(torch.int16).numpy().view(np.uint16)
-        for name, dt in self.fp8.items():
-            if t.dtype == dt:
-                return name, t.view(torch.uint8).numpy()
-        for name, dt in self.native.items():
-            if t.dtype == dt:
-                return name, t.numpy()
-        raise TypeError(f"output dtype {t.dtype} is not one gpuemu takes "
-                        f"({', '.join(self.native)}{', ' + ', '.join(self.fp8) if self.fp8 else ''})")
-
-
-# ---------------------------------------------------------------------------------------------
-# Outputs
-
-
-def _numpy_name(np, arr, value) -> str:
-    if arr.dtype == np.dtype(object):
-        raise TypeError(f"the kernel returned a {type(value).__name__}, not an array or tensor")
-    for name, code in _NUMPY_NATIVE.items():
-        if arr.dtype == np.dtype(code):
-            return name
-    raise TypeError(f"output dtype {arr.dtype} is not one gpuemu takes ({', '.join(_NUMPY_NATIVE)}; "
-                    "bfloat16/fp8 cases may return float32)")
-
-
-def output_tensors(np, torch_support, result):
-    """[(key, dtype name, shape, bytes)] of what the kernel returned."""
-
-    def is_pair(v):
-        return isinstance(v, tuple) and len(v) == 2 and isinstance(v[1], str)
-
-    def one(v):
-        if v is None:
-            raise TypeError("the kernel returned None where an output was expected")
-        if torch_support is not None and torch_support.is_tensor(v):
-            name, arr = torch_support.output(np, v)
-        elif is_pair(v):
-            arr, name = np.asarray(v[0]), v[1]
-            if name in _BITS and arr.dtype == np.dtype(_BITS[name]):
-                pass  # the dtype's bits
-            elif name in _BITS and arr.dtype.kind == "f":
-                arr, name = arr.astype(np.float32), "float32"  # rounded by the daemon
-            elif name in _NUMPY_NATIVE:
-                arr = arr.astype(_NUMPY_NATIVE[name])
-            else:
-                raise TypeError(f"({type(v[0]).__name__}, {name!r}): unknown dtype {name!r}")
-        else:
-            arr = np.asarray(v)
-            name = _numpy_name(np, arr, v)
-        arr = np.ascontiguousarray(arr)
-        if arr.dtype.byteorder == ">":
-            arr = arr.astype(arr.dtype.newbyteorder("<"))
-        return name, arr.shape, arr.tobytes()
-
-    if isinstance(result, (list, tuple)) and not is_pair(result):
+def output_tensors(fw, result):
+    """[(key, dtype name, shape, bytes)] of what the kernel returned: one output, or a tuple/list
+    of them; an explicit (array, "bfloat16") pair is one output. Float values of bfloat16/fp8
+    outputs are sent as they are (the daemon rounds them)."""
+    if isinstance(result, (list, tuple)) and not (isinstance(result, tuple) and len(result) == 2
+                                                  and isinstance(result[1], str)):
         items = list(result)
     else:
         items = [result]
     out = []
     for i, v in enumerate(items):
-        name, shape, data = one(v)
-        out.append((f"outputs/{i}", name, shape, data))
+        name, arr = fw.output_array(v, None, None)
+        out.append((f"outputs/{i}", name, arr.shape, arr.tobytes()))
     return out
 
 
@@ -395,7 +242,7 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
 
 
-def handle(np, torch_support, fn, header, tensors):
+def handle(np, fw, framework, device, fn, header, tensors):
     case = header.get("case")
     if not isinstance(case, dict):
         raise ProtocolError("the request has no 'case' object")
@@ -413,19 +260,17 @@ def handle(np, torch_support, fn, header, tensors):
         if key not in tensors:
             raise ProtocolError(f"the request carries no tensor '{key}'")
         desc, storage = tensors[key]
-        if torch_support is not None:
-            kwargs[name] = torch_support.input(np, desc, storage)
-        else:
-            kwargs[name] = numpy_input(np, desc, storage)
+        kwargs[name] = fw.make_input(framework, desc["dtype"], desc["shape"], desc["strides"], desc["offset"],
+                                     np.frombuffer(storage, dtype=np.uint8), device).tensor
     result = fn(kwargs)
-    return output_tensors(np, torch_support, result)
+    return output_tensors(fw, result)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="gpuemu script-kernel runner (spoken to by the daemon)")
     parser.add_argument("--script", required=True)
     parser.add_argument("--function", required=True)
-    parser.add_argument("--framework", choices=("numpy", "torch"), default="numpy")
+    parser.add_argument("--framework", choices=("numpy", "torch", "cupy", "jax", "tensorflow"), default="numpy")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
 
@@ -452,10 +297,9 @@ def main(argv=None) -> int:
         import numpy as np
 
         hello["numpy"] = np.__version__
-        torch_support = None
-        if args.framework == "torch":
-            torch_support = TorchSupport(args.device)
-            hello["torch"] = torch_support.torch.__version__
+        fw = load_frameworks()
+        if args.framework != "numpy":
+            hello[args.framework] = getattr(fw.require(args.framework), "__version__", "")
         stage = "script"
         if args.framework == "numpy" and args.device != "cpu":
             raise ValueError(f"framework 'numpy' runs on the CPU only (device '{args.device}' asked)")
@@ -482,7 +326,7 @@ def main(argv=None) -> int:
             return 0
         try:
             header, tensors = decode_frame(body)
-            outputs = handle(np, torch_support, fn, header, tensors)
+            outputs = handle(np, fw, args.framework, args.device, fn, header, tensors)
             reply = encode_frame({"ok": True, "outputs": [o[0] for o in outputs]}, outputs)
         except BaseException as exc:  # noqa: a kernel's exception (even SystemExit) fails one case only
             reply = encode_frame({"ok": False, "error": _error_text(exc), "traceback": _traceback_text(exc)})

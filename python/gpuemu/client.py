@@ -27,19 +27,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core, errors
-from .dtypes import from_bits, to_bits
+from . import _frameworks as _fw
+from .dtypes import to_bits
 from .inprocess import Failure, FuzzResults
 
 __all__ = ["Client", "ClientFailure", "FuzzResults", "Verdict"]
 
 _CHUNK = 16  # cases per get_test_batch / submit_outputs round trip
-
-_NUMPY_NATIVE = {
-    "float64": np.float64, "float32": np.float32, "float16": np.float16, "int8": np.int8,
-    "int16": np.int16, "int32": np.int32, "int64": np.int64, "uint8": np.uint8, "bool": np.bool_,
-}
-_BITS = {"bfloat16": np.uint16, "float8_e4m3fn": np.uint8, "float8_e5m2": np.uint8}
-
 
 @dataclass
 class ClientFailure(Failure):
@@ -117,135 +111,34 @@ def _kernel_identity(run_op: Callable) -> Dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Wire tensors <-> framework tensors
+# Wire tensors <-> framework tensors (the adapters are gpuemu._frameworks)
 
 
-class _Input:
-    """One input handed to the kernel: the framework tensor and how to send its storage back."""
-
-    def __init__(self, key_dtype: str, shape, strides, offset: int, storage: np.ndarray, tensor: Any,
-                 decoded: Optional[Any] = None):
-        self.dtype = key_dtype
-        self.shape, self.strides, self.offset = list(shape), list(strides), int(offset)
-        self.storage = storage  # the wire storage (uint8), which the tensor views when it can
-        self.tensor = tensor
-        self.decoded = decoded  # float32 copy for dtypes the framework lacks, or a device copy
-
-    def wire(self, key: str):
-        data = self.storage
-        if self.decoded is not None:
-            base = self.decoded
-            if hasattr(base, "detach"):  # torch (a device copy or exact float32 values)
-                base = base.detach().cpu().numpy()
-            base = np.asarray(base)
-            if self.dtype in _BITS:
-                data = to_bits(base.astype(np.float64), self.dtype)
-            else:
-                data = np.ascontiguousarray(base)
-        return (key, self.dtype, self.shape, self.strides, self.offset, data)
-
-
-def _numpy_input(dtype: str, shape, strides, offset, storage: np.ndarray) -> _Input:
-    if dtype in _NUMPY_NATIVE:
-        base = storage.view(_NUMPY_NATIVE[dtype])
-        decoded = None
-    elif dtype in _BITS:
-        base = from_bits(storage.view(_BITS[dtype]), dtype).astype(np.float32)
-        decoded = base
-    else:
-        raise errors.ProtocolError(f"unknown dtype {dtype!r}")
-    if base.size == 0:
-        arr = np.zeros(shape, dtype=base.dtype)
-    else:
-        item = base.dtype.itemsize
-        arr = np.ndarray(tuple(shape), dtype=base.dtype, buffer=base, offset=int(offset) * item,
-                         strides=tuple(int(s) * item for s in strides))
-    return _Input(dtype, shape, strides, offset, storage, arr, decoded)
-
-
-def _torch_input(dtype: str, shape, strides, offset, storage: np.ndarray, device: Optional[str]) -> _Input:
-    import torch  # lazily: numpy users need not have it
-
-    native = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
-              "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64,
-              "uint8": torch.uint8, "bool": torch.bool}
-    decoded = None
-    if dtype == "bfloat16":
-        base = _frombuffer(torch, storage, torch.int16).view(torch.bfloat16)
-    elif dtype in _BITS and hasattr(torch, dtype):
-        base = _frombuffer(torch, storage, torch.uint8).view(getattr(torch, dtype))
-    elif dtype in _BITS:  # this torch has no fp8: exact float32 values
-        base = torch.from_numpy(from_bits(storage.view(np.uint8), dtype).astype(np.float32))
-        decoded = base
-    elif dtype in native:
-        base = _frombuffer(torch, storage, native[dtype])
-    else:
-        raise errors.ProtocolError(f"unknown dtype {dtype!r}")
-    t = base.as_strided([int(s) for s in shape], [int(s) for s in strides], int(offset))
-    if device and torch.device(device).type != "cpu":
-        dev_base = base.to(device)
-        t = dev_base.as_strided([int(s) for s in shape], [int(s) for s in strides], int(offset))
-        decoded = dev_base if decoded is None else dev_base
-    return _Input(dtype, shape, strides, offset, storage, t, decoded)
-
-
-def _frombuffer(torch: Any, storage: np.ndarray, dt: Any):
-    if storage.size == 0:
-        return torch.empty(0, dtype=dt)
-    return torch.from_numpy(storage).view(dt)
-
-
-def _is_torch(v: Any) -> bool:
-    return type(v).__module__.split(".")[0] == "torch" and hasattr(v, "data_ptr")
+def _round_bits(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Float values rounded once, from their own precision, to bfloat16/fp8 bits."""
+    return to_bits(values.astype(np.float64), dtype)
 
 
 def _output_array(v: Any, want: Optional[str]) -> Tuple[str, np.ndarray]:
-    """(gpuemu dtype, contiguous numpy array of the storage) of a kernel's output."""
-    if v is None:
-        raise TypeError("run_op returned None where an output was expected")
-    if _is_torch(v):
-        import torch
-
-        t = v.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        t = t.contiguous()
-        if t.dtype == torch.bfloat16:
-            return "bfloat16", t.view(torch.int16).numpy().view(np.uint16)
-        for name in _BITS:
-            if hasattr(torch, name) and t.dtype == getattr(torch, name):
-                return name, t.view(torch.uint8).numpy()
-        arr = t.numpy()
-    else:
-        arr = np.asarray(v)
-    if arr.dtype == np.dtype(object):
-        raise TypeError(f"run_op returned a {type(v).__name__}, not an array or tensor")
-    arr = np.ascontiguousarray(arr)
-    if want in _BITS and arr.dtype.kind == "f":
-        # numpy (and old torch for fp8) lack the dtype: float values are rounded to it once here.
-        return want, to_bits(arr.astype(np.float64), want)
-    for name, code in _NUMPY_NATIVE.items():
-        if arr.dtype == np.dtype(code):
-            return name, arr
-    raise TypeError(f"output dtype {arr.dtype} is not one gpuemu takes")
+    """(gpuemu dtype, contiguous numpy array) of one kernel output; float values for a
+    bfloat16/fp8 output are rounded to it here, once."""
+    return _fw.output_array(v, want, _round_bits)
 
 
-def _memory_range(v: Any) -> Optional[Tuple[int, int]]:
-    """[lo, hi) bytes of the memory a tensor's storage spans (None when unknown)."""
-    try:
-        if _is_torch(v):
-            if hasattr(v, "untyped_storage"):
-                s = v.untyped_storage()
-                return (s.data_ptr(), s.data_ptr() + s.nbytes())
-            s = v.storage()
-            return (s.data_ptr(), s.data_ptr() + s.size() * v.element_size())
-        arr = np.asarray(v)
-        while isinstance(arr.base, np.ndarray):
-            arr = arr.base
-        lo, hi = np.byte_bounds(arr)
-        return (lo, hi)
-    except Exception:  # noqa: BLE001 (aliasing is a best-effort check)
+def _wire_input(inp: _fw.Input, key: str) -> Optional[tuple]:
+    """The input's storage as the kernel left it, for the daemon's mutation check (None for
+    immutable JAX/TensorFlow arrays: nothing to check). Zero copy when the kernel's tensor views
+    the received storage."""
+    if inp.immutable:
         return None
+    data = inp.storage
+    if inp.own is not None:
+        host = inp.host_storage()
+        if inp.dtype in _fw.BITS and host.dtype.kind == "f":
+            data = to_bits(host.astype(np.float64), inp.dtype)
+        else:
+            data = np.ascontiguousarray(host)
+    return (key, inp.dtype, inp.shape, inp.strides, inp.offset, data)
 
 
 def _outputs_of(result: Any) -> List[Any]:
@@ -277,7 +170,7 @@ class Client:
                                       autostart=autostart, timeout_s=float(timeout),
                                       daemon_path=daemon_path or _default_daemon(),
                                       start_timeout_s=float(start_timeout))
-        self._cases: Dict[Tuple[str, int], Tuple[Dict[str, Any], Dict[str, Any], Dict[str, _Input]]] = {}
+        self._cases: Dict[Tuple[str, int], Tuple[Dict[str, Any], Dict[str, Any], Dict[str, _fw.Input]]] = {}
 
     # --- plumbing -------------------------------------------------------------------------------
     @property
@@ -319,7 +212,7 @@ class Client:
         return o
 
     def _batch(self, op, options, seed, start, count, framework, device):
-        """[(case json, {name: _Input})] and the master seed."""
+        """[(case json, {name: _fw.Input})] and the master seed."""
         params = {"op": op, "count": count, "start_index": start, "options": options}
         if seed is not None:
             params["seed"] = int(seed)
@@ -329,18 +222,16 @@ class Client:
             inputs = {}
             for name in c["inputs"]:
                 d, shape, strides, offset, storage = tens[f"cases/{i}/{name}"]
-                if framework == "torch":
-                    inputs[name] = _torch_input(d, shape, strides, offset, storage, device)
-                else:
-                    inputs[name] = _numpy_input(d, shape, strides, offset, storage)
+                inputs[name] = _fw.make_input(framework, d, shape, strides, offset, storage, device)
             out.append((c, inputs))
         return out, int(res["master_seed"])
 
     @staticmethod
     def _framework(framework: Optional[str]) -> str:
+        """The framework's name, checked (and imported) now: a missing one is a ValidationError
+        naming the package to install."""
         f = framework or "numpy"
-        if f not in ("numpy", "torch"):
-            raise errors.ValidationError(f"framework {f!r} is not supported by this client (numpy, torch)")
+        _fw.require(f)
         return f
 
     def _schema(self, op: str) -> Dict[str, Any]:
@@ -354,7 +245,7 @@ class Client:
                 cache[op] = {}
         return cache[op]
 
-    def _expected(self, op: str, case: Dict[str, Any], inputs: Dict[str, _Input]):
+    def _expected(self, op: str, case: Dict[str, Any], inputs: Dict[str, _fw.Input]):
         """[(dtype, shape or None)] of the op's outputs for this case (from its schema)."""
         out = []
         for o in self._schema(op).get("outputs", []):
@@ -386,9 +277,9 @@ class Client:
             expected = self._expected(op, case, inputs)
             values = _outputs_of(result)
             contract = ""
-            ranges = [r for r in (_memory_range(inp.tensor) for inp in inputs.values()) if r]
+            ranges = [r for r in (_fw.memory_range(inp.tensor) for inp in inputs.values()) if r]
             for k, v in enumerate(values):
-                r = _memory_range(v)
+                r = _fw.memory_range(v)
                 if r and any(lo < r[1] and r[0] < hi for lo, hi in ranges):
                     contract = f"output {k} aliases an input (a kernel must return new memory)"
                     break
@@ -423,7 +314,9 @@ class Client:
             strides = [s // arr.itemsize for s in arr.strides] if arr.ndim else []
             tensors.append((f"items/{i}/outputs/{k}", d, list(arr.shape), strides, 0, arr))
         for name, inp in inputs.items():
-            tensors.append(inp.wire(f"items/{i}/inputs/{name}"))
+            wired = _wire_input(inp, f"items/{i}/inputs/{name}")
+            if wired is not None:
+                tensors.append(wired)
         return item, tensors
 
     # --- client-side fuzzing --------------------------------------------------------------------
@@ -570,8 +463,7 @@ class Client:
             inputs = {}
             for name in case["inputs"]:
                 d, shape, strides, offset, storage = tens[f"inputs/{name}"]
-                inputs[name] = (_torch_input(d, shape, strides, offset, storage, device) if fw == "torch"
-                                else _numpy_input(d, shape, strides, offset, storage))
+                inputs[name] = _fw.make_input(fw, d, shape, strides, offset, storage, device)
             options = self.failure(failure_id).get("options", {})
             item, t = self._run_item(case["op"], run_op, case, inputs, 0, False, None)
             sub, _ = self.request("submit_outputs", {"op": case["op"], "options": options, "items": [item],

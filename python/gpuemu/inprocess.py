@@ -22,8 +22,10 @@ How inputs reach ``run_op``:
   sizes, strides and storage offset over a storage holding the case's exact bytes (a fresh copy
   per call, so a kernel that writes its inputs cannot change the case). Transposed, stepped,
   offset and expanded (stride 0) views stay exactly that. ``bfloat16`` arrives as
-  ``torch.bfloat16``; fp8 as ``torch.float8_*`` where the installed torch has it, else as its
-  ``uint8`` bits.
+  ``torch.bfloat16``; fp8 as ``torch.float8_*`` where the installed torch has it, else as exact
+  float32 values.
+- ``framework="cupy" | "jax" | "tensorflow"``: as the daemon client hands them out
+  (docs/python.md, "Frameworks and dtypes").
 - ``framework="numpy"``: the numpy views the engine hands out (same strides and offset;
   ``bfloat16`` as ``uint16`` bits, fp8 as ``uint8`` bits).
 - An optional input the case leaves out (e.g. layer_norm without ``bias``) arrives as ``None``.
@@ -46,29 +48,14 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 import numpy as np
 
+from . import _frameworks as _fw
 from ._native import core
 from .errors import ValidationError
 
 __all__ = ["Failure", "FuzzResults", "case_inputs", "fuzz_op_in_process", "replay"]
 
-Frameworks = ("torch", "numpy")
+Frameworks = _fw.FRAMEWORKS
 Strategies = ("regular", "boundary", "adversarial", "special")
-
-_STORAGE_NUMPY = {
-    "float64": np.float64,
-    "float32": np.float32,
-    "float16": np.float16,
-    "bfloat16": np.uint16,
-    "float8_e4m3fn": np.uint8,
-    "float8_e5m2": np.uint8,
-    "int8": np.int8,
-    "int16": np.int16,
-    "int32": np.int32,
-    "int64": np.int64,
-    "uint8": np.uint8,
-    "bool": np.bool_,
-}
-_BITS_DTYPES = {"bfloat16": np.uint16, "float8_e4m3fn": np.uint8, "float8_e5m2": np.uint8}
 
 
 @dataclass
@@ -167,36 +154,6 @@ class FuzzResults:
 # Inputs: engine case -> framework tensors
 
 
-def _torch() -> Any:
-    import torch  # imported lazily: numpy users need not have it
-
-    return torch
-
-
-def _torch_dtype(name: str) -> Any:
-    torch = _torch()
-    if name == "bfloat16":
-        return torch.bfloat16
-    if name.startswith("float8"):
-        return getattr(torch, name, None)  # absent before torch 2.1: the caller gets uint8 bits
-    return getattr(torch, name)
-
-
-def _torch_view(dtype: str, shape: Sequence[int], strides: Sequence[int], offset: int, storage: bytes) -> Any:
-    """A torch tensor with exactly this layout over a private copy of the storage bytes."""
-    torch = _torch()
-    # bfloat16 bits go through int16: torch.from_numpy refuses uint16 before torch 2.3
-    np_dtype = np.int16 if dtype == "bfloat16" else _STORAGE_NUMPY[dtype]
-    base = torch.from_numpy(np.frombuffer(bytearray(storage), dtype=np_dtype))
-    if dtype in _BITS_DTYPES:
-        target = _torch_dtype(dtype)
-        if target is not None:
-            base = base.view(target)
-        elif dtype == "bfloat16":
-            raise ValidationError("this torch has no bfloat16")
-    return torch.as_strided(base, tuple(int(s) for s in shape), tuple(int(s) for s in strides), int(offset))
-
-
 _INPUT_NAMES: Dict[str, Tuple[str, ...]] = {}
 
 
@@ -206,18 +163,22 @@ def _input_names(op: str) -> Tuple[str, ...]:
     return _INPUT_NAMES[op]
 
 
-def case_inputs(case: Any, framework: str = "torch") -> Dict[str, Any]:
+def case_inputs(case: Any, framework: str = "torch", device: Optional[str] = None,
+                numpy_bits: bool = True) -> Dict[str, Any]:
     """The inputs of an engine ``TestCase`` as framework tensors with the case's exact layout, and
-    every resolved attr, by name: what ``run_op`` receives."""
-    if framework == "torch":
-        args: Dict[str, Any] = {
-            name: _torch_view(dt, shape, strides, offset, storage)
+    every resolved attr, by name: what ``run_op`` receives. Each call gets a fresh copy of the
+    case's storage. ``numpy_bits``: numpy gets bfloat16/fp8 as their bits (``False``: as exact
+    float32 values, as the daemon client hands them out)."""
+    if framework not in _fw.FRAMEWORKS:
+        raise ValidationError(f"unknown framework '{framework}' ({', '.join(_fw.FRAMEWORKS)})")
+    if framework == "numpy" and numpy_bits:
+        args: Dict[str, Any] = {name: arr for name, (arr, _dt) in case.inputs().items()}
+    else:
+        args = {
+            name: _fw.make_input(framework, dt, shape, strides, offset, np.frombuffer(bytearray(storage), np.uint8),
+                                 device).tensor
             for name, (dt, shape, strides, offset, storage) in case.snapshot().items()
         }
-    elif framework == "numpy":
-        args = {name: arr for name, (arr, _dt) in case.inputs().items()}
-    else:
-        raise ValidationError(f"unknown framework '{framework}' (torch, numpy)")
     for name in _input_names(case.op):  # an optional input the case left out arrives as None
         args.setdefault(name, None)
     for name, value in case.attrs.items():
@@ -231,54 +192,23 @@ def case_inputs(case: Any, framework: str = "torch") -> Dict[str, Any]:
 # Outputs: what run_op returned -> [(numpy array, gpuemu dtype name)]
 
 
-def _numpy_output(value: Any, case_dtype: str) -> Tuple[np.ndarray, str]:
-    arr = np.asarray(value)
-    kind = arr.dtype
-    if kind == np.uint16 and case_dtype == "bfloat16":
-        return arr, "bfloat16"
-    if kind == np.uint8 and case_dtype in ("float8_e4m3fn", "float8_e5m2"):
-        return arr, case_dtype
-    names = {np.dtype(v): k for k, v in _STORAGE_NUMPY.items() if k not in _BITS_DTYPES}
-    if kind not in names:
-        raise TypeError(f"run_op returned a numpy array of dtype {kind}, which gpuemu cannot judge")
-    return arr, names[kind]
-
-
-def _torch_output(t: Any) -> Tuple[np.ndarray, str]:
-    torch = _torch()
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    t = t.contiguous()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(np.uint16), "bfloat16"
-    for name in ("float8_e4m3fn", "float8_e5m2"):
-        if getattr(torch, name, None) is not None and t.dtype == getattr(torch, name):
-            return t.view(torch.uint8).numpy(), name
-    if t.dtype not in (torch.float64, torch.float32, torch.float16, torch.int8, torch.int16, torch.int32,
-                       torch.int64, torch.uint8, torch.bool):
-        raise TypeError(f"run_op returned a tensor of dtype {t.dtype}, which gpuemu cannot judge")
-    arr = t.numpy()
-    return arr, _numpy_output(arr, "")[1]
-
-
-def _outputs(result: Any, case_dtype: str) -> List[Tuple[np.ndarray, str]]:
-    torch = sys.modules.get("torch")
-
-    def one(v: Any) -> Tuple[np.ndarray, str]:
-        if torch is not None and isinstance(v, torch.Tensor):
-            return _torch_output(v)
-        if isinstance(v, tuple) and len(v) == 2 and isinstance(v[1], str):
-            return np.asarray(v[0]), v[1]
-        if v is None:
-            raise TypeError("run_op returned None where an output was expected")
-        return _numpy_output(v, case_dtype)
-
+def _outputs(result: Any, case_dtype: str, round_bits: Optional[_fw.RoundBits] = None,
+             want: Optional[Sequence[Optional[str]]] = None) -> List[Tuple[np.ndarray, str]]:
+    """[(array, dtype)] of what run_op returned (one output or a tuple/list of them). A
+    ``uint16``/``uint8`` array in a bfloat16/fp8 case is read as the dtype's bits; float values
+    there are rounded by ``round_bits``, or judged as float32 when it is None."""
     if isinstance(result, (list, tuple)) and not (
         len(result) == 2 and isinstance(result, tuple) and isinstance(result[1], str)
     ):
-        return [one(v) for v in result]
-    return [one(result)]
+        values = list(result)
+    else:
+        values = [result]
+    out = []
+    for k, v in enumerate(values):
+        w = want[k] if want is not None and k < len(want) else case_dtype
+        name, arr = _fw.output_array(v, w, round_bits)
+        out.append((arr, name))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,9 +219,15 @@ class _Kernel:
     """Wraps run_op as the engine's kernel: case -> [(array, dtype)]. Records the traceback of
     the first exception per case seed; lets KeyboardInterrupt/SystemExit end the run."""
 
-    def __init__(self, run_op: Callable[[Dict[str, Any]], Any], framework: str) -> None:
+    def __init__(self, run_op: Callable[[Dict[str, Any]], Any], framework: str, device: Optional[str] = None,
+                 numpy_bits: bool = True, round_bits: Optional[_fw.RoundBits] = None,
+                 want: Optional[Callable[[Any], Sequence[Optional[str]]]] = None) -> None:
         self.run_op = run_op
         self.framework = framework
+        self.device = device
+        self.numpy_bits = numpy_bits
+        self.round_bits = round_bits
+        self.want = want  # case -> the dtype expected of each output (None: the case's dtype)
         self.tracebacks: Dict[int, str] = {}
         self.abort: Optional[BaseException] = None
 
@@ -299,7 +235,9 @@ class _Kernel:
         if self.abort is not None:
             raise RuntimeError("run aborted")
         try:
-            return _outputs(self.run_op(case_inputs(case, self.framework)), case.dtype)
+            args = case_inputs(case, self.framework, self.device, self.numpy_bits)
+            return _outputs(self.run_op(args), case.dtype, self.round_bits,
+                            self.want(case) if self.want is not None else None)
         except Exception as exc:
             self.tracebacks.setdefault(case.seed, _traceback.format_exc())
             raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
@@ -373,6 +311,7 @@ def fuzz_op_in_process(
     *,
     vary_attrs: Optional[Sequence[str]] = None,
     diagnose: bool = True,
+    device: Optional[str] = None,
 ) -> FuzzResults:
     """Fuzz ``run_op`` as an implementation of ``op`` for ``iterations`` cases.
 
@@ -384,10 +323,10 @@ def fuzz_op_in_process(
     ``vary_attrs``: attrs to draw from their schema values. ``layouts=False`` keeps every input
     contiguous. ``fail_fast``: stop at the first failure. ``minimize``: shrink failing cases
     (``True``: the first failure; an int n: the first n). ``diagnose``: name the likely bug class
-    of each failure (it re-runs the kernel on a few variants of the case).
+    of each failure (it re-runs the kernel on a few variants of the case). ``framework``: torch,
+    numpy, cupy, jax or tensorflow (gpuemu._frameworks); ``device`` where its tensors live.
     """
-    if framework not in Frameworks:
-        raise ValidationError(f"unknown framework '{framework}' (torch, numpy)")
+    _fw.require(framework)  # unknown or not installed: a ValidationError naming the package
     if value_distribution not in Strategies:
         raise ValidationError(
             f"unknown value distribution '{value_distribution}' (regular, boundary, adversarial, special)"
@@ -402,7 +341,7 @@ def fuzz_op_in_process(
     vary_arg = list(vary_attrs) if vary_attrs else None
 
     engine = _engine()
-    kernel = _Kernel(run_op, framework)
+    kernel = _Kernel(run_op, framework, device)
     started = time.perf_counter()
     report = engine.fuzz(
         op, kernel, int(seed), int(iterations), dtypes=dtype_names, strategy=value_distribution, dims=dims_arg,
