@@ -17,7 +17,8 @@ strategy, per master seed, when any of the cases fails. A correct kernel flagged
 positive. "cases to first failure" is the index of the first failing case + 1.
 
 Then, with the default settings (adversarial), each bug's first failure is diagnosed and minimized:
-the tail-mask bugs must minimize to one past a block boundary ("fails at N=129, passes at N=128").
+the diagnosis must name the kernel's class (``corpus.DIAGNOSIS``), and the tail-mask bugs must
+minimize to one past a block boundary ("fails at N=129, passes at N=128").
 
 Envelopes are the engine's (schemas/envelopes.json, or $GPUEMU_ENVELOPES; a fallback of 4 for an
 (op, dtype) not calibrated yet): this script never sets its own.
@@ -298,7 +299,7 @@ def per_kernel(records: List[KernelRecord], strategies: Sequence[str], n_seeds: 
 
 
 def minimizer_table(records: List[KernelRecord], markdown: bool) -> str:
-    headers = ["bug kernel", "declared class", "diagnosis", "minimized", "one past a block of"]
+    headers = ["bug kernel", "declared class", "diagnosis (engine)", "minimized", "one past a block of"]
     rows = []
     for r in records:
         m = r.minimized
@@ -308,7 +309,10 @@ def minimizer_table(records: List[KernelRecord], markdown: bool) -> str:
             rows.append([r.kernel.name, r.kernel.bug or "", "(not caught)", "-", "-"])
             continue
         boundary = m.get("boundary")
-        rows.append([r.kernel.name, r.kernel.bug or "", m.get("diagnosis", ""), m.get("minimized", "") or "-",
+        diagnosis = m.get("diagnosis", "")
+        if diagnosis != r.kernel.diagnosis:
+            diagnosis += f" (want {r.kernel.diagnosis})"
+        rows.append([r.kernel.name, r.kernel.bug or "", diagnosis, m.get("minimized", "") or "-",
                      str(boundary) if boundary else "-"])
     return _table(headers, rows, markdown)
 
@@ -408,6 +412,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for r in records:
         if r.kernel.bug == "tail_mask" and r.minimized and not r.minimized.get("boundary"):
             bad.append(f"{r.kernel.name}: minimized to {r.minimized.get('minimized')!r}, not one past a block")
+        if r.minimized and r.minimized.get("caught") and r.minimized.get("diagnosis") != r.kernel.diagnosis:
+            bad.append(f"{r.kernel.name}: diagnosed {r.minimized.get('diagnosis')!r}, not {r.kernel.diagnosis!r}")
     for b in bad:
         print(f"BAR NOT MET: {b}")
     return 1 if bad else 0

@@ -65,6 +65,22 @@ BUG_CLASSES: Tuple[str, ...] = (
     "wrong_constant",
 )
 
+# The engine's diagnosis class (gpuemu Diagnosis.bug_class) each corpus bug class must be diagnosed
+# as: the engine has one class for accumulators overwritten or kept in low precision, and names a
+# dropped tail tile a tail mask.
+DIAGNOSIS: Dict[str, str] = {
+    "tail_mask": "tail_mask",
+    "accumulator_overwrite": "accumulation",
+    "low_precision_accumulator": "accumulation",
+    "missing_scale": "missing_scale",
+    "online_rescale": "online_rescale",
+    "eps_placement": "eps_placement",
+    "dropped_tail": "tail_mask",
+    "stride_assumption": "stride_assumption",
+    "overflow": "overflow",
+    "wrong_constant": "wrong_constant",
+}
+
 
 @dataclass(frozen=True)
 class CorpusKernel:
@@ -80,6 +96,11 @@ class CorpusKernel:
     @property
     def correct(self) -> bool:
         return self.bug is None
+
+    @property
+    def diagnosis(self) -> Optional[str]:
+        """The engine's diagnosis class this kernel's failures must get (None when correct)."""
+        return DIAGNOSIS[self.bug] if self.bug else None
 
 
 def _load(name: str) -> CorpusKernel:

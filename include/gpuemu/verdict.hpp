@@ -41,6 +41,12 @@ constexpr double k_u_acc = 0x1.0p-24;
 // Normalised error of one element (finite out and ref).
 double normalised_error(double out, double ref, double c_acc, double c_in, DType out_dtype, DType in_dtype);
 
+// The finite value an infinity of `dtype` stands for when the other side of a comparison is
+// finite: +(max finite + one ulp at max), the first power of two past the range (fp16 65536,
+// bf16 and fp32 2^128). NaN for dtypes without an infinity (float8_e4m3fn, integers) and for
+// float64, whose stand-in is not a finite double.
+double inf_stand_in(DType dtype);
+
 // Judges `outputs` (what the kernel returned, any layout) against the reference.
 Verdict judge(const OpSchema& schema, const RefContext& ctx, const std::vector<RefOutput>& reference,
               const std::vector<Tensor>& outputs, double envelope);

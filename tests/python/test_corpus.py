@@ -1,9 +1,11 @@
 """The evidence corpus (bench/corpus), bounded: every kernel for 20 adversarial cases under one
-master seed. Every correct kernel passes, every buggy one is caught; the tail-mask bugs minimize
-to one past a block boundary. The full measurement is bench/evidence.py (docs/evidence.md)."""
+master seed. Every correct kernel passes, every buggy one is caught and its first failure is
+diagnosed as its class; the tail-mask bugs minimize to one past a block boundary. The full
+measurement is bench/evidence.py (docs/evidence.md)."""
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from pathlib import Path
@@ -27,6 +29,7 @@ def test_corpus_shape():
     assert len(correct) >= 12 and len(buggy) >= 12
     assert set(corpus.BUG_CLASSES) <= {k.bug for k in buggy}, "every bug class has a kernel"
     assert {k.op for k in buggy} <= {k.op for k in correct}, "every buggy op has a correct counterpart"
+    assert set(corpus.DIAGNOSIS) == set(corpus.BUG_CLASSES), "every bug class names its diagnosis"
 
 
 @pytest.mark.parametrize("kernel", [k for k in corpus.KERNELS if k.correct], ids=lambda k: k.name)
@@ -35,15 +38,32 @@ def test_correct_kernel_passes(kernel):
     assert r.ok, r.summary()
 
 
+@functools.lru_cache(maxsize=None)
+def _bug_run(name: str):
+    """One fail-fast run per bug kernel, diagnosed (and minimized for the tail masks), shared by
+    the tests below so that no kernel is fuzzed twice."""
+    kernel = corpus.BY_NAME[name]
+    return corpus.fuzz(kernel, iterations=CASES, seed=SEED, fail_fast=True, diagnose=True,
+                       minimize=kernel.bug == "tail_mask")
+
+
 @pytest.mark.parametrize("kernel", [k for k in corpus.KERNELS if not k.correct], ids=lambda k: k.name)
 def test_buggy_kernel_is_caught(kernel):
-    r = corpus.fuzz(kernel, iterations=CASES, seed=SEED, fail_fast=True, diagnose=False)
+    r = _bug_run(kernel.name)
     assert not r.ok, f"{kernel.name} ({kernel.bug}) passed {r.total} cases"
+
+
+@pytest.mark.parametrize("kernel", [k for k in corpus.KERNELS if not k.correct], ids=lambda k: k.name)
+def test_buggy_kernel_is_diagnosed_as_its_class(kernel):
+    r = _bug_run(kernel.name)
+    assert r.failures
+    f = r.failures[0]
+    assert f.bug_class == kernel.diagnosis, f"{kernel.name} ({kernel.bug}): {f.describe()}"
 
 
 @pytest.mark.parametrize("kernel", [k for k in corpus.KERNELS if k.bug == "tail_mask"], ids=lambda k: k.name)
 def test_tail_mask_minimizes_one_past_a_block(kernel):
-    r = corpus.fuzz(kernel, iterations=CASES, seed=SEED, fail_fast=True, diagnose=False, minimize=True)
+    r = _bug_run(kernel.name)
     assert r.failures
     summary = r.failures[0].minimized["summary"]
     block = getattr(sys.modules[kernel.run.__module__], "BLOCK")

@@ -6,7 +6,8 @@
 
 namespace gpuemu {
 
-double normalised_error(double out, double ref, double c_acc, double c_in, DType out_dtype, DType in_dtype) {
+double normalised_error(double out, double ref, double c_acc, double c_in, DType out_dtype,
+                        DType in_dtype) {
   const auto& o = dtype_info(out_dtype);
   const auto& i = dtype_info(in_dtype);
   const double u_out = o.is_floating ? o.unit_roundoff : 0.0;
@@ -14,6 +15,17 @@ double normalised_error(double out, double ref, double c_acc, double c_in, DType
   const double tiny = o.is_floating ? o.min_normal : 0.5;
   const double denom = u_out * std::fabs(ref) + k_u_acc * c_acc + u_in * c_in + tiny;
   return std::fabs(out - ref) / denom;
+}
+
+double inf_stand_in(DType dtype) {
+  const auto& info = dtype_info(dtype);
+  const double inf = std::numeric_limits<double>::infinity();
+  if (!info.is_floating || !std::isinf(round_to(dtype, inf)))
+    return std::numeric_limits<double>::quiet_NaN();
+  // max = (2 - 2^-m) * 2^emax, one ulp there is 2^(emax - m): max + ulp = 2^(emax + 1).
+  const double v =
+      info.max_finite + std::ldexp(1.0, std::ilogb(info.max_finite) - info.mantissa_bits);
+  return std::isfinite(v) ? v : std::numeric_limits<double>::quiet_NaN();  // float64: 2^1024
 }
 
 namespace {
@@ -35,10 +47,12 @@ std::string fmt(double v) {
 }
 
 // argmax: the chosen index must hold a value tied (within input rounding) with the maximum.
-void judge_argmax(const RefContext& ctx, const RefOutput& ref, const std::vector<double>& out, OutputVerdict& v) {
+void judge_argmax(const RefContext& ctx, const RefOutput& ref, const std::vector<double>& out,
+                  OutputVerdict& v) {
   const RefArg& x = ctx.input("x");
   const std::int64_t dim_attr = ctx.attrs.contains("dim") && ctx.attrs["dim"].is_number_integer()
-                                    ? ctx.attrs["dim"].get<std::int64_t>() : -1;
+                                    ? ctx.attrs["dim"].get<std::int64_t>()
+                                    : -1;
   const auto rank = static_cast<std::int64_t>(x.shape.size());
   const std::int64_t dim = dim_attr < 0 ? dim_attr + rank : dim_attr;
   std::int64_t outer = 1, len = 1, inner = 1;
@@ -66,19 +80,23 @@ void judge_argmax(const RefContext& ctx, const RefOutput& ref, const std::vector
   v.max_error = v.failing ? std::numeric_limits<double>::infinity() : 0.0;
   v.errors.assign(out.size(), 0.0);
   if (v.failing)
-    v.message = std::to_string(v.failing) + " index(es) point at a value that is not the maximum (first at " +
-                std::to_string(v.worst_index) + ": got " + fmt(v.worst_out) + ", expected " + fmt(v.worst_ref) + ")";
+    v.message = std::to_string(v.failing) +
+                " index(es) point at a value that is not the maximum (first at " +
+                std::to_string(v.worst_index) + ": got " + fmt(v.worst_out) + ", expected " +
+                fmt(v.worst_ref) + ")";
 }
 
 }  // namespace
 
-Verdict judge(const OpSchema& schema, const RefContext& ctx, const std::vector<RefOutput>& reference,
-              const std::vector<Tensor>& outputs, double envelope) {
+Verdict judge(const OpSchema& schema, const RefContext& ctx,
+              const std::vector<RefOutput>& reference, const std::vector<Tensor>& outputs,
+              double envelope) {
   Verdict verdict;
   verdict.envelope = envelope;
   if (outputs.size() != reference.size()) {
     verdict.passed = false;
-    verdict.message = "expected " + std::to_string(reference.size()) + " output(s), got " + std::to_string(outputs.size());
+    verdict.message = "expected " + std::to_string(reference.size()) + " output(s), got " +
+                      std::to_string(outputs.size());
     verdict.max_error = std::numeric_limits<double>::infinity();
     return verdict;
   }
@@ -90,13 +108,14 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx, const std::vector<R
     if (got.shape() != ref.shape) {
       v.passed = false;
       v.max_error = std::numeric_limits<double>::infinity();
-      v.message = "shape mismatch: output '" + ref.name + "' has shape " + shape_to_string(got.shape()) +
-                  ", expected " + shape_to_string(ref.shape);
+      v.message = "shape mismatch: output '" + ref.name + "' has shape " +
+                  shape_to_string(got.shape()) + ", expected " + shape_to_string(ref.shape);
     } else if (got.dtype() != ref.dtype) {
       v.passed = false;
       v.max_error = std::numeric_limits<double>::infinity();
-      v.message = "dtype mismatch: output '" + ref.name + "' is " + std::string(dtype_name(got.dtype())) +
-                  ", expected " + std::string(dtype_name(ref.dtype));
+      v.message = "dtype mismatch: output '" + ref.name + "' is " +
+                  std::string(dtype_name(got.dtype())) + ", expected " +
+                  std::string(dtype_name(ref.dtype));
     } else if (schema.name == "argmax") {
       judge_argmax(ctx, ref, got.to_f64(), v);
       v.passed = v.failing == 0;
@@ -106,8 +125,19 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx, const std::vector<R
       const bool floating = dtype_info(od).is_floating;
       const double fp32_max = static_cast<double>(std::numeric_limits<float>::max());
       v.errors.assign(out.size(), 0.0);
+      const double edge = floating ? inf_stand_in(od) : std::numeric_limits<double>::quiet_NaN();
       std::int64_t first_nonfinite = -1;
       std::string nonfinite_what;
+      auto record = [&](std::size_t e, double err, double o, double r) {
+        v.errors[e] = err;
+        if (err > envelope) ++v.failing;
+        if (err > v.max_error || (v.worst_index < 0 && err >= v.max_error)) {
+          v.max_error = err;
+          v.worst_index = static_cast<std::int64_t>(e);
+          v.worst_out = o;
+          v.worst_ref = r;
+        }
+      };
       for (std::size_t e = 0; e < out.size(); ++e) {
         const double r = floating ? round_to(od, ref.value[e]) : ref.value[e];
         const double o = out[e];
@@ -116,51 +146,63 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx, const std::vector<R
         const bool of = std::isfinite(o), rf = std::isfinite(r);
         double err = 0.0;
         if (!of || !rf) {
-          const bool same = (std::isnan(o) && std::isnan(r)) || (!std::isnan(o) && !std::isnan(r) && o == r);
+          const bool same =
+              (std::isnan(o) && std::isnan(r)) || (!std::isnan(o) && !std::isnan(r) && o == r);
           if (same) continue;
-          // A correct kernel's intermediates may overflow where the terms it accumulates exceed
-          // float32's range: the element cannot be judged.
-          if (rf && !of && ca * k_u_acc * 4.0 >= fp32_max * k_u_acc) {
+          // A correct kernel's intermediates may overflow where the (finite) terms it accumulates
+          // exceed float32's range: the element cannot be judged, whichever side is non-finite.
+          // (An infinite or NaN c_acc comes from a non-finite input, whose propagation the
+          // reference states exactly: that is judged below, not excused.)
+          if (std::isfinite(ca) && 4.0 * ca >= fp32_max) {
             ++v.indeterminate;
             continue;
+          }
+          // One side +-Inf, the other finite: the infinity stands for +-(max + one ulp) of the
+          // output dtype (inf_stand_in) and is judged as that number by the normalised error, so
+          // a finite output at the dtype's max against an overflowing reference passes, and so
+          // does an Inf output against a reference that rounds to the max.
+          if (std::isfinite(edge) && ((std::isinf(o) && rf) || (std::isinf(r) && of))) {
+            const double o_val = std::isinf(o) ? std::copysign(edge, o) : o;
+            const double r_val = std::isinf(r) ? std::copysign(edge, r) : ref.value[e];
+            err = normalised_error(o_val, r_val, std::isfinite(ca) ? ca : 0.0,
+                                   std::isfinite(ci) ? ci : 0.0, od, ctx.case_dtype);
+            if (err <= envelope) {
+              record(e, err, o, ref.value[e]);
+              continue;
+            }
           }
           ++v.nonfinite_mismatch;
           if (first_nonfinite < 0) {
             first_nonfinite = static_cast<std::int64_t>(e);
-            nonfinite_what = std::string(of ? "finite " : (std::isnan(o) ? "NaN " : "Inf ")) + "output (" + fmt(o) +
-                             ") where the reference is " + (rf ? "finite (" : (std::isnan(r) ? "NaN (" : "Inf (")) + fmt(r) + ")";
+            nonfinite_what = std::string(of ? "finite " : (std::isnan(o) ? "NaN " : "Inf ")) +
+                             "output (" + fmt(o) + ") where the reference is " +
+                             (rf ? "finite (" : (std::isnan(r) ? "NaN (" : "Inf (")) + fmt(r) + ")";
           }
           err = std::numeric_limits<double>::infinity();
         } else {
           err = floating ? normalised_error(o, ref.value[e], ca, ci, od, ctx.case_dtype)
                          : (o == r ? 0.0 : std::numeric_limits<double>::infinity());
         }
-        v.errors[e] = err;
-        if (err > envelope) ++v.failing;
-        if (err > v.max_error || v.worst_index < 0) {
-          if (err >= v.max_error) {
-            v.max_error = err;
-            v.worst_index = static_cast<std::int64_t>(e);
-            v.worst_out = o;
-            v.worst_ref = ref.value[e];
-          }
-        }
+        record(e, err, o, ref.value[e]);
       }
       v.passed = v.failing == 0;
       if (v.nonfinite_mismatch > 0) {
         v.worst_index = first_nonfinite;
         v.worst_out = out[static_cast<std::size_t>(first_nonfinite)];
         v.worst_ref = ref.value[static_cast<std::size_t>(first_nonfinite)];
-        v.message = std::to_string(v.nonfinite_mismatch) + " non-finite mismatch(es): " + nonfinite_what;
+        v.message =
+            std::to_string(v.nonfinite_mismatch) + " non-finite mismatch(es): " + nonfinite_what;
       } else if (!v.passed) {
         v.message = std::to_string(v.failing) + " of " + std::to_string(out.size()) +
-                    " elements over the envelope; worst error " + fmt(v.max_error) + " > " + fmt(envelope) +
-                    " (got " + fmt(v.worst_out) + ", expected " + fmt(v.worst_ref) + ")";
+                    " elements over the envelope; worst error " + fmt(v.max_error) + " > " +
+                    fmt(envelope) + " (got " + fmt(v.worst_out) + ", expected " + fmt(v.worst_ref) +
+                    ")";
       }
     }
     if (v.worst_index >= 0) v.worst_coords = coords_of(v.worst_index, ref.shape);
     if (!v.passed) {
-      if (verdict.passed) verdict.message = (reference.size() > 1 ? "output '" + ref.name + "': " : "") + v.message;
+      if (verdict.passed)
+        verdict.message = (reference.size() > 1 ? "output '" + ref.name + "': " : "") + v.message;
       verdict.passed = false;
     }
     verdict.max_error = std::max(verdict.max_error, v.max_error);

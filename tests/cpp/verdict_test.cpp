@@ -1,0 +1,130 @@
+// The verdict's non-finite rules on hand-built tensors (docs/error-model.md, "Non-finite values"):
+// an element whose condition term reaches a quarter of float32's range is indeterminate whichever
+// side is non-finite, and an infinity against a finite value is judged as +-(max + one ulp) of the
+// output dtype, the same way whether the infinity is the output's or the reference's.
+#include "gpuemu/verdict.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+namespace gpuemu {
+namespace {
+
+constexpr double k_inf = std::numeric_limits<double>::infinity();
+constexpr double k_nan = std::numeric_limits<double>::quiet_NaN();
+const double k_flt_max = static_cast<double>(std::numeric_limits<float>::max());
+
+struct OneElement {
+  DType dtype = DType::float16;
+  double out = 0.0, ref = 0.0, c_acc = 0.0;
+  double envelope = 2.0;
+};
+
+// One output of one element: the kernel's `out` against the fp64 reference `ref`.
+Verdict judge_one(const OneElement& x) {
+  OpSchema schema;
+  schema.name = "handmade";
+  RefContext ctx;
+  ctx.case_dtype = x.dtype;
+  RefOutput ref{"out", x.dtype, {1}, {x.ref}, {x.c_acc}, {0.0}};
+  const std::vector<double> out = {x.out};
+  return judge(schema, ctx, {ref}, {Tensor::from_values(x.dtype, {1}, out)}, x.envelope);
+}
+
+TEST(Verdict, InfStandInIsMaxPlusOneUlp) {
+  EXPECT_EQ(inf_stand_in(DType::float16), 65536.0);
+  EXPECT_EQ(inf_stand_in(DType::bfloat16), std::ldexp(1.0, 128));
+  EXPECT_EQ(inf_stand_in(DType::float32), std::ldexp(1.0, 128));
+  EXPECT_EQ(inf_stand_in(DType::float8_e5m2), 65536.0);
+  EXPECT_TRUE(std::isnan(inf_stand_in(DType::float8_e4m3fn)));  // no infinity
+  EXPECT_TRUE(std::isnan(inf_stand_in(DType::float64)));        // 2^1024 is not a double
+  EXPECT_TRUE(std::isnan(inf_stand_in(DType::int32)));
+}
+
+TEST(Verdict, HugeConditionTermIsIndeterminateWhicheverSideIsNonFinite) {
+  const double big = k_flt_max / 4;  // 4 * c_acc >= FLT_MAX
+  for (const auto& [out, ref] :
+       {std::pair{k_inf, 1.0}, std::pair{k_nan, 1.0}, std::pair{1.0, k_inf}, std::pair{1.0, k_nan},
+        std::pair{k_nan, k_inf}, std::pair{-k_inf, k_inf}}) {
+    const Verdict v = judge_one({DType::float32, out, ref, big});
+    EXPECT_TRUE(v.passed) << out << " vs " << ref << ": " << v.message;
+    EXPECT_EQ(v.outputs[0].indeterminate, 1) << out << " vs " << ref;
+    EXPECT_EQ(v.outputs[0].nonfinite_mismatch, 0) << out << " vs " << ref;
+  }
+  // An infinite condition term (from an infinite input) is no overflow of finite terms: the
+  // reference's propagation is enforced there.
+  EXPECT_FALSE(judge_one({DType::float32, k_nan, k_inf, k_inf}).passed);
+  // Just under the threshold the same elements are mismatches.
+  const double below = std::nextafter(k_flt_max / 4, 0.0);
+  for (const auto& [out, ref] : {std::pair{k_nan, 1.0}, std::pair{1.0, k_nan}}) {
+    const Verdict v = judge_one({DType::float32, out, ref, below});
+    EXPECT_FALSE(v.passed) << out << " vs " << ref;
+    EXPECT_EQ(v.outputs[0].nonfinite_mismatch, 1);
+    EXPECT_EQ(v.outputs[0].indeterminate, 0);
+  }
+}
+
+TEST(Verdict, InfiniteReferenceIsMaxPlusOneUlpAgainstAFiniteOutput) {
+  // fp16: max 65504, one ulp there 32, stand-in 65536. err(max) = 32 / (2^-11 * 65536) = 1.
+  for (double ref : {k_inf, 1.0e6}) {  // +Inf itself, or a finite value that rounds to +Inf
+    Verdict v = judge_one({DType::float16, 65504.0, ref});
+    EXPECT_TRUE(v.passed) << ref << ": " << v.message;
+    EXPECT_NEAR(v.max_error, 1.0, 1e-5);  // (the denominator also holds tiny_out)
+    EXPECT_EQ(v.outputs[0].nonfinite_mismatch, 0);
+    // The opposite sign, or a value far below the max, is a non-finite mismatch.
+    for (double out : {-65504.0, 1.0, 32768.0}) {
+      v = judge_one({DType::float16, out, ref});
+      EXPECT_FALSE(v.passed) << out;
+      EXPECT_EQ(v.outputs[0].nonfinite_mismatch, 1) << out;
+      EXPECT_NE(v.message.find("finite output"), std::string::npos) << v.message;
+    }
+  }
+  // The next value down scores 2: within the floor envelope of 2, outside a tighter one.
+  EXPECT_NEAR(judge_one({DType::float16, 65472.0, k_inf}).max_error, 2.0, 1e-5);
+  EXPECT_FALSE(judge_one({DType::float16, 65472.0, k_inf, 0.0, 1.5}).passed);
+  // -Inf: the same with the sign.
+  EXPECT_TRUE(judge_one({DType::float16, -65504.0, -k_inf}).passed);
+  EXPECT_FALSE(judge_one({DType::float16, 65504.0, -k_inf}).passed);
+  // bf16 and fp32: the max of the dtype against +-Inf.
+  const double bf16_max = dtype_info(DType::bfloat16).max_finite;
+  EXPECT_TRUE(judge_one({DType::bfloat16, bf16_max, k_inf}).passed);
+  EXPECT_TRUE(judge_one({DType::bfloat16, -bf16_max, -k_inf}).passed);
+  const double fp32_max = dtype_info(DType::float32).max_finite;
+  EXPECT_TRUE(judge_one({DType::float32, fp32_max, k_inf}).passed);
+  EXPECT_FALSE(judge_one({DType::float32, fp32_max / 2, k_inf}).passed);
+}
+
+TEST(Verdict, InfiniteOutputIsJudgedTheSameWay) {
+  // The symmetric case: an Inf output against a finite reference near the top of the range.
+  Verdict v = judge_one({DType::float16, k_inf, 65500.0});  // rounds to 65504: err = 36 / 31.98
+  EXPECT_TRUE(v.passed) << v.message;
+  EXPECT_NEAR(v.max_error, 36.0 / (65500.0 / 2048.0), 1e-3);
+  EXPECT_TRUE(judge_one({DType::float16, -k_inf, -65504.0}).passed);
+  for (double ref : {60000.0, 1.0, -65504.0}) {
+    v = judge_one({DType::float16, k_inf, ref});
+    EXPECT_FALSE(v.passed) << ref;
+    EXPECT_EQ(v.outputs[0].nonfinite_mismatch, 1);
+    EXPECT_NE(v.message.find("Inf output"), std::string::npos) << v.message;
+  }
+  // The condition term widens it as it widens any element: 2^-24 * c_acc in the denominator.
+  // 65536 - 60000 = 5536 against 2^-11 * 60000 + 2^-24 * c_acc: 189 with c_acc = 0, under 2 at
+  // 5e10.
+  EXPECT_TRUE(judge_one({DType::float16, k_inf, 60000.0, 5.0e10}).passed);
+  EXPECT_FALSE(judge_one({DType::float16, k_inf, 60000.0, 1.0e9}).passed);
+}
+
+TEST(Verdict, NonFiniteWithoutAStandIn) {
+  // NaN against a finite value, opposite infinities, and e4m3fn (no infinity): mismatches.
+  EXPECT_FALSE(judge_one({DType::float16, k_nan, 1.0}).passed);
+  EXPECT_FALSE(judge_one({DType::float16, 1.0, k_nan}).passed);
+  EXPECT_FALSE(judge_one({DType::float16, -k_inf, k_inf}).passed);
+  EXPECT_FALSE(judge_one({DType::float16, k_nan, k_inf}).passed);
+  EXPECT_TRUE(judge_one({DType::float16, k_inf, k_inf}).passed);
+  EXPECT_TRUE(judge_one({DType::float16, k_nan, k_nan}).passed);
+  EXPECT_FALSE(judge_one({DType::float8_e4m3fn, 448.0, k_inf}).passed);  // Inf rounds to NaN there
+}
+
+}  // namespace
+}  // namespace gpuemu
