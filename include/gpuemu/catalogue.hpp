@@ -32,6 +32,9 @@ class Catalogue {
   // The schema, or an unknown_op error that lists close names.
   Result<const OpSchema*> get(std::string_view name) const;
   std::vector<const OpSchema*> all() const;  // sorted by name
+  // A copy of this catalogue with `schema` added (a custom op of one request, docs/custom-ops.md).
+  // A name this catalogue already has is a `conflict`: a custom op never shadows a catalogue op.
+  Result<std::shared_ptr<const Catalogue>> with_op(OpSchema schema) const;
 
  private:
   std::map<std::string, OpSchema, std::less<>> m_ops;

@@ -8,6 +8,8 @@
 #include "gpuemu/op_schema.hpp"
 #include "gpuemu/tensor.hpp"
 
+#include <cmath>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -60,6 +62,27 @@ struct RefOutput {
   std::vector<double> value;      // the fp64 reference, row-major
   std::vector<double> c_acc;      // magnitude accumulated in fp32 (empty means zeros)
   std::vector<double> c_in;       // magnitude that legitimately passes through input-dtype rounding
+  // Non-finite results a correct kernel may return instead of the reference's, per element (empty
+  // means none), as k_alt_* bits: where legitimate formulations disagree on special values (e.g.
+  // batch_norm's fused x·α + β gives NaN for an infinite weight where the direct (x − μ)·σ⁻¹·w
+  // gives ±Inf; rope's ±Inf·sin φ where fp32 cannot resolve the sign of sin φ).
+  std::vector<std::uint8_t> alt_nonfinite;
+};
+
+inline constexpr std::uint8_t k_alt_nan = 1, k_alt_pos_inf = 2, k_alt_neg_inf = 4,
+                              k_alt_any_nonfinite = 7;
+// The k_alt_* bit of a non-finite value (0 for a finite one).
+inline std::uint8_t alt_bit_of(double v) {
+  if (std::isnan(v)) return k_alt_nan;
+  if (std::isinf(v)) return v > 0 ? k_alt_pos_inf : k_alt_neg_inf;
+  return 0;
+}
+
+// A reference computed outside the built-in table: a custom op's Python reference run by the
+// daemon (daemon/server/script_reference.hpp). Bound to a schema as OpSchema::external_reference.
+struct ExternalReference {
+  virtual ~ExternalReference() = default;
+  virtual Result<std::vector<RefOutput>> run(const RefContext& ctx) const = 0;
 };
 
 using ReferenceFn = std::function<Result<std::vector<RefOutput>>(const RefContext&)>;
@@ -90,7 +113,8 @@ class BuiltinRegistry {
   std::map<std::string, BuiltinOp, std::less<>> m_ops;
 };
 
-// Runs the reference named by the schema (builtin only here) on `ctx`.
+// Runs the schema's reference on `ctx`: its external_reference when bound, else the built-in one
+// its `reference` names ("script:" references need the daemon to bind them).
 Result<std::vector<RefOutput>> run_reference(const OpSchema& schema, const RefContext& ctx);
 
 }  // namespace gpuemu

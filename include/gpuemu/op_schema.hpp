@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -63,6 +64,8 @@ struct OutputSpec {
   std::string dtype = "case";       // case | like:<input> | attr:<name> | a dtype name
 };
 
+struct ExternalReference;  // gpuemu/op.hpp
+
 struct OpSchema {
   std::string name;
   int version = 1;
@@ -82,6 +85,9 @@ struct OpSchema {
   std::string reference;            // "builtin:<name>" or "script:<file>.py:<func>"
   std::string source_file;          // where it was loaded from
   Json raw;                         // the document as loaded
+  // A reference bound at run time instead of `reference` (the daemon binds a custom op's Python
+  // reference here, docs/custom-ops.md); run_reference calls it. Null for schemas loaded from files.
+  std::shared_ptr<const ExternalReference> external_reference;
 
   const DimDomain* find_dim(std::string_view n) const;
   const InputSpec* find_input(std::string_view n) const;

@@ -117,6 +117,7 @@ std::vector<std::string> BuiltinRegistry::names() const {
 }
 
 Result<std::vector<RefOutput>> run_reference(const OpSchema& schema, const RefContext& ctx) {
+  if (schema.external_reference) return schema.external_reference->run(ctx);
   const std::string& ref = schema.reference;
   if (ref.rfind("builtin:", 0) != 0)
     return make_error(ErrorCode::invalid_argument,

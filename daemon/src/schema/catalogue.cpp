@@ -96,6 +96,17 @@ Result<const OpSchema*> Catalogue::get(std::string_view name) const {
   return make_error(ErrorCode::unknown_op, msg);
 }
 
+Result<std::shared_ptr<const Catalogue>> Catalogue::with_op(OpSchema schema) const {
+  if (find(schema.name))
+    return make_error(ErrorCode::conflict, "custom op '" + schema.name +
+                                               "' has the name of a catalogue op: give it another "
+                                               "name (`gpuemu ops list` shows the catalogue)");
+  auto cat = std::make_shared<Catalogue>(*this);
+  std::string name = schema.name;
+  cat->m_ops.emplace(std::move(name), std::move(schema));
+  return std::shared_ptr<const Catalogue>(std::move(cat));
+}
+
 std::vector<const OpSchema*> Catalogue::all() const {
   std::vector<const OpSchema*> out;
   for (const auto& [n, s] : m_ops) out.push_back(&s);
