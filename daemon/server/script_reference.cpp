@@ -1,0 +1,106 @@
+// A custom op's Python reference over the script process (script_reference.hpp).
+#include "server/script_reference.hpp"
+
+#include "server/script_process.hpp"
+
+#include <cmath>
+
+namespace gpuemu::server {
+namespace {
+
+std::string shape_text(const Shape& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+class ScriptReference final : public ExternalReference {
+ public:
+  explicit ScriptReference(std::shared_ptr<ScriptProcess> process)
+      : m_process(std::move(process)) {}
+
+  Result<std::vector<RefOutput>> run(const RefContext& ctx) const override {
+    if (!ctx.schema)
+      return make_error(ErrorCode::internal, "a script reference needs the op's schema");
+    const OpSchema& schema = *ctx.schema;
+    protocol::Frame request;
+    Json inputs = Json::object();
+    Json absent = Json::array();
+    for (const auto& in : schema.inputs) {
+      auto it = ctx.inputs.find(in.name);
+      if (it == ctx.inputs.end()) {
+        absent.push_back(in.name);
+        continue;
+      }
+      const RefArg& a = it->second;
+      // Floating inputs as float64 (exact: every gpuemu float dtype is a subset of binary64).
+      const DType wire = is_floating(a.dtype) ? DType::float64 : a.dtype;
+      request.tensors.emplace("inputs/" + in.name, Tensor::from_values(wire, a.shape, a.data));
+      inputs[in.name] = {{"dtype", std::string(dtype_name(a.dtype))}};
+    }
+    request.header = {{"case",
+                       {{"op", schema.name},
+                        {"dtype", std::string(dtype_name(ctx.case_dtype))},
+                        {"dims", ctx.dims},
+                        {"attrs", ctx.attrs},
+                        {"inputs", inputs}}}};
+    if (!absent.empty()) request.header["absent"] = absent;
+    GPUEMU_TRY(protocol::Frame reply, m_process->exchange(request, "the reference of " + schema.name));
+    const Json& h = reply.header;
+    const std::string where = m_process->spec().script + ":" + m_process->spec().function;
+    if (!h.contains("ok") || !h["ok"].is_boolean())
+      return make_error(ErrorCode::protocol_error,
+                        "the reference script's runner sent a reply without a boolean 'ok'");
+    if (!h["ok"].get<bool>()) {
+      std::string msg = "the reference " + where + " raised: " + h.value("error", "(no message)");
+      const std::string tb = h.value("traceback", "");
+      if (!tb.empty()) msg += "\n" + tail_of(tb, k_script_traceback_report);
+      return make_error(ErrorCode::invalid_argument, msg);
+    }
+    const Json keys = h.value("outputs", Json::array());
+    const std::size_t k = schema.outputs.size();
+    if (keys.size() != k && keys.size() != 2 * k)
+      return make_error(ErrorCode::invalid_argument,
+                        "the reference " + where + " returned " + std::to_string(keys.size()) +
+                            " arrays; op '" + schema.name + "' has " + std::to_string(k) +
+                            " output(s): return " + std::to_string(k) + " (the values) or " +
+                            std::to_string(2 * k) + " (the values, then each one's c_acc)");
+    std::vector<RefOutput> out(k);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (!keys[i].is_string())
+        return make_error(ErrorCode::protocol_error, "'outputs' must list tensor keys");
+      GPUEMU_TRY(Tensor t, reply.tensor(keys[i].get<std::string>()));
+      RefOutput& o = out[i % k];
+      if (i < k) {
+        o.name = schema.outputs[i].name;
+        o.dtype = ctx.output_dtype(i);
+        o.shape = t.shape();
+        o.value = t.to_f64();
+        continue;
+      }
+      if (t.shape() != o.shape)
+        return make_error(ErrorCode::invalid_argument,
+                          "the reference " + where + ": the condition term of output '" + o.name +
+                              "' has shape " + shape_text(t.shape()) + ", its value " +
+                              shape_text(o.shape));
+      o.c_acc = t.to_f64();
+      for (double& c : o.c_acc) c = std::isfinite(c) ? std::fabs(c) : 0.0;
+    }
+    return out;
+  }
+
+ private:
+  std::shared_ptr<ScriptProcess> m_process;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<const ExternalReference>> make_script_reference(ScriptKernelSpec spec) {
+  spec.framework = "numpy";  // a reference computes in float64: numpy is all it needs
+  spec.device = "cpu";
+  GPUEMU_TRY(std::shared_ptr<ScriptProcess> process,
+             start_script_process(std::move(spec), "reference script"));
+  return std::shared_ptr<const ExternalReference>(std::make_shared<ScriptReference>(process));
+}
+
+}  // namespace gpuemu::server
