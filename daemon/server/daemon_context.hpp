@@ -10,7 +10,10 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 
@@ -25,6 +28,32 @@ struct DaemonConfig {
   std::string python;              // script kernels' interpreter (empty: the project's venv)
   double script_timeout_s = 60.0;  // per case
   std::chrono::seconds drain_timeout{30};
+};
+
+// Progress of the long requests that carry a `progress_token` (fuzz, calibrate): written by the
+// worker running them, read by the fast `progress` request a client polls from another context.
+class ProgressBoard {
+ public:
+  struct Item {
+    std::int64_t done = 0, total = 0;
+  };
+  void set(const std::string& token, std::int64_t done, std::int64_t total) {
+    std::lock_guard lock(m_mutex);
+    m_items[token] = {done, total};
+  }
+  void erase(const std::string& token) {
+    std::lock_guard lock(m_mutex);
+    m_items.erase(token);
+  }
+  std::optional<Item> get(const std::string& token) const {
+    std::lock_guard lock(m_mutex);
+    auto it = m_items.find(token);
+    return it == m_items.end() ? std::nullopt : std::optional<Item>(it->second);
+  }
+
+ private:
+  mutable std::mutex m_mutex;
+  std::map<std::string, Item> m_items;
 };
 
 struct DaemonContext {
@@ -42,6 +71,7 @@ struct DaemonContext {
   std::atomic<std::int64_t> errors{0};
   std::atomic<bool> stopping{false};
   std::function<void()> request_stop;  // set by the transport: starts a graceful shutdown
+  ProgressBoard progress;
 
   double uptime_s() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -1,5 +1,6 @@
 // failures (list | get | delete | export), reproduce, minimize, diagnose.
 #include "server/records.hpp"
+#include "server/request_engine.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -90,12 +91,12 @@ struct Rerun {
   std::optional<CaseResult> result;
 };
 
-Result<Rerun> rerun(DaemonContext& ctx, const StoredCase& sc, const TestCase& c) {
+Result<Rerun> rerun(DaemonContext& ctx, const RequestEngine& re, const StoredCase& sc,
+                    const TestCase& c) {
   Rerun r;
-  GPUEMU_TRY(r.runner, resolve_kernel(ctx, c.op, sc.meta.value("kernel", Json::object())));
+  GPUEMU_TRY(r.runner, resolve_kernel(ctx, c.op, sc.meta.value("kernel", Json::object()), &re));
   if (r.runner) {
-    std::shared_lock lock(ctx.engine_mutex);
-    GPUEMU_TRY(CaseResult cr, ctx.engine.run_case(c.op, sc.options, c, *r.runner));
+    GPUEMU_TRY(CaseResult cr, re.engine().run_case(c.op, sc.options, c, *r.runner));
     r.result = std::move(cr);
   }
   return r;
@@ -107,8 +108,10 @@ Result<Frame> reproduce(DaemonContext& ctx, const Frame& req) {
   GPUEMU_TRY(StoredCase sc, load_stored_case(ctx, id));
   GPUEMU_TRY(Store * store, store_of(ctx));
   GPUEMU_TRY(FailureRecord rec, store->get_failure(id));
+  // The engine that judged it: a custom op's schema and reference, an envelope override.
+  GPUEMU_TRY(RequestEngine re, RequestEngine::for_record(ctx, sc.meta));
   // Regenerate the case from its seed under the run's options and compare the bytes.
-  GPUEMU_TRY(const OpSchema* schema, ctx.engine.catalogue().get(sc.test_case.op));
+  GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(sc.test_case.op));
   CaseGenerator gen(*schema, sc.options);
   Json regen = {{"identical", false}};
   // A minimized case was generated with pinned dims (and maybe value transforms, contiguous
@@ -135,7 +138,7 @@ Result<Frame> reproduce(DaemonContext& ctx, const Frame& req) {
             {"regeneration", regen},
             {"kernel", sc.meta.value("kernel", Json::object())},
             {"case", protocol::case_to_json(sc.test_case)}};
-  GPUEMU_TRY(Rerun r, rerun(ctx, sc, sc.test_case));
+  GPUEMU_TRY(Rerun r, rerun(ctx, re, sc, sc.test_case));
   Frame reply = make_reply();
   if (r.result) {
     j["passed"] = r.result->verdict.passed;
@@ -143,6 +146,7 @@ Result<Frame> reproduce(DaemonContext& ctx, const Frame& req) {
     j["message"] = r.result->verdict.message;
     j["max_error"] = j["verdict"].value("max_error", Json());
     j["still_fails"] = !r.result->verdict.passed;
+    j["envelope_source"] = re.envelope_source(sc.test_case.op, sc.test_case.dtype);
   } else {
     // A client-side kernel: the client runs it on these inputs and calls submit_outputs.
     j["passed"] = nullptr;
@@ -158,17 +162,16 @@ Result<Frame> minimize(DaemonContext& ctx, const Frame& req) {
   GPUEMU_TRY(std::string id, string_param(p, "id"));
   const int max_eval = p.value("max_evaluations", 200);
   GPUEMU_TRY(StoredCase sc, load_stored_case(ctx, id));
+  GPUEMU_TRY(RequestEngine re, RequestEngine::for_record(ctx, sc.meta));
   GPUEMU_TRY(auto runner,
-             resolve_kernel(ctx, sc.test_case.op, sc.meta.value("kernel", Json::object())));
+             resolve_kernel(ctx, sc.test_case.op, sc.meta.value("kernel", Json::object()), &re));
   if (!runner)
     return make_error(ErrorCode::invalid_argument,
                       "failure " + id +
                           " comes from a client-side kernel: minimize it "
                           "from the client (Client().minimize(id, run_op))");
-  std::shared_lock lock(ctx.engine_mutex);
   GPUEMU_TRY(Minimized m,
-             ctx.engine.minimize(sc.test_case.op, sc.options, sc.test_case, *runner, max_eval));
-  lock.unlock();
+             re.engine().minimize(sc.test_case.op, sc.options, sc.test_case, *runner, max_eval));
   Json j = m.to_json();
   j["id"] = id;
   if (!m.verdict.passed && ctx.store) {
@@ -182,7 +185,7 @@ Result<Frame> minimize(DaemonContext& ctx, const Frame& req) {
                     {}};
     FailureRecord rec =
         make_failure_record(ctx, cr, sc.options, sc.meta.value("kernel", Json::object()),
-                            sc.meta.value("client", Json::object()));
+                            sc.meta.value("client", Json::object()), &re);
     rec.meta["minimized_from"] = id;
     GPUEMU_TRY(std::string mid, ctx.store->put_failure(std::move(rec)));
     j["minimized_id"] = mid;
@@ -195,12 +198,12 @@ Result<Frame> diagnose(DaemonContext& ctx, const Frame& req) {
   const Json p = req.header.value("params", Json::object());
   GPUEMU_TRY(std::string id, string_param(p, "id"));
   GPUEMU_TRY(StoredCase sc, load_stored_case(ctx, id));
-  GPUEMU_TRY(Rerun r, rerun(ctx, sc, sc.test_case));
+  GPUEMU_TRY(RequestEngine re, RequestEngine::for_record(ctx, sc.meta));
+  GPUEMU_TRY(Rerun r, rerun(ctx, re, sc, sc.test_case));
   if (!r.result)
     return make_reply(
         {{"id", id}, {"diagnosis", sc.meta.value("diagnosis", Json::object())}, {"rerun", false}});
-  std::shared_lock lock(ctx.engine_mutex);
-  Diagnosis d = ctx.engine.diagnose(sc.test_case.op, sc.options, *r.result, &*r.runner);
+  Diagnosis d = re.engine().diagnose(sc.test_case.op, sc.options, *r.result, &*r.runner);
   return make_reply({{"id", id},
                      {"diagnosis", d.to_json()},
                      {"rerun", true},

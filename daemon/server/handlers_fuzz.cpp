@@ -1,6 +1,7 @@
 // fuzz, get_test_batch, submit_outputs, validate, calibrate.
 #include "server/coverage.hpp"
 #include "server/records.hpp"
+#include "server/request_engine.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -37,6 +38,26 @@ Result<std::optional<std::uint64_t>> optional_seed(const Json& p) {
   return std::optional<std::uint64_t>(it->get<std::uint64_t>());
 }
 
+// A request's progress callback when it carries a `progress_token` (the client polls `progress`);
+// the entry goes when the guard does.
+struct ProgressEntry {
+  ProgressBoard* board = nullptr;
+  std::string token;
+  ~ProgressEntry() {
+    if (board) board->erase(token);
+  }
+};
+
+std::function<void(std::int64_t, std::int64_t)> progress_reporter(DaemonContext& ctx, const Json& p,
+                                                                  ProgressEntry& entry) {
+  const std::string token = p.value("progress_token", "");
+  if (token.empty()) return {};
+  entry.board = &ctx.progress;
+  entry.token = token;
+  ProgressBoard* board = &ctx.progress;
+  return [board, token](std::int64_t done, std::int64_t total) { board->set(token, done, total); };
+}
+
 std::uint64_t random_seed() {
   std::random_device rd;
   return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
@@ -48,13 +69,14 @@ Result<std::vector<std::string>> store_failures(DaemonContext& ctx,
                                                 const std::vector<CaseResult>& failures,
                                                 const FuzzOptions& options,
                                                 const std::vector<Json>& kernels,
-                                                const Json& client, bool store) {
+                                                const Json& client, bool store,
+                                                const RequestEngine& re) {
   std::vector<std::string> ids(failures.size());
   if (!store || failures.empty() || !ctx.store) return ids;
   std::vector<FailureRecord> recs;
   for (std::size_t i = 0; i < failures.size(); ++i)
     recs.push_back(make_failure_record(ctx, failures[i], options,
-                                       kernels[std::min(i, kernels.size() - 1)], client));
+                                       kernels[std::min(i, kernels.size() - 1)], client, &re));
   GPUEMU_TRY(ids, ctx.store->put_failures(std::move(recs)));
   return ids;
 }
@@ -76,23 +98,24 @@ Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
   GPUEMU_TRY(fr.repro_prefix, param<std::string>(p, "repro_prefix", ""));
   const Json kernel = p.value("kernel", Json());
   const Json client = p.value("client", Json::object());
-  GPUEMU_TRY(auto runner, resolve_kernel(ctx, fr.op, kernel));
+  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p));
+  GPUEMU_TRY(auto runner, resolve_kernel(ctx, fr.op, kernel, &re));
   if (!runner)
     return make_error(ErrorCode::invalid_argument,
                       "a client-side kernel cannot be fuzzed by the daemon: use get_test_batch and "
                       "submit_outputs");
   Json cov = Json::object();
   fr.on_case = [&cov](const CaseResult& r) { coverage_add(cov, r.test_case); };
-  std::shared_lock lock(ctx.engine_mutex);
-  GPUEMU_TRY(FuzzReport report, ctx.engine.fuzz(fr, *runner));
+  ProgressEntry progress_entry;
+  GPUEMU_TRY(FuzzReport report,
+             re.engine().fuzz(fr, *runner, progress_reporter(ctx, p, progress_entry)));
   std::optional<Minimized> minimized;
   if (do_minimize && !report.failures.empty()) {
-    auto m = ctx.engine.minimize(fr.op, fr.options, report.failures.front().test_case, *runner);
+    auto m = re.engine().minimize(fr.op, fr.options, report.failures.front().test_case, *runner);
     if (m) minimized = std::move(m).value();
   }
-  lock.unlock();
   std::vector<CaseResult>& failures = report.failures;
-  GPUEMU_TRY(auto ids, store_failures(ctx, failures, fr.options, {kernel}, client, store));
+  GPUEMU_TRY(auto ids, store_failures(ctx, failures, fr.options, {kernel}, client, store, re));
   Json j = report.to_json();
   j["failures"] = Json::array();
   j["failure_ids"] = ids;
@@ -101,6 +124,13 @@ Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
   if (minimized) j["minimized"] = minimized->to_json();
   j["kernel"] = kernel_identity(kernel);
   j["options"] = protocol::options_to_json(fr.options);
+  j["envelope"] = Json::object();  // what judged each dtype of the run, and why
+  {
+    GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(fr.op));
+    for (DType d : fr.options.dtypes.empty() ? schema->dtypes : fr.options.dtypes)
+      j["envelope"][std::string(dtype_name(d))] = re.envelope_source(fr.op, d);
+  }
+  if (!re.custom_op().is_null()) j["custom_op"] = re.custom_op().value("name", fr.op);
   if (store && ctx.store) {
     Json run = {{"kind", "fuzz"},
                 {"op", fr.op},
@@ -110,7 +140,9 @@ Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
                 {"passed", report.passed},
                 {"elapsed", report.elapsed_s},
                 {"failure_ids", ids},
-                {"coverage", cov}};
+                {"coverage", cov},
+                {"envelope", j["envelope"]}};
+    if (!re.custom_op().is_null()) run["custom_op"] = true;
     if (auto rid = ctx.store->put_run(run)) j["run_id"] = *rid;
   }
   return make_reply(j);
@@ -127,7 +159,8 @@ Result<Frame> get_test_batch(DaemonContext& ctx, const Frame& req) {
     return make_error(ErrorCode::invalid_argument, "'count' must be in [1, 100000]");
   if (start < 0) return make_error(ErrorCode::invalid_argument, "'start_index' must be >= 0");
   const std::uint64_t master = seed ? *seed : random_seed();
-  GPUEMU_TRY(const OpSchema* schema, ctx.engine.catalogue().get(op));
+  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p));
+  GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(op));
   CaseGenerator gen(*schema, options);
   GPUEMU_TRY_STATUS(gen.validate());
   Frame reply = make_reply();
@@ -161,6 +194,23 @@ Result<TestCase> regenerate(const CaseGenerator& gen, const Json& c) {
   return gen.generate_from_seed(seed);
 }
 
+// A diagnosis the client computed by re-running its own kernel on the probes (an item's optional
+// `diagnosis`): {bug_class, summary, evidence}. Absent: nullopt.
+Result<std::optional<Diagnosis>> client_diagnosis(const Json& item) {
+  auto it = item.find("diagnosis");
+  if (it == item.end() || it->is_null()) return std::optional<Diagnosis>();
+  if (!it->is_object() || !it->contains("bug_class") || !(*it)["bug_class"].is_string())
+    return make_error(ErrorCode::invalid_argument,
+                      "an item's 'diagnosis' must be an object with a string 'bug_class'");
+  Diagnosis d;
+  d.bug_class = (*it)["bug_class"].get<std::string>();
+  if (auto s = it->find("summary"); s != it->end() && s->is_string()) d.summary = s->get<std::string>();
+  if (auto ev = it->find("evidence"); ev != it->end() && ev->is_array())
+    for (const auto& e : *ev)
+      if (e.is_string()) d.evidence.push_back(e.get<std::string>());
+  return std::optional<Diagnosis>(std::move(d));
+}
+
 // "input mutated" when the kernel changed an input it was given.
 std::string mutation_message(const TestCase& c, const Frame& req, const std::string& prefix) {
   for (const auto& [name, t] : c.inputs) {
@@ -186,12 +236,15 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
   GPUEMU_TRY(std::string op, string_param(p, "op"));
   GPUEMU_TRY(FuzzOptions options, protocol::options_from_json(p.value("options", Json::object())));
   GPUEMU_TRY(bool store, param<bool>(p, "store", true));
+  GPUEMU_TRY(bool hold, param<bool>(p, "hold_for_diagnosis", false));
   const Json kernel = p.value("kernel", Json{{"kind", "client"}});
   const Json client = p.value("client", Json::object());
   const Json items = p.value("items", Json::array());
   if (!items.is_array() || items.empty())
     return make_error(ErrorCode::invalid_argument, "'items' must be a non-empty array");
-  GPUEMU_TRY(const OpSchema* schema, ctx.engine.catalogue().get(op));
+  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p));
+  const Engine& engine = re.engine();
+  GPUEMU_TRY(const OpSchema* schema, engine.catalogue().get(op));
   CaseGenerator gen(*schema, options);
   GPUEMU_TRY_STATUS(gen.validate());
   std::vector<CaseResult> failures;
@@ -199,10 +252,11 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
   std::vector<Json> failure_kernels;
   Json cov = Json::object();
   Json results = Json::array();
-  std::shared_lock lock(ctx.engine_mutex);
+  bool undiagnosed = false;  // a judged failure without a client diagnosis (hold_for_diagnosis)
   for (std::size_t i = 0; i < items.size(); ++i) {
     const Json& item = items[i];
     const std::string prefix = "items/" + std::to_string(i) + "/";
+    GPUEMU_TRY(auto from_client, client_diagnosis(item));
     GPUEMU_TRY(TestCase c, regenerate(gen, item.value("case", Json())));
     coverage_add(cov, c);
     CaseResult r;
@@ -213,7 +267,7 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
     if (!kernel_error.empty() || !contract.empty() || !mutated.empty()) {
       r.verdict.passed = false;
       r.verdict.max_error = std::numeric_limits<double>::infinity();
-      r.verdict.envelope = ctx.engine.envelopes().get(op, c.dtype);
+      r.verdict.envelope = engine.envelopes().get(op, c.dtype);
       r.kernel_error = kernel_error;
       r.verdict.message = !kernel_error.empty() ? "the kernel raised: " + kernel_error
                           : !contract.empty()   ? contract
@@ -229,8 +283,13 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
       if (outs.empty())
         return make_error(ErrorCode::invalid_argument,
                           "item " + std::to_string(i) + " carries no outputs");
-      GPUEMU_TRY(r.verdict, ctx.engine.judge_case(c, outs));
-      if (!r.verdict.passed) r.diagnosis = ctx.engine.diagnose(op, options, r, nullptr);
+      GPUEMU_TRY(r.verdict, engine.judge_case(c, outs));
+      if (!r.verdict.passed && from_client) {
+        r.diagnosis = *from_client;
+      } else if (!r.verdict.passed) {
+        r.diagnosis = engine.diagnose(op, options, r, nullptr);
+        undiagnosed = true;
+      }
     }
     r.repro = "gpuemu fuzz " + op + " --seed " + std::to_string(c.master_seed) + " --case " +
               std::to_string(c.index);
@@ -249,8 +308,11 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
       failure_item.push_back(i);
     }
   }
-  lock.unlock();
-  GPUEMU_TRY(auto ids, store_failures(ctx, failures, options, failure_kernels, client, store));
+  // The client diagnoses these failures by re-running its kernel on the probes, then submits the
+  // batch again with the diagnoses: nothing is stored and no run is recorded now.
+  if (hold && undiagnosed) return make_reply({{"op", op}, {"results", results}, {"held", true}});
+  GPUEMU_TRY(auto ids,
+             store_failures(ctx, failures, options, failure_kernels, client, store, re));
   for (std::size_t f = 0; f < failures.size(); ++f)
     if (!ids[f].empty()) {
       results[failure_item[f]]["failure_id"] = ids[f];
@@ -272,7 +334,8 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
 Result<Frame> validate(DaemonContext& ctx, const Frame& req) {
   const Json p = params_of(req);
   GPUEMU_TRY(std::string op, string_param(p, "op"));
-  GPUEMU_TRY(const OpSchema* schema, ctx.engine.catalogue().get(op));
+  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p));
+  GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(op));
   TestCase c;
   c.op = op;
   std::vector<Tensor> outs;
@@ -299,21 +362,26 @@ Result<Frame> validate(DaemonContext& ctx, const Frame& req) {
   c.dims = rc.dims;
   c.attrs = rc.attrs;
   c.dtype = rc.case_dtype;
-  std::shared_lock lock(ctx.engine_mutex);
-  GPUEMU_TRY(Verdict v, ctx.engine.judge_case(c, outs));
+  GPUEMU_TRY(Verdict v, re.engine().judge_case(c, outs));
   return make_reply(v.to_json());
 }
 
 Result<Frame> calibrate(DaemonContext& ctx, const Frame& req) {
   const Json p = params_of(req);
   GPUEMU_TRY(std::string op, string_param(p, "op"));
-  GPUEMU_TRY(const OpSchema* schema, ctx.engine.catalogue().get(op));
   GPUEMU_TRY(auto names, param<std::vector<std::string>>(p, "dtypes", {}));
   GPUEMU_TRY(std::int64_t cases, param<std::int64_t>(p, "cases", 200));
   GPUEMU_TRY(std::uint64_t seed, param<std::uint64_t>(p, "seed", 0xC0FFEE));
   GPUEMU_TRY(bool apply, param<bool>(p, "apply", true));
   if (cases < 1 || cases > 1000000)
     return make_error(ErrorCode::invalid_argument, "'cases' must be in [1, 1000000]");
+  const Json control_specs = p.value("controls", Json::array());
+  if (!control_specs.is_array())
+    return make_error(ErrorCode::invalid_argument, "'controls' must be an array of kernel specs");
+  Json engine_params = {{"op", op}};  // an envelope override has no place in a calibration
+  if (p.contains("custom_op")) engine_params["custom_op"] = p["custom_op"];
+  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, engine_params));
+  GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(op));
   std::vector<DType> dtypes;
   for (const auto& n : names) {
     auto d = parse_dtype(n);
@@ -321,25 +389,64 @@ Result<Frame> calibrate(DaemonContext& ctx, const Frame& req) {
     dtypes.push_back(*d);
   }
   if (dtypes.empty()) dtypes = schema->dtypes;
-  Json results = Json::array();
-  std::vector<CalibrationResult> done;
-  {
-    std::shared_lock lock(ctx.engine_mutex);
-    for (DType d : dtypes) {
-      GPUEMU_TRY(CalibrationResult r, ctx.engine.calibrate(op, d, cases, seed));
-      results.push_back(r.to_json());
-      done.push_back(std::move(r));
-    }
+  // The user's controls (a custom op's, or any op's): correct implementations, run like kernels.
+  std::vector<std::pair<std::string, KernelRunner>> controls;
+  Json control_ids = Json::array();
+  for (const Json& spec : control_specs) {
+    GPUEMU_TRY(auto runner, resolve_kernel(ctx, op, spec, &re));
+    if (!runner)
+      return make_error(ErrorCode::invalid_argument,
+                        "a calibration control must run in the daemon (builtin or script)");
+    const Json id = kernel_identity(spec);
+    controls.emplace_back(id.value("name", id.value("function", "control")), std::move(*runner));
+    control_ids.push_back(id);
   }
+  if (controls.empty() && !re.custom_op().is_null() &&
+      schema->reference.rfind("builtin:", 0) != 0)
+    return make_error(ErrorCode::invalid_argument,
+                      "custom op '" + op +
+                          "' has no built-in controls: calibrate it against yours ('controls'; "
+                          "gpuemu.toml: control = \"FILE.py:FUNC\")");
+  ProgressEntry progress_entry;
+  auto report_progress = progress_reporter(ctx, p, progress_entry);
+  const auto total = static_cast<std::int64_t>(dtypes.size()) * cases;
+  if (report_progress) report_progress(0, total);
+  Json results = Json::array();
+  std::vector<std::pair<DType, Json>> done;
+  for (DType d : dtypes) {
+    GPUEMU_TRY(CalibrationResult r, re.engine().calibrate(op, d, cases, seed, controls));
+    Json j = r.to_json();
+    if (!control_ids.empty()) j["control_kernels"] = control_ids;
+    if (!re.custom_op().is_null()) {
+      const Json& c = re.custom_op();
+      j["custom_op"] = {{"schema_file", c.value("schema_file", Json())},
+                        {"schema_version", c.value("schema_version", Json())},
+                        {"reference", c.value("reference", Json())}};
+    }
+    j["calibrated_ms"] = now_ms();
+    results.push_back(j);
+    done.emplace_back(d, std::move(j));
+    if (report_progress) report_progress(static_cast<std::int64_t>(done.size()) * cases, total);
+  }
+  re.release();
   if (apply) {
     std::unique_lock lock(ctx.engine_mutex);
-    for (const auto& r : done) ctx.engine.envelopes().set(op, r.dtype, r.envelope, r.to_json());
+    for (const auto& [d, j] : done) ctx.engine.envelopes().set(op, d, j["envelope"].get<double>(), j);
   }
   if (apply && ctx.store)
-    for (const auto& r : done)
-      GPUEMU_TRY_STATUS(
-          ctx.store->put_calibration(op, std::string(dtype_name(r.dtype)), r.to_json()));
+    for (const auto& [d, j] : done)
+      GPUEMU_TRY_STATUS(ctx.store->put_calibration(op, std::string(dtype_name(d)), j));
   return make_reply({{"op", op}, {"applied", apply}, {"results", results}});
+}
+
+// The progress of a running request that carries `progress_token` (fast: never blocks).
+Result<Frame> progress(DaemonContext& ctx, const Frame& req) {
+  const Json p = params_of(req);
+  GPUEMU_TRY(std::string token, string_param(p, "token"));
+  auto item = ctx.progress.get(token);
+  if (!item) return make_reply({{"token", token}, {"running", false}});
+  return make_reply({{"token", token}, {"running", true}, {"done", item->done},
+                     {"total", item->total}});
 }
 
 }  // namespace
@@ -354,6 +461,7 @@ void add_fuzz_commands(std::vector<Command>& out) {
   out.push_back({"validate", validate, false, "judge outputs for inputs the client chose"});
   out.push_back(
       {"calibrate", calibrate, false, "calibrate an op's envelopes from its correct controls"});
+  out.push_back({"progress", progress, true, "how far a request with a progress_token has got"});
 }
 
 }  // namespace gpuemu::server

@@ -1,18 +1,19 @@
 // Failure records (docs/store.md, "Record meta") and kernel resolution.
 #include "server/records.hpp"
 
+#include "server/request_engine.hpp"
 #include "server/script_kernel.hpp"
 
 namespace gpuemu::server {
 
 Result<std::optional<KernelRunner>> resolve_kernel(const DaemonContext& ctx, const std::string& op,
-                                                   const Json& kernel) {
+                                                   const Json& kernel, const RequestEngine* re) {
   if (!kernel.is_object())
     return make_error(ErrorCode::invalid_argument, "'kernel' must be an object with a 'kind'");
   const std::string kind = kernel.value("kind", "");
   if (kind == "builtin") {
     GPUEMU_TRY(std::string name, string_param(kernel, "name"));
-    GPUEMU_TRY(KernelRunner r, ctx.engine.builtin_kernel(op, name));
+    GPUEMU_TRY(KernelRunner r, (re ? re->engine() : ctx.engine).builtin_kernel(op, name));
     return std::optional<KernelRunner>(std::move(r));
   }
   if (kind == "script") {
@@ -28,6 +29,7 @@ Result<std::optional<KernelRunner>> resolve_kernel(const DaemonContext& ctx, con
     if (spec.framework != "numpy" && spec.framework != "torch")
       return make_error(ErrorCode::invalid_argument,
                         "framework '" + spec.framework + "' is not supported (numpy, torch)");
+    if (re) spec.catalogue = re->catalogue();
     GPUEMU_TRY(KernelRunner r, make_script_kernel(spec));
     return std::optional<KernelRunner>(std::move(r));
   }
@@ -47,7 +49,7 @@ Json kernel_identity(const Json& kernel) {
 
 FailureRecord make_failure_record(const DaemonContext& ctx, const CaseResult& f,
                                   const FuzzOptions& options, const Json& kernel,
-                                  const Json& client) {
+                                  const Json& client, const RequestEngine* re) {
   const TestCase& c = f.test_case;
   FailureRecord rec;
   rec.op = c.op;
@@ -75,6 +77,7 @@ FailureRecord make_failure_record(const DaemonContext& ctx, const CaseResult& f,
   m["kernel"] = kernel_identity(kernel);
   m["client"] = client.is_object() ? client : Json::object();
   m["gpuemu_version"] = GPUEMU_VERSION;
+  if (re) m.update(re->record_meta(c));
   rec.meta = std::move(m);
   rec.inputs = protocol::snapshot_case(c);
   return rec;

@@ -8,16 +8,21 @@
 
 namespace gpuemu::server {
 
+class RequestEngine;
+
 // The runner of a kernel spec; `std::nullopt` for a client-side kernel (the daemon cannot run it).
+// `re`: the request's engine, when it holds a custom op (its schema resolves script outputs).
 Result<std::optional<KernelRunner>> resolve_kernel(const DaemonContext& ctx, const std::string& op,
-                                                   const Json& kernel);
+                                                   const Json& kernel,
+                                                   const RequestEngine* re = nullptr);
 // The kernel identity stored with a failure (kind, name, file, line, script, function, framework).
 Json kernel_identity(const Json& kernel);
 
 // A failure record of a failing case: meta (docs/store.md) and the exact input snapshot.
+// `re` adds what judged it (envelope_source) and a custom op's spec (RequestEngine::record_meta).
 FailureRecord make_failure_record(const DaemonContext& ctx, const CaseResult& failure,
                                   const FuzzOptions& options, const Json& kernel,
-                                  const Json& client);
+                                  const Json& client, const RequestEngine* re = nullptr);
 // A list item: id, op, seed, dtype, created_ms, max_error, bug_class, kernel.
 Json failure_list_item(const FailureSummary& s);
 // The stored case and the options it was generated under.
