@@ -5,6 +5,8 @@
 #include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+
+#include <cstdlib>
 #include <CLI/CLI.hpp>
 
 #include <fcntl.h>
@@ -31,6 +33,8 @@ struct Options {
   std::string python;
   double script_timeout = 60.0;
   std::string log_level = "info";
+  std::size_t log_max_bytes = 5 * 1024 * 1024;  // daemon.log rotates past this size ...
+  std::size_t log_files = 3;                     // ... keeping daemon.1.log .. daemon.N.log
   int drain_s = 30;
 };
 
@@ -66,7 +70,7 @@ Result<int> take_lock(const protocol::HomePaths& paths) {
 void setup_logging(const protocol::HomePaths& paths, const Options& o) {
   std::vector<spdlog::sink_ptr> sinks;
   sinks.push_back(std::make_shared<spdlog::sinks::rotating_file_sink_mt>(
-      paths.logs_dir + "/daemon.log", 5 * 1024 * 1024, 3));
+      paths.logs_dir + "/daemon.log", o.log_max_bytes, o.log_files));
   if (o.foreground) sinks.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
   auto logger = std::make_shared<spdlog::logger>("gpuemu", sinks.begin(), sinks.end());
   logger->set_level(spdlog::level::from_str(o.log_level));
@@ -188,6 +192,14 @@ int main(int argc, char** argv) {
   app.add_option("--script-timeout", o.script_timeout, "seconds a script kernel may take per case");
   app.add_option("--log-level", o.log_level, "trace | debug | info | warn | error");
   app.add_option("--drain-timeout", o.drain_s, "seconds in-flight requests get at shutdown");
+  if (const char* v = std::getenv("GPUEMU_LOG_MAX_BYTES"); v && std::atoll(v) > 0)
+    o.log_max_bytes = static_cast<std::size_t>(std::atoll(v));
+  app.add_option("--log-max-bytes", o.log_max_bytes,
+                 "rotate logs/daemon.log past this many bytes (default 5 MiB, or "
+                 "$GPUEMU_LOG_MAX_BYTES)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
+  app.add_option("--log-files", o.log_files, "rotated logs kept: daemon.1.log .. daemon.N.log")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100}));
   app.set_version_flag("--version", std::string("gpuemu-daemon ") + GPUEMU_VERSION);
   CLI11_PARSE(app, argc, argv);
   const protocol::HomePaths paths =
