@@ -3,6 +3,8 @@
 // (--script FILE.py:FUNC). And gpuemu calibrate.
 #include "cli_common.hpp"
 #include "daemon_link.hpp"
+#include "progress.hpp"
+#include "project_config.hpp"
 
 #include <gpuemu/engine.hpp>
 #include <server/script_kernel.hpp>
@@ -67,11 +69,50 @@ void print_failure(const CaseResult& f, const std::optional<Minimized>& minimize
   std::cout << "  repro:      " << f.repro << "\n";
 }
 
+// The custom op `op` of the project's gpuemu.toml (--config, else the nearest one), or null. A
+// missing or broken gpuemu.toml only matters when --config names it.
+const CustomOp* find_custom_op(const std::string& op, const std::string& config,
+                               std::optional<ProjectConfig>& holder) {
+  auto cfg = load_project_config(config);
+  if (!cfg) {
+    if (!config.empty()) throw GpuemuException(cfg.error());
+    return nullptr;
+  }
+  holder = std::move(cfg).value();
+  return holder->custom_op(op);
+}
+
+Json calibrate_through_daemon(const std::vector<std::string>& ops, const std::vector<std::string>& dtypes,
+                              std::int64_t cases, std::uint64_t seed, const std::string& config,
+                              bool json) {
+  auto client = connect_daemon();
+  std::vector<std::string> names = ops;
+  if (names.empty())
+    for (const auto& o : call_daemon(*client, "list_ops", Json::object()).value("ops", Json::array()))
+      names.push_back(o.value("name", ""));
+  std::optional<ProjectConfig> cfg;
+  Json results = Json::array();
+  for (const auto& name : names) {
+    Json params = {{"op", name}, {"cases", cases}, {"seed", seed}, {"apply", true}};
+    if (!dtypes.empty()) params["dtypes"] = dtypes;
+    if (const CustomOp* custom = find_custom_op(name, config, cfg)) {
+      params["custom_op"] = custom->spec();
+      if (const Json control = custom->control_spec(); !control.is_null())
+        params["controls"] = Json::array({control});
+    }
+    const Json r = call_daemon_with_progress(*client, "calibrate", params, "calibrate " + name,
+                                             progress_enabled(json));
+    for (const auto& one : r.value("results", Json::array())) results.push_back(one);
+  }
+  return results;
+}
+
 }  // namespace
 
 void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
   auto* fuzz = app.add_subcommand("fuzz", "Fuzz an op against a kernel and judge every case");
-  static std::string op, kernel, script, framework = "numpy", python;
+  static std::string op, kernel, script, framework = "numpy", python, fuzz_config;
+  static std::vector<std::string> envelope_flags;
   static std::string strategy = "adversarial";
   static double script_timeout = 60.0;
   static std::int64_t iterations = 100, only_case = -1;
@@ -102,6 +143,10 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
   fuzz->add_flag("--fail-fast", fail_fast, "stop at the first failing case");
   fuzz->add_flag("!--no-minimize", do_minimize, "do not minimise the first failure");
   fuzz->add_flag("--json", json, "JSON output");
+  fuzz->add_option("--envelope", envelope_flags,
+                   "override the envelope: X, or DTYPE=X (repeatable; through the daemon)");
+  fuzz->add_option("--config", fuzz_config,
+                   "gpuemu.toml holding OP when it is a custom op (default: the nearest one)");
   fuzz->callback([&ctx] {
     if (kernel.empty() == script.empty())
       throw GpuemuException(make_error(ErrorCode::invalid_argument,
@@ -147,11 +192,39 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
     for (const auto& v : vary) prefix += " --vary-attr " + v;
     if (no_layouts) prefix += " --no-layouts";
     req.repro_prefix = prefix;
+    Json extra = Json::object();
+    std::optional<ProjectConfig> cfg;
+    if (const CustomOp* custom = find_custom_op(op, fuzz_config, cfg)) {
+      extra["custom_op"] = custom->spec();
+      prefix += " --config " + cfg->file.string();
+      req.repro_prefix = prefix;
+    }
+    for (const auto& e : envelope_flags) {
+      const auto eq = e.find('=');
+      try {
+        if (eq == std::string::npos) {
+          extra["envelope"]["*"] = std::stod(e);
+        } else {
+          extra["envelope"][e.substr(0, eq)] = std::stod(e.substr(eq + 1));
+        }
+      } catch (const std::exception&) {
+        throw GpuemuException(make_error(ErrorCode::invalid_argument,
+                                         "--envelope must be X or DTYPE=X, got '" + e + "'"));
+      }
+    }
+    if (no_daemon && !extra.empty())
+      throw GpuemuException(make_error(ErrorCode::invalid_argument,
+                                       "custom ops and --envelope run through the daemon: drop "
+                                       "--no-daemon"));
     if (!no_daemon && only_case < 0) {
       ctx.exit_code = fuzz_through_daemon(req, kernel_spec, do_minimize, json,
-                                          kernel.empty() ? script : kernel, strategy);
+                                          kernel.empty() ? script : kernel, strategy, extra);
       return;
     }
+    if (!extra.empty())
+      throw GpuemuException(make_error(ErrorCode::invalid_argument,
+                                       "--case replays in this process, which has no custom ops "
+                                       "or envelope overrides: use gpuemu repro ID"));
     Engine engine = make_engine();
     Result<KernelRunner> runner = [&]() -> Result<KernelRunner> {
       if (!kernel.empty()) return engine.builtin_kernel(op, kernel);
@@ -231,14 +304,47 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
   static std::int64_t cal_cases = 200;
   static std::uint64_t cal_seed = 0xC0FFEE;
   static std::string write_path;
-  static bool cal_json = false;
+  static bool cal_json = false, cal_no_daemon = false;
+  static std::string cal_config;
   cal->add_option("OP", cal_ops, "ops (default: every op)");
   cal->add_option("--dtype", cal_dtypes, "dtypes (default: each the op allows)");
   cal->add_option("--cases", cal_cases, "cases per (op, dtype)")->check(CLI::Range(1, 1000000));
   cal->add_option("--seed", cal_seed, "calibration seed");
   cal->add_option("--write", write_path, "write the envelope table to this file");
   cal->add_flag("--json", cal_json, "JSON output");
+  cal->add_flag("--no-daemon", cal_no_daemon,
+                "calibrate in this process (nothing is applied to the daemon or stored)");
+  cal->add_option("--config", cal_config, "gpuemu.toml with the custom ops (default: the nearest)");
   cal->callback([&ctx] {
+    if (!cal_no_daemon) {
+      // The daemon calibrates, applies the envelopes and stores them with their provenance.
+      const Json results =
+          calibrate_through_daemon(cal_ops, cal_dtypes, cal_cases, cal_seed, cal_config, cal_json);
+      EnvelopeTable table;
+      for (const auto& r : results) {
+        if (!cal_json)
+          std::cout << std::left << std::setw(20) << r.value("op", "") << std::setw(14)
+                    << r.value("dtype", "") << " envelope " << std::setw(8)
+                    << fmt_number(r["envelope"]) << " p95 " << std::setw(8)
+                    << fmt_number(r["p95"]) << " max " << fmt_number(r["max"]) << "  ("
+                    << r.value("cases", 0) << " cases x "
+                    << r.value("controls", Json::array()).size() << " controls)\n";
+        if (auto dt = parse_dtype(r.value("dtype", "")))
+          table.set(r.value("op", ""), *dt, r["envelope"].get<double>(), r);
+      }
+      if (cal_json) std::cout << results.dump(2) << "\n";
+      if (!write_path.empty()) {
+        Json j = table.to_json();
+        j["generated_by"] = "gpuemu calibrate --cases " + std::to_string(cal_cases) + " --seed " +
+                            std::to_string(cal_seed) + " --write " + write_path;
+        std::ofstream out(write_path);
+        out << j.dump(2) << "\n";
+        if (!out)
+          throw GpuemuException(make_error(ErrorCode::io_error, "cannot write " + write_path));
+      }
+      ctx.exit_code = k_exit_ok;
+      return;
+    }
     Engine engine = make_engine();
     std::vector<std::string> ops = cal_ops;
     if (ops.empty())

@@ -1,11 +1,13 @@
 // gpuemu init, gpuemu ci, gpuemu report [verify]: the project-level commands (docs/ci.md).
 #include "cli_common.hpp"
 #include "daemon_link.hpp"
+#include "progress.hpp"
 #include "project_config.hpp"
 #include "report_signing.hpp"
 #include "report_writers.hpp"
 
 #include <gpuemu/protocol.hpp>
+#include "gpuemu/lint/lint.hpp"
 
 #include <unistd.h>
 #include <chrono>
@@ -115,6 +117,74 @@ Json failure_of(const Json& f) {
           {"replay", f.value("replay", Json())}};
 }
 
+// `gpuemu lint` over [ci].lint_paths with the [lint] policy: one passed result, or one failed
+// result per error finding (located at its source line when known, else at the input).
+Json lint_results(const ProjectConfig& cfg, DaemonClient* client) {
+  Json out = Json::array();
+  Json base = {{"op", "lint"}, {"dtype", ""}, {"kernel", "gpuemu lint"},
+               {"file", cfg.file.string()}, {"line", cfg.lint_line}};
+  auto policy = lint::parse_policy(cfg.text, cfg.file.string());
+  auto error = [&](const std::string& message) {
+    Json r = base;
+    r["name"] = "lint";
+    r["status"] = "error";
+    r["error"] = message;
+    out.push_back(r);
+    return out;
+  };
+  if (!policy) return error(policy.error().message);
+  lint::LintRequest request;
+  for (const auto& p : cfg.lint_paths) request.inputs.emplace_back(p);
+  request.arches = policy->arches;
+  request.nvcc_flags = policy->nvcc_flags;
+  std::optional<lint::Baseline> baseline;
+  if (!cfg.lint_baseline.empty()) {
+    auto loaded = lint::load_baseline(cfg.lint_baseline);
+    if (!loaded) return error(loaded.error().message);
+    baseline = std::move(*loaded);
+  } else if (!cfg.lint_baseline_tag.empty()) {
+    try {
+      const Json stored =
+          call_daemon(*client, "baselines", {{"action", "get"}, {"name", cfg.lint_baseline_tag}});
+      auto loaded = lint::baseline_from_json(stored.value("baseline", Json()));
+      if (!loaded) return error("baseline tag '" + cfg.lint_baseline_tag + "': " + loaded.error().message);
+      baseline = std::move(*loaded);
+    } catch (const GpuemuException& e) {
+      return error(e.error().message);
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto report = lint::analyze(request);
+  if (!report) return error(report.error().message);
+  const lint::LintVerdict verdict = lint::evaluate(*report, baseline ? &*baseline : nullptr, *policy);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const lint::Finding& f : verdict.findings) {
+    if (f.severity != lint::Severity::error) continue;
+    Json r = base;
+    r["name"] = "lint " + (f.kernel.empty() ? f.input : f.kernel) + (f.arch.empty() ? "" : " [" + f.arch + "]");
+    r["kernel"] = f.kernel.empty() ? "gpuemu lint" : f.kernel;
+    r["status"] = "failed";
+    r["file"] = f.location && !f.location->file.empty() ? f.location->file : f.input;
+    r["line"] = f.location && f.location->line > 0 ? f.location->line : 1;
+    r["elapsed"] = elapsed;
+    r["failure"] = {{"message", "[" + f.rule + "] " + f.message},
+                    {"bug_class", "lint-" + f.rule},
+                    {"summary", f.message},
+                    {"repro", "gpuemu lint --config " + cfg.file.string()}};
+    out.push_back(r);
+  }
+  if (out.empty()) {
+    Json r = base;
+    r["name"] = "lint";
+    r["status"] = "passed";
+    r["cases"] = report->kernels.size();
+    r["elapsed"] = elapsed;
+    out.push_back(r);
+  }
+  return out;
+}
+
 struct CiOptions {
   std::string config, junit, sarif, preset;
   bool quick = false, thorough = false, json = false;
@@ -129,11 +199,11 @@ int run_ci(const CiOptions& o) {
     throw GpuemuException(
         make_error(ErrorCode::invalid_argument, "unknown ci preset '" + preset_name + "'"));
   const CiPreset preset = cfg->presets[preset_name];
-  if (cfg->ops.empty())
+  if (cfg->ops.empty() && cfg->lint_paths.empty())
     throw GpuemuException(
         make_error(ErrorCode::invalid_argument, cfg->file.string() + ": no [[op]] to run"));
   auto client = connect_daemon();
-  const bool tty = isatty(2) && !o.json;
+  const bool bars = progress_enabled(o.json);
   Json results = Json::array();
   for (const ProjectOp& op : cfg->ops) {
     std::vector<std::string> dtypes = op.dtypes;
@@ -141,6 +211,8 @@ int run_ci(const CiOptions& o) {
                  {"kernel", op.kernel_label()},
                  {"file", op.script.empty() ? cfg->file.string() : op.script},
                  {"line", op.script.empty() ? op.line : function_line(op.script, op.function)}};
+    const CustomOp* custom = cfg->custom_op(op.op);
+    if (dtypes.empty() && custom) dtypes = custom->dtypes;
     if (dtypes.empty()) {
       try {
         const Json d = call_daemon(*client, "describe_op", {{"op", op.op}});
@@ -166,7 +238,6 @@ int run_ci(const CiOptions& o) {
               ? *op.seed
               : std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32);
       r["seed"] = seed;
-      if (tty) std::cerr << "  " << r["name"].get<std::string>() << " ...\r" << std::flush;
       Json params = {{"op", op.op},
                      {"kernel", op.kernel_spec()},
                      {"options", protocol::options_to_json(op.fuzz_options(dtype))},
@@ -177,8 +248,14 @@ int run_ci(const CiOptions& o) {
                      {"diagnose_limit", 1},
                      {"repro_prefix", repro_prefix(op, dtype)},
                      {"client", {{"name", "gpuemu-ci"}, {"version", GPUEMU_VERSION_STRING}}}};
+      if (custom) params["custom_op"] = custom->spec();
+      if (!op.envelope.empty()) {
+        params["envelope"] = Json::object();
+        for (const auto& [dt, v] : op.envelope) params["envelope"][dt] = v;
+      }
       try {
-        const Json rep = call_daemon(*client, "fuzz", params);
+        const Json rep = call_daemon_with_progress(*client, "fuzz", params,
+                                                   r["name"].get<std::string>(), bars);
         const Json failures = rep.value("failures", Json::array());
         r["cases"] = rep.value("total", 0);
         r["failed_cases"] = rep.value("failed", 0);
@@ -186,14 +263,17 @@ int run_ci(const CiOptions& o) {
         r["status"] = failures.empty() ? "passed" : "failed";
         if (!failures.empty()) r["failure"] = failure_of(failures.front());
         if (rep.contains("run_id")) r["run_id"] = rep["run_id"];
+        if (rep.contains("envelope") && rep["envelope"].contains(dtype))
+          r["envelope"] = rep["envelope"][dtype];
       } catch (const GpuemuException& e) {
         r["status"] = "error";
         r["error"] = e.error().message;
       }
-      if (tty) std::cerr << "\033[K";
       results.push_back(r);
     }
   }
+  if (!cfg->lint_paths.empty())
+    for (const auto& r : lint_results(*cfg, client.get())) results.push_back(r);
   Json doc = {{"tool", "gpuemu"},
               {"version", GPUEMU_VERSION_STRING},
               {"kind", "ci"},
@@ -225,8 +305,36 @@ int run_ci(const CiOptions& o) {
   return s["failed"].get<int>() > 0 ? k_exit_failed : k_exit_ok;
 }
 
-// The report document of the failures stored by the daemon, and the recent CI runs.
-Json stored_failures_report(const std::string& op, std::size_t limit) {
+// The daemon store's run history (the `runs` request), newest first, as report rows.
+Json daemon_runs(DaemonClient& client, const std::string& op, std::size_t limit) {
+  const Json list = call_daemon(client, "runs", {{"op", op}, {"limit", limit}});
+  Json out = Json::array();
+  for (const auto& run : list.value("runs", Json::array())) {
+    const std::int64_t total = run.value("total", std::int64_t{0});
+    const std::int64_t passed = run.value("passed", std::int64_t{0});
+    const Json kernel = run.value("kernel", Json::object());
+    std::string label = kernel.value("name", kernel.value("kind", std::string()));
+    if (kernel.contains("file") && kernel["file"].is_string())
+      label = fs::path(kernel["file"].get<std::string>()).filename().string() + ":" + label;
+    out.push_back({{"id", run.value("id", Json())},
+                   {"time_ms", run.value("started_ms", Json())},
+                   {"kind", run.value("kind", Json())},
+                   {"op", run.value("op", Json())},
+                   {"kernel", label},
+                   {"seed", run.value("seed", Json())},
+                   {"total", total},
+                   {"passed", passed},
+                   {"failed", total - passed},
+                   {"elapsed", run.value("elapsed", Json())},
+                   {"failure_ids", run.value("failure_ids", Json::array())}});
+  }
+  return out;
+}
+
+// The report document of the failures stored by the daemon, and the recent runs: `runs` = "ci"
+// (gpuemu ci's client-side history), "daemon" (the store's run records) or "all".
+Json stored_failures_report(const std::string& op, std::size_t limit, const std::string& runs,
+                            std::size_t runs_limit) {
   auto client = connect_daemon();
   const Json list =
       call_daemon(*client, "failures", {{"action", "list"}, {"op", op}, {"limit", limit}});
@@ -278,7 +386,9 @@ Json stored_failures_report(const std::string& op, std::size_t limit) {
           {"filter", {{"op", op}, {"limit", limit}}},
           {"results", results},
           {"summary", summarize(results)},
-          {"runs", recent_runs(20)}};
+          {"runs", runs == "daemon" ? Json::array() : recent_runs(runs_limit)},
+          {"daemon_runs",
+           runs == "ci" ? Json::array() : daemon_runs(*client, op, runs_limit)}};
 }
 
 }  // namespace
@@ -314,12 +424,17 @@ void register_project_commands(CLI::App& app, CliContext& ctx) {
 
   auto* report = app.add_subcommand("report", "A report of the stored failures and recent runs");
   static std::string format = "text", report_op, out_path;
-  static std::size_t report_limit = 100;
+  static std::size_t report_limit = 100, runs_limit = 20;
+  static std::string runs_source = "ci";
   static bool sign = false;
   report->add_option("--format", format, "text | json | junit | sarif | html")
       ->check(CLI::IsMember({"text", "json", "junit", "sarif", "html"}));
   report->add_option("--op", report_op, "only this op");
   report->add_option("--limit", report_limit, "at most N failures (newest first)");
+  report->add_option("--runs", runs_source,
+                     "run history: ci (gpuemu ci's), daemon (the store's), all")
+      ->check(CLI::IsMember({"ci", "daemon", "all"}));
+  report->add_option("--runs-limit", runs_limit, "at most N runs of each history (default 20)");
   report->add_option("-o,--output", out_path, "write to FILE instead of stdout");
   report->add_flag("--sign", sign, "sign it (ed25519): writes FILE.sig next to -o FILE");
   auto* verify = report->add_subcommand("verify", "Check a signed report offline");
@@ -352,7 +467,7 @@ void register_project_commands(CLI::App& app, CliContext& ctx) {
                                        "--sign needs -o FILE (the signature goes to FILE.sig)"));
     // A signed report is the JSON document unless another format is asked for explicitly.
     const std::string fmt = sign && report->count("--format") == 0 ? "json" : format;
-    const Json doc = stored_failures_report(report_op, report_limit);
+    const Json doc = stored_failures_report(report_op, report_limit, runs_source, runs_limit);
     const std::string text = render_report(doc, fmt);
     if (out_path.empty()) {
       std::cout << text;

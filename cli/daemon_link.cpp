@@ -1,5 +1,6 @@
 // Connecting to the daemon and printing its results.
 #include "daemon_link.hpp"
+#include "progress.hpp"
 
 #include <unistd.h>
 #include <cmath>
@@ -94,7 +95,8 @@ void print_failure_json(const Json& f, const Json* minimized) {
 }
 
 int fuzz_through_daemon(const FuzzRequest& req, const Json& kernel_spec, bool minimize, bool json,
-                        const std::string& kernel_label, const std::string& strategy) {
+                        const std::string& kernel_label, const std::string& strategy,
+                        const Json& extra) {
   auto client = connect_daemon();
   Json params = {{"op", req.op},
                  {"kernel", kernel_spec},
@@ -105,10 +107,8 @@ int fuzz_through_daemon(const FuzzRequest& req, const Json& kernel_spec, bool mi
                  {"minimize", minimize},
                  {"repro_prefix", req.repro_prefix},
                  {"client", {{"name", "gpuemu-cli"}, {"version", GPUEMU_VERSION_STRING}}}};
-  if (isatty(2) && !json)
-    std::cerr << "  running " << req.iterations << " cases on the daemon...\r" << std::flush;
-  const Json r = call_daemon(*client, "fuzz", params);
-  if (isatty(2) && !json) std::cerr << "\033[K";
+  params.update(extra);
+  const Json r = call_daemon_with_progress(*client, "fuzz", params, req.op, progress_enabled(json));
   const auto failures = r.value("failures", Json::array());
   if (json) {
     std::cout << r.dump(2) << "\n";

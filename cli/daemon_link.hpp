@@ -18,9 +18,11 @@ std::unique_ptr<DaemonClient> connect_daemon(bool autostart = true);
 Json call_daemon(DaemonClient& client, const std::string& method, Json params,
                  protocol::Frame* reply = nullptr);
 
-// `gpuemu fuzz` through the daemon; returns the exit code.
+// `gpuemu fuzz` through the daemon; returns the exit code. `extra` is merged into the request's
+// params (custom_op, envelope).
 int fuzz_through_daemon(const FuzzRequest& req, const Json& kernel_spec, bool minimize, bool json,
-                        const std::string& kernel_label, const std::string& strategy);
+                        const std::string& kernel_label, const std::string& strategy,
+                        const Json& extra = Json::object());
 
 // One failing case (a failure JSON of the daemon) for a human.
 void print_failure_json(const Json& failure, const Json* minimized);

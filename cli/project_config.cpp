@@ -3,6 +3,7 @@
 
 #include <toml++/toml.h>
 #include <gpuemu/lint/policy.hpp>
+#include <gpuemu/op_schema.hpp>
 
 #include <algorithm>
 #include <fstream>
@@ -33,10 +34,9 @@ class Reader {
     for (auto&& [key, value] : table) {
       if (std::find(known.begin(), known.end(), key.str()) != known.end()) continue;
       if (key.str() == "tolerance")
-        return at(key.source(),
-                  "'tolerance' in " + where +
-                      ": tolerance overrides are not applied yet (see docs/ci.md, \"Not "
-                      "implemented\"); remove the key");
+        return at(key.source(), "'tolerance' in " + where +
+                                    " is not a key: override the envelope with envelope = 6.0 or "
+                                    "envelope = { float16 = 8.0 } (docs/ci.md)");
       std::string list;
       for (auto k : known) list += (list.empty() ? "" : ", ") + std::string(k);
       return at(key.source(), "unknown key '" + std::string(key.str()) + "' in " + where +
@@ -143,7 +143,8 @@ Result<ProjectOp> read_op(const Reader& r, const toml::table& t, const Defaults&
   GPUEMU_TRY_STATUS(
       r.check_keys(t, "[[op]]",
                    {"name", "script", "kernel", "framework", "python", "timeout_s", "dtypes",
-                    "iterations", "strategy", "seed", "dims", "attrs", "vary_attrs", "layouts"}));
+                    "iterations", "strategy", "seed", "dims", "attrs", "vary_attrs", "layouts",
+                    "envelope"}));
   ProjectOp op;
   op.line = static_cast<int>(t.source().begin.line);
   op.framework = d.framework;
@@ -210,6 +211,17 @@ Result<ProjectOp> read_op(const Reader& r, const toml::table& t, const Defaults&
       GPUEMU_TRY(op.vary_attrs, r.strings(n, k));
     } else if (k == "layouts") {
       GPUEMU_TRY(op.layouts, r.boolean(n, k));
+    } else if (k == "envelope") {
+      if (const toml::table* per = n.as_table()) {
+        for (auto&& [dt, v] : *per) {
+          if (!parse_dtype(std::string(dt.str())))
+            return r.at(v, "envelope: unknown dtype '" + std::string(dt.str()) + "'");
+          GPUEMU_TRY(op.envelope[std::string(dt.str())],
+                     r.positive_number(v, "envelope." + std::string(dt.str())));
+        }
+      } else {
+        GPUEMU_TRY(op.envelope["*"], r.positive_number(n, k));
+      }
     }
   }
   if (op.op.empty()) return r.at(t.source(), "[[op]] needs 'name' (a catalogue op)");
@@ -220,11 +232,93 @@ Result<ProjectOp> read_op(const Reader& r, const toml::table& t, const Defaults&
   return op;
 }
 
-Status read_ci(const Reader& r, const toml::table& t, ProjectConfig& c) {
-  GPUEMU_TRY_STATUS(r.check_keys(t, "[ci]", {"preset", "minimize", "presets"}));
+// "FILE.py:FUNC" relative to `base_dir`: the absolute file (which must exist) and FUNC.
+Result<std::pair<std::string, std::string>> script_ref(const Reader& r, const toml::node& n,
+                                                       const std::string& key,
+                                                       const fs::path& base_dir) {
+  GPUEMU_TRY(std::string s, r.string(n, key));
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+    return r.at(n, "'" + key + "' must be \"FILE.py:FUNC\", got '" + s + "'");
+  fs::path p = s.substr(0, colon);
+  if (p.is_relative()) p = base_dir / p;
+  p = p.lexically_normal();
+  if (!fs::is_regular_file(p)) return r.at(n, "'" + key + "': no file " + p.string());
+  return std::make_pair(p.string(), s.substr(colon + 1));
+}
+
+Result<CustomOp> read_custom_op(const Reader& r, const std::string& name, const toml::table& t,
+                                const Defaults& d, const fs::path& base_dir) {
+  const std::string where = "[custom_ops." + name + "]";
+  GPUEMU_TRY_STATUS(
+      r.check_keys(t, where, {"schema", "reference", "control", "python", "timeout_s"}));
+  CustomOp op;
+  op.name = name;
+  op.line = static_cast<int>(t.source().begin.line);
+  op.timeout_s = d.timeout_s;
+  const toml::node* schema = t.get("schema");
+  if (schema == nullptr) return r.at(t.source(), where + " needs 'schema' (the op's JSON schema)");
+  GPUEMU_TRY(std::string file, r.string(*schema, "schema"));
+  fs::path p = file;
+  if (p.is_relative()) p = base_dir / p;
+  op.schema_file = p.lexically_normal().string();
+  std::ifstream in(op.schema_file);
+  if (!in) return r.at(*schema, "'schema': cannot read " + op.schema_file);
+  std::ostringstream text;
+  text << in.rdbuf();
+  op.schema_text = text.str();
+  // The same checks the daemon makes (schemas/op.schema.json, docs/schemas.md), with its lines.
+  auto parsed = parse_op_schema(op.schema_text, op.schema_file);
+  if (!parsed) return r.at(*schema, parsed.error().message);
+  if (parsed->name != name)
+    return r.at(*schema, op.schema_file + " defines op '" + parsed->name + "', not '" + name + "'");
+  for (DType dt : parsed->dtypes) op.dtypes.emplace_back(dtype_name(dt));
   for (auto&& [key, n] : t) {
     const std::string k(key.str());
-    if (k == "preset") {
+    if (k == "reference") {
+      GPUEMU_TRY(auto sf, script_ref(r, n, k, base_dir));
+      op.reference_script = sf.first;
+      op.reference_function = sf.second;
+    } else if (k == "control") {
+      GPUEMU_TRY(auto sf, script_ref(r, n, k, base_dir));
+      op.control_script = sf.first;
+      op.control_function = sf.second;
+    } else if (k == "python") {
+      GPUEMU_TRY(op.python, r.string(n, k));
+    } else if (k == "timeout_s") {
+      GPUEMU_TRY(op.timeout_s, r.positive_number(n, k));
+    }
+  }
+  if (op.reference_script.empty() && parsed->reference.rfind("script:", 0) != 0 &&
+      parsed->reference.rfind("builtin:", 0) != 0)
+    return r.at(t.source(), where + " needs 'reference' = \"FILE.py:FUNC\"");
+  return op;
+}
+
+Status read_ci(const Reader& r, const toml::table& t, ProjectConfig& c) {
+  GPUEMU_TRY_STATUS(r.check_keys(t, "[ci]",
+                                 {"preset", "minimize", "presets", "lint_paths", "lint_baseline",
+                                  "lint_baseline_tag"}));
+  const fs::path base_dir = c.file.parent_path();
+  for (auto&& [key, n] : t) {
+    const std::string k(key.str());
+    if (k == "lint_paths") {
+      GPUEMU_TRY(auto paths, r.strings(n, k));
+      for (const auto& p : paths) {
+        fs::path full = p;
+        if (full.is_relative()) full = base_dir / full;
+        full = full.lexically_normal();
+        if (!fs::exists(full)) return r.at(n, "'lint_paths': no file or directory " + full.string());
+        c.lint_paths.push_back(full.string());
+      }
+    } else if (k == "lint_baseline") {
+      GPUEMU_TRY(std::string p, r.string(n, k));
+      fs::path full = p;
+      if (full.is_relative()) full = base_dir / full;
+      c.lint_baseline = full.lexically_normal().string();
+    } else if (k == "lint_baseline_tag") {
+      GPUEMU_TRY(c.lint_baseline_tag, r.string(n, k));
+    } else if (k == "preset") {
       GPUEMU_TRY(c.ci_preset, r.string(n, k));
     } else if (k == "minimize") {
       GPUEMU_TRY(c.ci_minimize, r.boolean(n, k));
@@ -253,6 +347,27 @@ Status read_ci(const Reader& r, const toml::table& t, ProjectConfig& c) {
 }
 
 }  // namespace
+
+nlohmann::json CustomOp::spec() const {
+  nlohmann::json j = {{"name", name}, {"schema", schema_text}, {"schema_file", schema_file}};
+  if (!reference_script.empty()) {
+    j["reference"] = {{"script", reference_script},
+                      {"function", reference_function},
+                      {"timeout_s", timeout_s}};
+    if (!python.empty()) j["reference"]["python"] = python;
+  }
+  return j;
+}
+
+nlohmann::json CustomOp::control_spec() const {
+  if (control_script.empty()) return nullptr;
+  nlohmann::json k = {{"kind", "script"},           {"script", control_script},
+                      {"function", control_function}, {"framework", "numpy"},
+                      {"timeout_s", timeout_s},     {"name", control_function},
+                      {"file", control_script}};
+  if (!python.empty()) k["python"] = python;
+  return k;
+}
 
 nlohmann::json ProjectOp::kernel_spec() const {
   if (!builtin.empty()) return {{"kind", "builtin"}, {"name", builtin}};
@@ -302,7 +417,8 @@ Result<ProjectConfig> parse_project_config(const std::string& text, const fs::pa
   c.presets["default"] = {1.0, 1};
   c.presets["quick"] = {0.25, 10};
   c.presets["thorough"] = {4.0, 1};
-  GPUEMU_TRY_STATUS(r.check_keys(root, "gpuemu.toml", {"project", "defaults", "op", "lint", "ci"}));
+  GPUEMU_TRY_STATUS(r.check_keys(root, "gpuemu.toml",
+                                 {"project", "defaults", "op", "custom_ops", "lint", "ci"}));
   Defaults d;
   if (const toml::node* n = root.get("project")) {
     const toml::table* t = n->as_table();
@@ -325,6 +441,20 @@ Result<ProjectConfig> parse_project_config(const std::string& text, const fs::pa
   if (!c.presets.count(c.ci_preset))
     return make_error(ErrorCode::invalid_argument,
                       source + ": [ci].preset '" + c.ci_preset + "' is not a known preset");
+  if (const toml::node* n = root.get("custom_ops")) {
+    const toml::table* t = n->as_table();
+    if (t == nullptr) return r.at(*n, "'custom_ops' must be a table: write [custom_ops.NAME]");
+    for (auto&& [name, body] : *t) {
+      const toml::table* ct = body.as_table();
+      if (ct == nullptr) return r.at(body, "[custom_ops." + std::string(name.str()) + "] must be a table");
+      GPUEMU_TRY(CustomOp op, read_custom_op(r, std::string(name.str()), *ct, d, file.parent_path()));
+      c.custom_ops.emplace(op.name, std::move(op));
+    }
+  }
+  if (const toml::node* n = root.get("lint")) {
+    c.has_lint = true;
+    c.lint_line = static_cast<int>(n->source().begin.line);
+  }
   if (const toml::node* n = root.get("op")) {
     const toml::array* ops = n->as_array();
     if (ops == nullptr) return r.at(*n, "'op' must be an array of tables: write [[op]]");
@@ -332,6 +462,15 @@ Result<ProjectConfig> parse_project_config(const std::string& text, const fs::pa
       const toml::table* t = item.as_table();
       if (t == nullptr) return r.at(item, "each [[op]] must be a table");
       GPUEMU_TRY(ProjectOp op, read_op(r, *t, d, file.parent_path()));
+      if (const CustomOp* custom = c.custom_op(op.op)) {
+        for (const auto& dt : op.dtypes)
+          if (std::find(custom->dtypes.begin(), custom->dtypes.end(), dt) == custom->dtypes.end())
+            return r.at(*t, "custom op '" + op.op + "' does not allow dtype '" + dt + "'");
+        for (const auto& [dt, v] : op.envelope)
+          if (dt != "*" && std::find(custom->dtypes.begin(), custom->dtypes.end(), dt) ==
+                               custom->dtypes.end())
+            return r.at(*t, "envelope: custom op '" + op.op + "' does not allow dtype '" + dt + "'");
+      }
       c.ops.push_back(std::move(op));
     }
   }
@@ -389,18 +528,27 @@ name = "softmax"
 kernel = "fp32_online"      # replace with: script = "kernels/softmax.py:softmax"
 dtypes = ["float32"]
 iterations = 40
+# envelope = 6.0                   # override the envelope (or { float16 = 8.0 }); default: calibrated
 # dims = { N = [64, 129, 4097] }   # restrict a dim to these sizes
 # attrs = { dim = -1 }             # pin an attr
 # vary_attrs = ["dim"]             # vary an attr over its domain
 # layouts = true                   # also feed non-contiguous inputs
 
-# [lint]                    # the policy of `gpuemu lint` (docs/lint.md)
+# A custom op: your own schema and a float64 reference in Python (docs/custom-ops.md); fuzz a
+# kernel against it with an [[op]] naming it.
+# [custom_ops.my_op]
+# schema = "ops/my_op.json"                  # schemas/op.schema.json format
+# reference = "ref/my_op.py:reference"       # computes in float64
+# control = "ref/my_op.py:control"           # a correct kernel: gpuemu calibrate my_op
+
+# [lint]                    # the policy of `gpuemu lint` (docs/lint.md); gpuemu ci runs it
 # max_registers = 128
 # allow_spills = false
 
 [ci]
 preset = "default"          # default | quick | thorough | one of [ci.presets.*]
 minimize = false            # minimise the first failure of each op (slower)
+# lint_paths = ["build/kernels"]   # gpuemu ci also runs gpuemu lint on these with [lint]
 # [ci.presets.nightly]
 # scale = 10.0              # iterations x scale
 # min_iterations = 50

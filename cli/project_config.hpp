@@ -4,12 +4,14 @@
 //   [defaults] iterations, strategy, dtypes, seed, framework, timeout_s
 //   [[op]]     name, script = "FILE.py:FUNC" | kernel = "builtin", framework, dtypes, iterations,
 //              strategy, seed, timeout_s, python, dims = {N = [64, 129]}, attrs = {dim = -1},
-//              vary_attrs, layouts
+//              vary_attrs, layouts, envelope = X | {float16 = X, ...}
+//   [custom_ops.NAME]  schema = "op.json", reference = "FILE.py:FUNC", control = "FILE.py:FUNC",
+//              python, timeout_s (docs/custom-ops.md)
 //   [lint]     the lint policy (include/gpuemu/lint/policy.hpp validates it)
-//   [ci]       preset, minimize, [ci.presets.NAME] scale, min_iterations
+//   [ci]       preset, minimize, lint_paths, lint_baseline, lint_baseline_tag,
+//              [ci.presets.NAME] scale, min_iterations
 //
-// Every unknown key is an error naming the file and line. `tolerance` is recognised and refused:
-// tolerance overrides are not applied yet (docs/ci.md says so).
+// Every unknown key is an error naming the file and line (`tolerance` too, pointing at `envelope`).
 #pragma once
 
 #include <gpuemu/error.hpp>
@@ -43,6 +45,8 @@ struct ProjectOp {
   nlohmann::json attrs = nlohmann::json::object();
   std::vector<std::string> vary_attrs;
   bool layouts = true;
+  // Envelope overrides: dtype -> envelope, "*" for every dtype (the daemon's `envelope` param).
+  std::map<std::string, double> envelope;
 
   // The kernel spec of the daemon's `fuzz` request.
   nlohmann::json kernel_spec() const;
@@ -50,6 +54,25 @@ struct ProjectOp {
   std::string kernel_label() const;
   // FuzzOptions restricted to one dtype ("" keeps the op's dtypes list).
   FuzzOptions fuzz_options(const std::string& dtype) const;
+};
+
+// One [custom_ops.NAME] table: a user's op (its schema file, parsed and checked on load) and its
+// float64 reference, optionally a control to calibrate against (docs/custom-ops.md).
+struct CustomOp {
+  std::string name;
+  int line = 0;
+  std::string schema_file;  // absolute
+  std::string schema_text;  // sent to the daemon, which parses it again (file:line errors)
+  std::vector<std::string> dtypes;  // the schema's
+  std::string reference_script, reference_function;  // "" when the schema's script: is used
+  std::string control_script, control_function;      // "" when none
+  std::string python;
+  double timeout_s = 60.0;
+
+  // The daemon's `custom_op` param.
+  nlohmann::json spec() const;
+  // The control as a kernel spec ({kind: script, ...}); null when there is none.
+  nlohmann::json control_spec() const;
 };
 
 struct CiPreset {
@@ -62,6 +85,17 @@ struct ProjectConfig {
   std::string text;            // its text
   std::string name;
   std::vector<ProjectOp> ops;
+  std::map<std::string, CustomOp> custom_ops;
+  bool has_lint = false;  // a [lint] table
+  int lint_line = 0;
+  // [ci].lint_paths (absolute): `gpuemu ci` runs `gpuemu lint` on them with the [lint] policy,
+  // against [ci].lint_baseline (a file) or [ci].lint_baseline_tag (stored in the daemon).
+  std::vector<std::string> lint_paths;
+  std::string lint_baseline, lint_baseline_tag;
+  const CustomOp* custom_op(const std::string& name) const {
+    auto it = custom_ops.find(name);
+    return it == custom_ops.end() ? nullptr : &it->second;
+  }
   std::string ci_preset = "default";
   bool ci_minimize = false;
   std::map<std::string, CiPreset> presets;  // "default", "quick", "thorough" and the user's

@@ -98,6 +98,14 @@ std::string report_text(const Json& doc) {
          << str(run, "total") << " passed, " << str(run, "failed") << " failed, "
          << str(run, "errors") << " errors\n";
   }
+  const Json druns = doc.value("daemon_runs", Json::array());
+  if (!druns.empty()) {
+    os << "\ndaemon runs (store):\n";
+    for (const auto& run : druns)
+      os << "  " << iso_time(run.value("time_ms", std::int64_t{0})) << "  " << str(run, "id")
+         << "  " << str(run, "kind") << "  " << str(run, "op") << "  " << str(run, "kernel")
+         << "  " << str(run, "passed") << "/" << str(run, "total") << " passed\n";
+  }
   os << "\n"
      << s.value("total", 0) << " tests: " << s.value("passed", 0) << " passed, "
      << s.value("failed", 0) << " failed, " << s.value("errors", 0) << " errors\n";
@@ -241,6 +249,18 @@ std::string report_html(const Json& doc) {
          << "</td><td>" << xml_escape(str(run, "passed")) << "/" << xml_escape(str(run, "total"))
          << "</td><td>" << xml_escape(str(run, "failed")) << "</td><td>"
          << xml_escape(str(run, "errors")) << "</td></tr>\n";
+    os << "</table>\n";
+  }
+  const Json druns = doc.value("daemon_runs", Json::array());
+  if (!druns.empty()) {
+    os << "<h2>Daemon runs</h2>\n<table><tr><th>time</th><th>id</th><th>kind</th><th>op</th>"
+          "<th>kernel</th><th>passed</th></tr>\n";
+    for (const auto& run : druns)
+      os << "<tr><td>" << iso_time(run.value("time_ms", std::int64_t{0})) << "</td><td>"
+         << xml_escape(str(run, "id")) << "</td><td>" << xml_escape(str(run, "kind"))
+         << "</td><td>" << xml_escape(str(run, "op")) << "</td><td>"
+         << xml_escape(str(run, "kernel")) << "</td><td>" << xml_escape(str(run, "passed")) << "/"
+         << xml_escape(str(run, "total")) << "</td></tr>\n";
     os << "</table>\n";
   }
   os << "</body></html>\n";

@@ -1,0 +1,27 @@
+// Progress bars for long daemon-driven runs (gpuemu fuzz, ci, calibrate): drawn on stderr only
+// when stderr is a terminal and the command prints no JSON; NO_COLOR turns their colour off.
+//
+// The daemon answers one request with one reply, so progress comes from a second connection: the
+// long request carries a `progress_token` and a thread polls the fast `progress` request with it
+// (docs/protocol.md) while the calling thread waits for the reply.
+#pragma once
+
+#include "daemon_link.hpp"
+
+#include <string>
+
+namespace gpuemu::cli {
+
+// Whether a bar may be drawn: stderr is a TTY, TERM is not "dumb", and `json` is false.
+bool progress_enabled(bool json);
+
+// One bar line: "  label [#######.........]  40/100" (width 24), as drawn.
+std::string progress_line(const std::string& label, std::int64_t done, std::int64_t total,
+                          bool color);
+
+// `method` with `params` on `client`, drawing a bar labelled `label` while it runs when
+// `enabled` (the request then carries a progress_token). Errors are thrown, as call_daemon's.
+Json call_daemon_with_progress(DaemonClient& client, const std::string& method, Json params,
+                               const std::string& label, bool enabled);
+
+}  // namespace gpuemu::cli
