@@ -193,6 +193,57 @@ TEST_F(DaemonTest, PingIsAnsweredWhileLongRequestsRun) {
   EXPECT_GT(pings, 0);
 }
 
+TEST_F(DaemonTest, ProgressOfARunIsPolledFromAnotherConnection) {
+  auto fuzz = std::async(std::launch::async, [&] {
+    auto c = DaemonClient::connect(m_options);
+    return (*c)->call_json("fuzz", {{"op", "softmax"},
+                                    {"kernel", {{"kind", "builtin"}, {"name", "fp32_online"}}},
+                                    {"iterations", 60},
+                                    {"seed", 2},
+                                    {"progress_token", "t1"}});
+  });
+  std::int64_t seen_total = 0;
+  while (fuzz.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+    auto p = m_client->call_json("progress", {{"token", "t1"}}, std::chrono::seconds(5));
+    ASSERT_TRUE(p.ok()) << p.error().message;
+    if ((*p)["running"].get<bool>()) {
+      EXPECT_LE((*p)["done"].get<std::int64_t>(), (*p)["total"].get<std::int64_t>());
+      seen_total = (*p)["total"].get<std::int64_t>();
+    }
+  }
+  ASSERT_TRUE(fuzz.get().ok());
+  EXPECT_EQ(seen_total, 60);
+  // Gone with the request.
+  EXPECT_FALSE(call("progress", {{"token", "t1"}})["running"].get<bool>());
+}
+
+TEST_F(DaemonTest, EnvelopeOverridesAndCustomOpsAreCheckedWithCodes) {
+  const Json kernel = {{"kind", "builtin"}, {"name", "tail_leak"}};
+  auto e = m_client->call_json("fuzz", {{"op", "softmax"}, {"kernel", kernel}, {"envelope", -1}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, ErrorCode::invalid_argument);
+  e = m_client->call_json("fuzz", {{"op", "softmax"}, {"kernel", kernel}, {"envelope", {{"float7", 3}}}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().message, "'envelope': unknown dtype 'float7'");
+  // A custom op may not shadow a catalogue op; a schema error names the file and line.
+  std::ifstream in(std::string(GPUEMU_SOURCE_DIR) + "/schemas/ops/softmax.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  e = m_client->call_json("fuzz", {{"op", "softmax"}, {"kernel", kernel},
+                                   {"custom_op", {{"schema", text}, {"schema_file", "/x/softmax.json"}}}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, ErrorCode::conflict) << e.error().message;
+  e = m_client->call_json("fuzz", {{"op", "softmax"}, {"kernel", kernel},
+                                   {"custom_op", {{"schema", "{\n \"name\": 3\n}"},
+                                                  {"schema_file", "/x/mine.json"}}}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().message.find("/x/mine.json:2"), std::string::npos) << e.error().message;
+  // A passing override is reported as what judged the run.
+  Json r = call("fuzz", {{"op", "softmax"}, {"kernel", kernel}, {"iterations", 3}, {"seed", 4},
+                         {"options", {{"dtypes", {"float32"}}}}, {"envelope", {{"float32", 1e30}}}});
+  EXPECT_EQ(r["failed"], 0);
+  EXPECT_EQ(r["envelope"]["float32"]["source"], "override");
+}
+
 TEST_F(DaemonTest, ErrorsCarryTheirCodesAndShutdownStopsTheDaemon) {
   auto e = m_client->call_json("describe_op", {{"op", "sofmax"}});
   ASSERT_FALSE(e.ok());
