@@ -425,6 +425,12 @@ def output_array(v: Any, want: Optional[str] = None,
                     "bfloat16/fp8 as a framework dtype, as bits, or as float values)")
 
 
+try:  # numpy >= 2 moved it
+    from numpy.lib.array_utils import byte_bounds as _byte_bounds
+except ImportError:  # numpy 1.x
+    _byte_bounds = np.byte_bounds
+
+
 def memory_range(v: Any) -> Optional[Tuple[int, int]]:
     """[lo, hi) addresses of the memory a tensor's storage spans (None when unknown or when the
     framework's arrays are immutable): the aliasing check of client-side kernels."""
@@ -444,6 +450,6 @@ def memory_range(v: Any) -> Optional[Tuple[int, int]]:
         arr = np.asarray(v)
         while isinstance(arr.base, np.ndarray):
             arr = arr.base
-        return np.byte_bounds(arr)
+        return _byte_bounds(arr)
     except Exception:  # noqa: BLE001 (aliasing is a best-effort check)
         return None
