@@ -22,6 +22,7 @@ struct OutputVerdict {
   std::int64_t failing = 0;            // elements over the envelope (or non-finite mismatches)
   std::int64_t nonfinite_mismatch = 0; // NaN/Inf where the reference is finite, or the reverse
   std::int64_t indeterminate = 0;      // elements whose intermediates overflow legitimately
+  std::int64_t alternative = 0;        // non-finite results another correct formulation gives
   std::string message;
   std::vector<double> errors;          // per-element normalised error (kept for diagnosis)
 };

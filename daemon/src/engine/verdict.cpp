@@ -124,6 +124,8 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx,
       const DType od = ref.dtype;
       const bool floating = dtype_info(od).is_floating;
       const double fp32_max = static_cast<double>(std::numeric_limits<float>::max());
+      const bool in_floating = dtype_info(ctx.case_dtype).is_floating;
+      const double in_max = dtype_info(ctx.case_dtype).max_finite;
       v.errors.assign(out.size(), 0.0);
       const double edge = floating ? inf_stand_in(od) : std::numeric_limits<double>::quiet_NaN();
       std::int64_t first_nonfinite = -1;
@@ -149,11 +151,20 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx,
           const bool same =
               (std::isnan(o) && std::isnan(r)) || (!std::isnan(o) && !std::isnan(r) && o == r);
           if (same) continue;
+          // A non-finite result another correct formulation of the op gives for these inputs.
+          if (!of && !ref.alt_nonfinite.empty() && (ref.alt_nonfinite[e] & alt_bit_of(o))) {
+            ++v.alternative;
+            continue;
+          }
           // A correct kernel's intermediates may overflow where the (finite) terms it accumulates
-          // exceed float32's range: the element cannot be judged, whichever side is non-finite.
-          // (An infinite or NaN c_acc comes from a non-finite input, whose propagation the
-          // reference states exactly: that is judged below, not excused.)
-          if (std::isfinite(ca) && 4.0 * ca >= fp32_max) {
+          // exceed float32's range, or where a magnitude that legitimately passes through the
+          // input dtype (c_in: an unfused GEMM's product before its bias, a log-probability stored
+          // in the input dtype) exceeds that dtype's range: the element cannot be judged,
+          // whichever side is non-finite. (An infinite or NaN c_acc comes from a non-finite input,
+          // whose propagation the reference states exactly: that is judged below, not excused.)
+          if ((std::isfinite(ca) && 4.0 * ca >= fp32_max) ||
+              (std::isfinite(ci) && std::isfinite(ca) && in_floating &&
+               ci + k_u_acc * ca >= in_max)) {
             ++v.indeterminate;
             continue;
           }
@@ -232,6 +243,7 @@ Json Verdict::to_json() const {
     oj["failing"] = o.failing;
     oj["nonfinite_mismatch"] = o.nonfinite_mismatch;
     oj["indeterminate"] = o.indeterminate;
+    if (o.alternative) oj["alternative"] = o.alternative;
     oj["message"] = o.message;
     j["outputs"].push_back(oj);
   }

@@ -111,26 +111,39 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, bool decode) {
   GPUEMU_TRY(AttnProblem p, decode ? decode_problem(ctx) : flash_problem(ctx));
   const auto n = static_cast<std::size_t>(shape_numel(p.out_shape));
   std::vector<double> out(n), c_acc(n), c_in(n);
+  const DTypeInfo& in = dtype_info(ctx.input("q").dtype);
+  // The tail term of c_acc reads c_in as Σ p|v| too; the flush weight only adds to it (looser).
+  const double p_min_normal = in.min_normal,
+               p_flush_weight = in.is_floating && in.unit_roundoff > 0
+                                    ? in.min_subnormal / 2 / in.unit_roundoff : 0.0;
+  std::vector<std::uint8_t> alt(n, 0);
+  auto block = [&](AttentionBlock blk) {
+    blk.alt = alt.data() + (blk.out - out.data());
+    blk.p_min_normal = p_min_normal;
+    blk.p_flush_weight = p_flush_weight >= 0x1.0p-60 ? p_flush_weight : 0.0;
+    attention_block_reference(blk);
+  };
   for (std::int64_t b = 0; b < p.B; ++b) {
     if (decode) {  // one block per KV head: its group of query heads against the valid prefix
       for (std::int64_t hk = 0; hk < p.Hkv; ++hk) {
         const std::int64_t row0 = (b * p.H + hk * p.group()) * p.D;
-        attention_block_reference({p.q + row0, kv_block(p, p.k, b, hk), kv_block(p, p.v, b, hk),
-                                   p.group(), p.seq_lens[b], p.D, p.scale, false, out.data() + row0,
-                                   c_acc.data() + row0, c_in.data() + row0});
+        block({p.q + row0, kv_block(p, p.k, b, hk), kv_block(p, p.v, b, hk), p.group(),
+               p.seq_lens[b], p.D, p.scale, false, out.data() + row0, c_acc.data() + row0,
+               c_in.data() + row0});
       }
     } else {
       for (std::int64_t h = 0; h < p.H; ++h) {
         const std::int64_t row0 = (b * p.H + h) * p.Lq * p.D;
         const std::int64_t hk = p.kv_head(h);
-        attention_block_reference({p.q + row0, kv_block(p, p.k, b, hk), kv_block(p, p.v, b, hk),
-                                   p.Lq, p.Lk, p.D, p.scale, p.causal, out.data() + row0,
-                                   c_acc.data() + row0, c_in.data() + row0});
+        block({p.q + row0, kv_block(p, p.k, b, hk), kv_block(p, p.v, b, hk), p.Lq, p.Lk, p.D,
+               p.scale, p.causal, out.data() + row0, c_acc.data() + row0, c_in.data() + row0});
       }
     }
   }
-  return single_output(ctx.output_dtype(), p.out_shape, std::move(out), std::move(c_acc),
-                       std::move(c_in));
+  auto outs = single_output(ctx.output_dtype(), p.out_shape, std::move(out), std::move(c_acc),
+                            std::move(c_in));
+  outs[0].alt_nonfinite = std::move(alt);
+  return outs;
 }
 
 enum class AttnBug {

@@ -1,5 +1,6 @@
 #include "ops/attention_reference.hpp"
 
+#include "gpuemu/op.hpp"
 #include "ops/gemm_blas.hpp"
 
 #include <algorithm>
@@ -32,6 +33,16 @@ void attention_block_reference(const AttentionBlock& blk) {
       std::max<std::int64_t>(1, std::min(lq, (1 << 18) / std::max<std::int64_t>(lk, 1)));
   const auto buf = static_cast<std::size_t>(chunk * std::max<std::int64_t>(lk, 1));
   std::vector<double> S(buf), E(buf), P(buf), W(buf), tail(static_cast<std::size_t>(chunk));
+  std::vector<double> norm(static_cast<std::size_t>(chunk));  // l_i = Σ_j exp(s_ij − m_i)
+  const bool v_finite = all_finite(blk.v, lk * d);
+  std::vector<double> sum_abs_v(static_cast<std::size_t>(d), 0.0);
+  for (std::int64_t j = 0; j < lk; ++j)
+    for (std::int64_t c = 0; c < d; ++c) sum_abs_v[c] += abs_v[j * d + c];
+  // Below this a probability may become 0 in a correct kernel (fp32 exp underflow, with the score
+  // error's margin, or the input dtype's flush).
+  const double p_vanish = std::max(0x1.0p-100, blk.p_flush_weight > 0.0 ? blk.p_min_normal : 0.0);
+  const bool flush = blk.p_flush_weight > 0.0;
+  std::vector<double> P_in(flush ? buf : 0);  // P's weights in c_in (P itself when !flush)
   // Rows fp32 cannot resolve (see the header), and their largest score condition.
   std::vector<char> unresolved(static_cast<std::size_t>(chunk));
   std::vector<double> e_max_row(static_cast<std::size_t>(chunk));
@@ -71,14 +82,26 @@ void attention_block_reference(const AttentionBlock& blk) {
       e_max_row[i] = e_max;
       std::fill(p + n, p + lk, 0.0);
       std::fill(w + n, w + lk, 0.0);
+      if (flush) {
+        double* pin = P_in.data() + i * lk;
+        for (std::int64_t j = 0; j < lk; ++j)
+          pin[j] = j < n && p[j] < blk.p_min_normal ? p[j] + blk.p_flush_weight : p[j];
+      }
       tail[i] = 2.0 * sqrt_len(n) + e_bar;
+      norm[i] = sum;
+      if (blk.alt && !v_finite)
+        for (std::int64_t j = 0; j < n; ++j)
+          if (p[j] < p_vanish)
+            for (std::int64_t c = 0; c < d; ++c)
+              if (!std::isfinite(blk.v[j * d + c])) blk.alt[(r0 + i) * d + c] = k_alt_any_nonfinite;
     }
     double* out = blk.out + r0 * d;
     double* c_in = blk.c_in + r0 * d;
     double* c_acc = blk.c_acc + r0 * d;
     if (!row_wise_pv) {
       dgemm_rm(false, false, rows, d, lk, P.data(), lk, blk.v, d, out, d);
-      dgemm_rm(false, false, rows, d, lk, P.data(), lk, abs_v.data(), d, c_in, d);
+      dgemm_rm(false, false, rows, d, lk, flush ? P_in.data() : P.data(), lk, abs_v.data(), d,
+               c_in, d);
       dgemm_rm(false, false, rows, d, lk, W.data(), lk, abs_v.data(), d, c_acc, d);
     } else {
       for (std::int64_t i = 0; i < rows; ++i) {
@@ -88,16 +111,24 @@ void attention_block_reference(const AttentionBlock& blk) {
         std::fill(c_acc + i * d, c_acc + (i + 1) * d, 0.0);
         for (std::int64_t j = 0; j < n; ++j) {
           const double pj = P[i * lk + j], wj = W[i * lk + j];
+          const double pin = flush ? P_in[i * lk + j] : pj;
           for (std::int64_t c = 0; c < d; ++c) {
             out[i * d + c] += pj * blk.v[j * d + c];
-            c_in[i * d + c] += pj * abs_v[j * d + c];
+            c_in[i * d + c] += pin * abs_v[j * d + c];
             c_acc[i * d + c] += wj * abs_v[j * d + c];
           }
         }
       }
     }
     for (std::int64_t i = 0; i < rows; ++i)
-      for (std::int64_t c = 0; c < d; ++c) c_acc[i * d + c] += tail[i] * c_in[i * d + c];
+      for (std::int64_t c = 0; c < d; ++c) {
+        c_acc[i * d + c] += tail[i] * c_in[i * d + c];
+        // Before the final rescale a block's weights are relative to its own running max (each
+        // up to 1), so the fp32 accumulator may hold up to Σ_j |v_jd| (all keys: an upper bound).
+        const double unnormalised = std::max(norm[i] * c_in[i * d + c], sum_abs_v[c]);
+        if (std::isfinite(unnormalised) && unnormalised >= 0x1.fffffep127 / 4)
+          c_acc[i * d + c] = std::max(c_acc[i * d + c], unnormalised);
+      }
     for (std::int64_t i = 0; i < rows; ++i) {
       if (!unresolved[i]) continue;
       if (prefix_max_v.empty()) {

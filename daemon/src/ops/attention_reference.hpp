@@ -11,8 +11,12 @@
 // Condition terms (docs/error-model.md), with p the fp64 probabilities, s the scaled scores,
 // m_i the row max and e_ij = |scale|·(|q_i|·|k_j|)·sqrt(D) the fp32 score dot product's own
 // condition:
-//   c_in[i,d]  = Σ_j p_ij·|v_jd|                       (P rounded to the input dtype before P·V)
+//   c_in[i,d]  = Σ_j (p_ij + [p_ij < min normal]·f)·|v_jd|  (P rounded to the input dtype before
+//                P·V; f = half the dtype's subnormal spacing over u_in, see p_flush_weight)
 //   c_acc[i,d] = Σ_j p_ij·|v_jd|·(2·sqrt(n_i) + |s_ij − m_i| + e_ij + ē_i),  ē_i = Σ_j p_ij·e_ij
+// A flash kernel accumulates Σ_j exp(s_ij − m)·v_jd before dividing by l_i = Σ_j exp(s_ij − m):
+// where l_i·c_in, or Σ_j |v_jd| (a block's weights are relative to its own running max, each up
+// to 1, before the rescale), reaches fp32's range, c_acc becomes it (the verdict's overflow rule).
 // A score error δ_ij moves p_ij by p_ij·(δ_ij − Σ_k p_ik δ_ik), so out moves by at most
 // Σ_j p_ij|v_jd|(|δ_ij| + Σ_k p_ik|δ_ik|); δ_ij is u_fp32·e_ij from the fp32 dot, plus
 // u_fp32·|s_ij − m_i| from exp's argument (online rescaling at most doubles it); the fp32 sums of
@@ -39,6 +43,15 @@ struct AttentionBlock {
   double* out = nullptr;    // [lq, d]
   double* c_acc = nullptr;  // [lq, d]
   double* c_in = nullptr;   // [lq, d]
+  // P rounded to the input dtype loses a probability below that dtype's smallest normal to its
+  // subnormal spacing (fp16: p < 2^-14 keeps only 2^-25 absolute; below 2^-25 it flushes to 0):
+  // such keys weigh p_flush_weight = (min subnormal / 2) / u_in in c_in instead of nothing more
+  // than p. 0 for a dtype whose normal range covers every p a row can hold (bf16: 2^-126).
+  double p_min_normal = 0.0, p_flush_weight = 0.0;
+  // [lq, d], or null: k_alt_* bits of the non-finite results a correct kernel may return where an
+  // infinite or NaN value meets a probability so small that a kernel's fp32 exp underflows it, or
+  // its input-dtype P flushes it, to 0 (0·Inf = NaN where the reference has p·Inf = Inf).
+  std::uint8_t* alt = nullptr;
 };
 
 // The number of keys row i attends.

@@ -82,7 +82,11 @@ Result<std::vector<RefOutput>> cross_entropy_reference(const RefContext& ctx) {
   GPUEMU_TRY(CeArgs a, ce_args(ctx));
   const RefArg& logits = ctx.input("logits");
   const auto n = static_cast<std::size_t>(a.rows);
-  std::vector<double> loss(n, 0.0), c(n, 0.0), cin(n, 0.0);
+  std::vector<double> loss(n, 0.0), c(n, 0.0), cin(n, 0.0), peak(n, 0.0);
+  // The largest log-probability a kernel that stores log_softmax in the input dtype rounds there:
+  // past that dtype's range it overflows to -inf legitimately (the verdict reads c_in >= the
+  // dtype's max as indeterminate), so c_in takes it when it gets there.
+  const double in_max = dtype_info(logits.dtype).max_finite;
   const double classes = static_cast<double>(a.classes), sqrt_c = std::sqrt(classes),
                s = a.smoothing;
   parallel_for(
@@ -102,15 +106,19 @@ Result<std::vector<RefOutput>> cross_entropy_reference(const RefContext& ctx) {
           for (std::int64_t k = 0; k < a.classes; ++k) {
             const double e = std::exp(x[k] - m);
             sum_e += e;
-            spread += e * std::fabs(x[k] - m);
+            if (e > 0.0) spread += e * std::fabs(x[k] - m);  // a -inf logit adds nothing
             sum_x += x[k];
             sum_abs += std::fabs(x[k]);
           }
           const double lse = m + std::log(sum_e);
           const double logp_t = x[t] - lse;
           double l = -logp_t, abs_logp_mean = 0.0;
+          peak[ri] = std::fabs(logp_t);
           if (s > 0.0) {
-            for (std::int64_t k = 0; k < a.classes; ++k) abs_logp_mean += std::fabs(x[k] - lse);
+            for (std::int64_t k = 0; k < a.classes; ++k) {
+              abs_logp_mean += std::fabs(x[k] - lse);
+              peak[ri] = std::max(peak[ri], std::fabs(x[k] - lse));
+            }
             abs_logp_mean /= classes;
             l = (1.0 - s) * l + s * (lse - sum_x / classes);
           }
@@ -120,6 +128,7 @@ Result<std::vector<RefOutput>> cross_entropy_reference(const RefContext& ctx) {
                     s * (std::fabs(lse) + sum_abs / sqrt_c);
             c[ri] = overflow_guard(c[ri], sum_abs);
             cin[ri] = (1.0 - s) * std::fabs(logp_t) + s * abs_logp_mean;
+            if (peak[ri] >= in_max) cin[ri] = std::max(cin[ri], peak[ri]);
           }
         }
       },
@@ -127,9 +136,10 @@ Result<std::vector<RefOutput>> cross_entropy_reference(const RefContext& ctx) {
   const DType od = ctx.output_dtype();
   if (a.reduction == Reduction::none)
     return single_output(od, {a.rows}, std::move(loss), std::move(c), std::move(cin));
-  double total = 0.0, total_abs = 0.0, c_sum = 0.0, cin_sum = 0.0;
+  double total = 0.0, total_abs = 0.0, c_sum = 0.0, cin_sum = 0.0, peak_max = 0.0;
   std::int64_t count = 0;
   for (std::size_t i = 0; i < n; ++i) {
+    if (finite(peak[i])) peak_max = std::max(peak_max, peak[i]);
     total += loss[i];
     total_abs += std::fabs(loss[i]);
     c_sum += c[i];
@@ -144,6 +154,7 @@ Result<std::vector<RefOutput>> cross_entropy_reference(const RefContext& ctx) {
     c_acc /= cnt;
     c_in /= cnt;
   }
+  if (peak_max >= in_max) c_in = std::max(c_in, peak_max);
   if (!finite(value)) c_acc = c_in = 0.0;
   return single_output(od, {}, {value}, {c_acc}, {c_in});
 }

@@ -347,6 +347,7 @@ Result<std::vector<RefOutput>> batch_norm_reference(const RefContext& ctx) {
   const double eps = ctx.attr_float("eps");
   const double in_min_normal = dtype_info(x.dtype).min_normal;
   std::vector<double> out(x.data.size()), c_acc(x.data.size()), c_in(x.data.size());
+  std::vector<std::uint8_t> alt(x.data.size(), 0);
   parallel_for(
       v.batch * v.channels,
       [&](std::int64_t pb, std::int64_t pe) {
@@ -359,27 +360,38 @@ Result<std::vector<RefOutput>> batch_norm_reference(const RefContext& ctx) {
           // beta = b - mean * alpha, out = x * alpha + beta. It decides the special values (an Inf
           // weight gives NaN where (x - mean) * invstd * w would give Inf); for finite values it is
           // within 1e-16 * (|x * alpha| + |beta|) of the direct form, far inside the error model.
+          // The direct form is as correct a kernel: where it gives another non-finite result,
+          // that result is accepted too (alt_nonfinite).
           const double alpha = w * rstd, beta = b - rm.data[c] * alpha;
           for (std::int64_t s = 0; s < v.spatial; ++s) {
             const auto i = static_cast<std::size_t>(p * v.spatial + s);
             const double xh = (x.data[i] - rm.data[c]) * rstd;
             const double y = x.data[i] * alpha + beta;
+            const double y_direct = xh * w + b;
             out[i] = y;
+            if (alt_bit_of(y_direct) != alt_bit_of(y)) alt[i] = alt_bit_of(y_direct);
             const bool ok = finite(y);
             const double spread = std::fabs(x.data[i]) + std::fabs(rm.data[c]);  // x - mean in fp32
             // Underflowed fp32 intermediates ((x - mean) * rstd, or w * rstd in the fused form) are
             // off by up to half a subnormal spacing, amplified by w or by x and mean.
             const double underflow = (std::fabs(w) + spread) * k_fp32_min_normal;
-            c_acc[i] =
-                ok ? overflow_guard(spread * std::fabs(w) * rstd + std::fabs(b) + underflow, spread)
-                   : 0.0;
+            // Either form's fp32 intermediates (x - mean, x_hat, x_hat * w; w * rstd, x * alpha,
+            // mean * alpha) may overflow float32 where the result does not.
+            const double intermediate =
+                std::max({spread, std::fabs(xh), std::fabs(xh * w), std::fabs(alpha),
+                          std::fabs(x.data[i] * alpha), std::fabs(rm.data[c] * alpha)});
+            c_acc[i] = ok ? overflow_guard(spread * std::fabs(w) * rstd + std::fabs(b) + underflow,
+                                           intermediate)
+                          : 0.0;
             c_in[i] = ok ? std::fabs(xh * w) + std::fabs(w) * in_min_normal : 0.0;
           }
         }
       },
       std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(v.spatial, 1)));
-  return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc),
-                       std::move(c_in));
+  auto outs =
+      single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc), std::move(c_in));
+  outs[0].alt_nonfinite = std::move(alt);
+  return outs;
 }
 
 enum class BnVariant { direct, scale_shift, eps_outside, channel_last_index, batch_stats };

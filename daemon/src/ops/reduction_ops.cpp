@@ -131,7 +131,7 @@ Result<std::vector<RefOutput>> reduce_reference(const RefContext& ctx, Red kind)
         for (std::int64_t k = 0; k < g.len; ++k) {
           const double e = std::exp(row[k] - shift);
           s += e;
-          spread += e * std::fabs(row[k] - shift);
+          if (e > 0.0) spread += e * std::fabs(row[k] - shift);  // a -inf entry adds nothing
         }
         v = std::log(s) + shift;
         c = std::fabs(m) + std::fabs(v) + sqrt_len + spread / s;

@@ -79,6 +79,8 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx) {
       ang[l * half + i] = 2.0 + std::fabs(phi) * (3.0 + log_theta * e + static_cast<double>(i));
     }
   std::vector<double> out(x.size()), c_acc(x.size()), c_in(x.size());
+  std::vector<std::uint8_t> alt(x.size(), 0);
+  const double in_min_subnormal = dtype_info(ctx.input("x").dtype).min_subnormal;
   parallel_for(
       p.B * p.L * p.H,
       [&](std::int64_t r0, std::int64_t r1) {
@@ -93,12 +95,22 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx) {
             c_acc[a] = c_acc[b] = mag;
             c_in[a] = std::fabs(x[a] * c) + std::fabs(x[b] * s);
             c_in[b] = std::fabs(x[b] * c) + std::fabs(x[a] * s);
+            // An infinite input times a cos or sin whose sign fp32 cannot resolve (|cos| or |sin|
+            // within the angle's error), or that a cos/sin cache in the input dtype rounds to 0:
+            // any non-finite result is what a correct kernel may return.
+            if (!finite(x[a]) || !finite(x[b])) {
+              const double resolve = std::max(0x1.0p-23 * ang[l * half + i], in_min_subnormal);
+              if (std::fabs(c) <= resolve || std::fabs(s) <= resolve)
+                alt[a] = alt[b] = k_alt_any_nonfinite;
+            }
           }
         }
       },
       256);
-  return single_output(ctx.output_dtype(), ctx.input("x").shape, std::move(out), std::move(c_acc),
-                       std::move(c_in));
+  auto outs = single_output(ctx.output_dtype(), ctx.input("x").shape, std::move(out),
+                            std::move(c_acc), std::move(c_in));
+  outs[0].alt_nonfinite = std::move(alt);
+  return outs;
 }
 
 // How an emulated kernel takes its angles and does its arithmetic.
