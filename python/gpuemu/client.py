@@ -29,7 +29,7 @@ import numpy as np
 from . import _core, errors
 from . import _frameworks as _fw
 from .dtypes import to_bits
-from .inprocess import Failure, FuzzResults
+from .inprocess import Failure, FuzzResults, _Kernel
 
 __all__ = ["Client", "ClientFailure", "FuzzResults", "Verdict"]
 
@@ -326,10 +326,12 @@ class Client:
                             device: Optional[str] = None, dims: Optional[Dict[str, Any]] = None,
                             attrs: Optional[Dict[str, Any]] = None, layouts: bool = True,
                             fail_fast: bool = False, progress: Optional[Callable[[int, int], None]] = None,
-                            check_determinism: bool = False) -> FuzzResults:
+                            check_determinism: bool = False, diagnose_limit: int = 3) -> FuzzResults:
         """Fuzzes ``op`` against ``run_op`` run here (docs/python.md). ``run_op`` gets every input by
         its schema name as a ``framework`` tensor on ``device`` with the case's real strides, and
-        every attr by name; it returns a tensor (or a tuple for multi-output ops)."""
+        every attr by name; it returns a tensor (or a tuple for multi-output ops). The first
+        ``diagnose_limit`` failures the daemon judged are diagnosed here, by re-running ``run_op``
+        on the engine's probes, and stored with that diagnosis."""
         fw = self._framework(framework)
         options = self._options(dtypes, value_distribution, dims, attrs, layouts)
         kernel = _kernel_identity(run_op)
@@ -338,6 +340,7 @@ class Client:
         first_failure = -1
         failures: List[ClientFailure] = []
         master = seed
+        budget = max(0, int(diagnose_limit))  # failures still to diagnose here
         while total < iterations:
             n = min(_CHUNK, iterations - total)
             batch, master = self._batch(op, options, master, total, n, fw, device)
@@ -349,9 +352,24 @@ class Client:
                 item, t = self._run_item(op, run_op, case, inputs, i, check_determinism, rebuild)
                 items.append(item)
                 tensors.extend(t)
-            res, _ = self.request("submit_outputs", {"op": op, "options": options, "items": items,
-                                                     "kernel": kernel, "store": True,
-                                                     "client": {"name": "gpuemu-python"}}, tensors)
+            params = {"op": op, "options": options, "items": items, "kernel": kernel, "store": True,
+                      "client": {"name": "gpuemu-python"}}
+            if budget > 0:
+                params["hold_for_diagnosis"] = True  # failures come back unstored, to be diagnosed
+            res, _ = self.request("submit_outputs", params, tensors)
+            if res.get("held"):
+                for i, ((case, _inputs), item, r) in enumerate(zip(batch, items, res["results"])):
+                    if budget <= 0:
+                        break
+                    if r["passed"] or "kernel_error" in item or "contract_error" in item or \
+                            r.get("diagnosis", {}).get("bug_class") in ("contract", "kernel_error"):
+                        continue
+                    budget -= 1
+                    d = self._diagnose_here(op, options, case, tensors, i, run_op, fw, device, r.get("envelope"))
+                    if d is not None:
+                        item["diagnosis"] = d
+                del params["hold_for_diagnosis"]
+                res, _ = self.request("submit_outputs", params, tensors)
             stop = False
             for (case, inputs), item, r in zip(batch, items, res["results"]):
                 total += 1
@@ -371,6 +389,45 @@ class Client:
                            passed=passed, elapsed=time.perf_counter() - t0, first_failure=first_failure,
                            failures=failures)
 
+    def _local_engine(self) -> Any:
+        if "_engine" not in self.__dict__:
+            self._engine = _core.Engine()
+        return self._engine
+
+    def _diagnose_here(self, op: str, options: Dict[str, Any], case: Dict[str, Any], tensors: Sequence[tuple],
+                       i: int, run_op: Callable, fw: str, device: Optional[str],
+                       envelope: Optional[float]) -> Optional[Dict[str, Any]]:
+        """The diagnosis of a failing case, by the in-process engine re-running ``run_op`` on its
+        probes (contiguous copies, dims at and past block boundaries, scaled values, ...), as the
+        daemon does for kernels it can run itself. None when this process cannot regenerate the
+        case (an op only the daemon knows) or judges it passing."""
+        kw = {"dtypes": options.get("dtypes"), "strategy": options["distribution"], "dims": options.get("dims"),
+              "attrs": options.get("attrs"), "layouts": bool(options.get("layouts", True))}
+        try:
+            engine = self._local_engine()
+            c = engine.cases(op, int(case["master_seed"]), 1, start=int(case["index"]), **kw)[0]
+        except errors.GpuemuError:
+            return None
+        if int(c.seed) != int(case["seed"]):
+            return None  # this process's catalogue generates another case: not the daemon's
+        prefix = f"items/{i}/outputs/"
+        outs = sorted(((int(t[0][len(prefix):]), t[5], t[1]) for t in tensors if t[0].startswith(prefix)))
+        if envelope:
+            engine.set_envelope(op, c.dtype, float(envelope))  # judge as the daemon did
+
+        def want(cc: Any) -> List[Optional[str]]:
+            return [e[0] for e in self._expected(op, {"dtype": cc.dtype, "dims": dict(cc.dims)}, {})]
+
+        kernel = _Kernel(run_op, fw, device, numpy_bits=False, round_bits=_round_bits, want=want)
+        res = engine.diagnose(c, [(arr, d) for _, arr, d in outs], kernel, **kw)
+        if kernel.abort is not None:
+            raise kernel.abort
+        if res["passed"] or "diagnosis" not in res:
+            return None
+        d = dict(res["diagnosis"])
+        d["evidence"] = list(d.get("evidence", [])) + ["probes re-ran the kernel in the client (gpuemu-python)"]
+        return d
+
     def _failure(self, case, item, r, kernel) -> ClientFailure:
         fid = r.get("failure_id") or f"{case['op']}:{case['master_seed']}:{case['index']}"
         snapshot = ""
@@ -388,6 +445,62 @@ class Client:
             diagnosis=r.get("diagnosis", {}), repro=r.get("repro") or f"gpuemu repro {fid}",
             traceback=item.get("kernel_error"), verdict=r, snapshot=snapshot, file=kernel.get("file"),
             line=kernel.get("line"))
+
+    # --- script-based: ops registered in gpuemu.toml --------------------------------------------
+    def run_registered(self, op: str, kernel: Optional[str] = None,
+                       config: Optional[Union[str, os.PathLike]] = None, iterations: Optional[int] = None,
+                       seed: Optional[int] = None, dtypes: Optional[Sequence[str]] = None,
+                       fail_fast: bool = False, minimize: bool = False, diagnose_limit: int = 3,
+                       store: bool = True) -> FuzzResults:
+        """Fuzzes an op registered in ``gpuemu.toml`` (``config``, else the first one from the
+        current directory up), its script or built-in kernel run by the daemon, as ``gpuemu ci``
+        does. ``kernel`` picks one of several ``[[op]]`` entries of the same op (its label
+        ``"softmax.py:softmax"``, its function or built-in name). ``iterations``, ``seed`` and
+        ``dtypes`` override the file's. The daemon diagnoses failures itself (it can re-run the
+        script); ``minimize`` shrinks the first failure (``results.failures[0].minimized``)."""
+        from ._project import load_project, select_entry
+
+        path, entries = load_project(config)
+        entry = select_entry(path, entries, op, kernel)
+        options = dict(entry.options)
+        if dtypes is not None:
+            options["dtypes"] = [dtypes] if isinstance(dtypes, str) else list(dtypes)
+        n = int(iterations if iterations is not None else entry.iterations)
+        master = seed if seed is not None else entry.seed
+        params: Dict[str, Any] = {"op": op, "kernel": entry.kernel, "options": options, "iterations": n,
+                                  "fail_fast": bool(fail_fast), "minimize": bool(minimize),
+                                  "diagnose_limit": int(diagnose_limit), "store": bool(store),
+                                  "repro_prefix": entry.repro_prefix(options.get("dtypes")),
+                                  "client": {"name": "gpuemu-python", "config": str(path)}}
+        if master is not None:
+            params["seed"] = int(master)
+        t0 = time.perf_counter()
+        rep, _ = self.request("fuzz", params)
+        failures = [self._report_failure(f, entry.kernel) for f in rep.get("failures", [])]
+        if failures and rep.get("minimized"):
+            failures[0].minimized = rep["minimized"]
+        return FuzzResults(op=op, seed=int(rep.get("seed", master or 0)),
+                           value_distribution=options.get("distribution", "adversarial"),
+                           framework=entry.kernel.get("framework", "builtin"), total=int(rep.get("total", 0)),
+                           passed=int(rep.get("passed", 0)), elapsed=time.perf_counter() - t0,
+                           first_failure=int(rep.get("first_failure", -1)), failures=failures)
+
+    def _report_failure(self, f: Dict[str, Any], kernel: Dict[str, Any]) -> ClientFailure:
+        """A failure of a daemon-run fuzz report as a ClientFailure."""
+        fid = f.get("id") or f"{f.get('op')}:{f.get('master_seed')}:{f.get('index')}"
+        snapshot = ""
+        if f.get("id"):
+            snapshot = self.request("failures", {"action": "get", "id": f["id"], "snapshot": True})[0].get(
+                "snapshot", "")
+        max_error = f.get("max_error")
+        return ClientFailure(
+            id=fid, seed=int(f["seed"]), index=int(f["index"]), dtype=f["dtype"], dims=dict(f.get("dims", {})),
+            shapes={k: list(v) for k, v in f.get("shapes", {}).items()}, attrs=dict(f.get("attrs", {})),
+            layout=dict(f.get("layouts", {})), max_error=float("inf") if max_error is None else float(max_error),
+            envelope=float(f.get("envelope") or 0.0), message=f.get("message", ""),
+            diagnosis=f.get("diagnosis", {}), repro=f.get("repro") or f.get("replay", ""),
+            traceback=f.get("kernel_error"), verdict=f.get("verdict", {}), snapshot=snapshot,
+            file=kernel.get("file"), line=kernel.get("line"))
 
     # --- daemon-orchestrated ------------------------------------------------------------------
     def get_test_batch(self, op: str, count: int = 10, seed: Optional[int] = None,
@@ -475,8 +588,37 @@ class Client:
             res["max_error"] = v.get("max_error")
         return res
 
-    def minimize(self, failure_id: str, max_evaluations: int = 200) -> Dict[str, Any]:
-        return self.request("minimize", {"id": failure_id, "max_evaluations": int(max_evaluations)})[0]
+    def minimize(self, failure_id: str, run_op: Optional[Callable] = None, max_evaluations: int = 200,
+                 framework: Optional[str] = None, device: Optional[str] = None) -> Dict[str, Any]:
+        """Shrinks a stored failure to the smallest failing case (``summary``, ``dims``,
+        ``transforms``, ``evaluations``, the minimized ``case``). A failure of a kernel the daemon
+        runs (built-in or script) is minimized there, and the result stored (``minimized_id``). A
+        client-side kernel's failure needs ``run_op``: the case is regenerated here from its seed
+        and the in-process engine re-runs ``run_op`` on smaller variants of it."""
+        if run_op is None:
+            return self.request("minimize", {"id": failure_id, "max_evaluations": int(max_evaluations)})[0]
+        fw = self._framework(framework)
+        meta = self.failure(failure_id)
+        op = meta["op"]
+        o = meta.get("options", {})
+        kw = {"dtypes": o.get("dtypes") or None, "strategy": o.get("distribution", "adversarial"),
+              "dims": o.get("dims") or None, "attrs": o.get("attrs") or None,
+              "vary_attrs": o.get("vary_attrs") or None, "layouts": bool(o.get("layouts", True))}
+        engine = self._local_engine()
+        case = engine.case_from_seed(op, int(meta["seed"]), **kw)
+        if meta.get("envelope"):
+            engine.set_envelope(op, case.dtype, float(meta["envelope"]))
+
+        def want(cc: Any) -> List[Optional[str]]:
+            return [e[0] for e in self._expected(op, {"dtype": cc.dtype, "dims": dict(cc.dims)}, {})]
+
+        kernel = _Kernel(run_op, fw, device, numpy_bits=False, round_bits=_round_bits, want=want)
+        res = engine.minimize(case, kernel, dims=kw["dims"], layouts=kw["layouts"],
+                              max_evaluations=int(max_evaluations))
+        if kernel.abort is not None:
+            raise kernel.abort
+        res["id"] = failure_id
+        return res
 
     def calibrate(self, op: str, dtypes: Optional[Sequence[str]] = None, cases: int = 200,
                   seed: Optional[int] = None, apply: bool = True) -> Dict[str, Any]:

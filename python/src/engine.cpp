@@ -198,6 +198,45 @@ void register_engine(py::module_& m) {
         return py_from_json(unwrap(e.minimize(c.op, o, c, runner_of(kernel), max_evaluations)).to_json());
       }, py::arg("case"), py::arg("kernel"), py::arg("dims") = py::none(), py::arg("layouts") = py::none(),
          py::arg("max_evaluations") = 200)
+      .def("set_envelope", [](Engine& e, const std::string& op, const std::string& dtype, double envelope) {
+        e.envelopes().set(op, dtype_from_name(dtype), envelope);
+      }, py::arg("op"), py::arg("dtype"), py::arg("envelope"),
+         "Overrides the envelope of (op, dtype), e.g. with the one a daemon judged a case against")
+      .def("diagnose", [](const Engine& e, const TestCase& c, py::object outputs, py::function kernel,
+                          py::object dtypes, const std::string& strategy, py::object dims, py::object attrs,
+                          py::object vary_attrs, bool layouts, const std::string& kernel_error) {
+        // The failing case judged here (its verdict keeps the per-element errors the static rules
+        // read), then the probes: the kernel re-run on variants of the case.
+        FuzzOptions o = options_from(dtypes, strategy, dims, attrs, vary_attrs, layouts);
+        CaseResult cr;
+        cr.test_case = c;
+        cr.kernel_error = kernel_error;
+        if (kernel_error.empty()) {
+          std::vector<Tensor> out;
+          for (auto item : outputs) {
+            auto pair = item.cast<py::tuple>();
+            out.push_back(tensor_from_array(pair[0].cast<py::array>(), dtype_from_name(pair[1].cast<std::string>()),
+                                            "output"));
+          }
+          cr.verdict = unwrap(e.judge_case(c, out));
+        } else {
+          cr.verdict.passed = false;
+          cr.verdict.envelope = e.envelopes().get(c.op, c.dtype);
+          cr.verdict.message = "the kernel raised: " + kernel_error;
+        }
+        py::dict res;
+        res["passed"] = cr.verdict.passed;
+        res["verdict"] = py_from_json(cr.verdict.to_json());
+        if (!cr.verdict.passed) {
+          const KernelRunner runner = runner_of(kernel);
+          res["diagnosis"] = py_from_json(e.diagnose(c.op, o, cr, &runner).to_json());
+        }
+        return res;
+      }, py::arg("case"), py::arg("outputs"), py::arg("kernel"), py::arg("dtypes") = py::none(),
+         py::arg("strategy") = "adversarial", py::arg("dims") = py::none(), py::arg("attrs") = py::none(),
+         py::arg("vary_attrs") = py::none(), py::arg("layouts") = true, py::arg("kernel_error") = "",
+         "Judges the kernel's outputs for a case and, when they fail, diagnoses the failure by re-running "
+         "`kernel` on the engine's probes: {passed, verdict, diagnosis?}")
       .def("calibrate", [](const Engine& e, const std::string& op, const std::string& dtype, std::int64_t cases,
                            std::uint64_t seed, py::object controls) {
         std::vector<std::pair<std::string, KernelRunner>> ks;

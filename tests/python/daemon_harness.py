@@ -13,7 +13,9 @@ import struct
 import subprocess
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
+
+import pytest
 
 BIN_DIR = Path(os.environ.get("GPUEMU_BIN_DIR", Path(__file__).resolve().parents[2] / "build" / "bin"))
 GPUEMU = str(BIN_DIR / "gpuemu")
@@ -78,6 +80,29 @@ class Daemon:
                            timeout=timeout)
         assert r.returncode == 0, r.stderr
         return r.stdout
+
+
+@pytest.fixture
+def daemon(tmp_path, monkeypatch, request) -> Iterator[Daemon]:
+    """A daemon home of its own (not started: the test or the client's autostart starts it), set
+    as this process's GPUEMU_HOME, with GPUEMU_DAEMON pointing at the build's daemon. Its log is
+    printed when the test fails (tests/python/conftest.py keeps the report); it is stopped (and
+    killed if it lingers) afterwards."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("GPUEMU_HOME", str(home))
+    monkeypatch.setenv("GPUEMU_DAEMON", DAEMON)
+    d = Daemon(home)
+    yield d
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        print("---- daemon log ----\n" + d.log())
+    try:
+        pid = d.pid
+    except (FileNotFoundError, json.JSONDecodeError):
+        pid = None
+    d.stop()
+    if pid and alive(pid):
+        kill_hard(pid)
 
 
 def encode_frame(header: dict, tensors: Optional[list] = None) -> bytes:

@@ -16,35 +16,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from daemon_harness import DAEMON, GPUEMU, Daemon, alive, decode_header, encode_frame, kill_hard, wait_gone  # noqa: E402
+from daemon_harness import DAEMON, GPUEMU, Daemon, alive, daemon, decode_header, encode_frame, kill_hard, wait_gone  # noqa: E402,F401,E501 (daemon: the fixture)
 
 pytestmark = pytest.mark.skipif(not (os.path.exists(GPUEMU) and os.path.exists(DAEMON)),
                                 reason="gpuemu / gpuemu-daemon not built")
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def daemon(tmp_path, request):
-    d = Daemon(tmp_path / "home")
-    yield d
-    failed = getattr(request.node, "rep_call", None)
-    if failed is not None and failed.failed:
-        print("---- daemon log ----\n" + d.log())
-    try:
-        pid = d.pid
-    except (FileNotFoundError, json.JSONDecodeError):
-        pid = None
-    d.stop()
-    if pid and alive(pid):
-        kill_hard(pid)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):  # noqa: D103 (keeps the call report for the fixture)
-    outcome = yield
-    rep = outcome.get_result()
-    setattr(item, "rep_" + rep.when, rep)
 
 
 def test_status_start_stop_and_private_socket(daemon):
