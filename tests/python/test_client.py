@@ -13,39 +13,13 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from daemon_harness import DAEMON, GPUEMU, Daemon, alive, kill_hard  # noqa: E402
+from daemon_harness import DAEMON, GPUEMU, Daemon, alive, daemon, kill_hard  # noqa: E402,F401 (daemon: the fixture)
 
 import gpuemu  # noqa: E402
 from gpuemu import Client, ConnectError, FuzzResults  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not (os.path.exists(GPUEMU) and os.path.exists(DAEMON)),
                                 reason="gpuemu / gpuemu-daemon not built")
-
-
-@pytest.fixture
-def daemon(tmp_path, monkeypatch, request):
-    home = tmp_path / "home"
-    monkeypatch.setenv("GPUEMU_HOME", str(home))
-    monkeypatch.setenv("GPUEMU_DAEMON", DAEMON)
-    d = Daemon(home)
-    yield d
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        print("---- daemon log ----\n" + d.log())
-    try:
-        pid = d.pid
-    except (FileNotFoundError, json.JSONDecodeError):
-        pid = None
-    d.stop()
-    if pid and alive(pid):
-        kill_hard(pid)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):  # noqa: D103
-    outcome = yield
-    rep = outcome.get_result()
-    setattr(item, "rep_" + rep.when, rep)
 
 
 # --- kernels -------------------------------------------------------------------------------------
@@ -277,3 +251,284 @@ def test_daemon_that_cannot_start_is_connect_error(tmp_path, monkeypatch):
     assert "does-not-exist" in str(e.value)
     with pytest.raises(ConnectError):
         Client(home=str(home), autostart=False)
+
+
+# --- client-side diagnosis: the client re-runs its kernel on the engine's probes ----------------
+
+def tail_tile_softmax(x, dim=-1):
+    """Buggy: BLOCK=128 tiles, and the last partial tile is padded with 0 instead of -inf, so the
+    padding leaks into the max and the denominator (rows that are a multiple of 128 are right)."""
+    x32 = np.moveaxis(np.asarray(x, dtype=np.float32), dim, -1)
+    n = x32.shape[-1]
+    padded = np.zeros(x32.shape[:-1] + (-(-n // 128) * 128,), dtype=np.float32)
+    padded[..., :n] = x32
+    m = padded.max(axis=-1, keepdims=True)
+    e = np.exp(padded - m)
+    return np.moveaxis(e[..., :n] / e.sum(axis=-1, keepdims=True), -1, dim)
+
+
+def contiguous_only_softmax(x, dim=-1):
+    """Buggy: reads its input's storage as if it were contiguous and unit-offset (a kernel handed
+    x.data_ptr() without the strides)."""
+    if not x.flags.c_contiguous:
+        root = x
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        flat = np.ascontiguousarray(root).reshape(-1).view(np.uint8).view(x.dtype)  # the whole storage
+        x = np.resize(flat, x.size).reshape(x.shape)
+    return np_softmax(x, dim)
+
+
+@pytest.mark.parametrize("kernel,layouts,bug_class", [
+    (tail_tile_softmax, False, "tail_mask"),
+    (contiguous_only_softmax, True, "stride_assumption"),
+])
+def test_client_side_failures_are_diagnosed_by_probes_run_here(daemon, kernel, layouts, bug_class):
+    client = Client()
+    results = client.fuzz_op_client_side("softmax", run_op=lambda i: kernel(i["x"], i["dim"]), iterations=16,
+                                         dtypes=["float32"], seed=11, layouts=layouts, attrs={"dim": -1})
+    assert results.failures, results.summary()
+    first = results.failures[0]
+    assert first.bug_class == bug_class, first.describe()
+    assert "probes re-ran the kernel in the client (gpuemu-python)" in first.diagnosis["evidence"]
+    assert all(f.id and f.snapshot for f in results.failures)
+    # the first three failures are diagnosed here (as the engine's diagnose_limit); later ones
+    # keep the daemon's static diagnosis
+    here = [f for f in results.failures if "probes re-ran the kernel in the client (gpuemu-python)"
+            in f.diagnosis.get("evidence", [])]
+    assert 1 <= len(here) <= 3
+    # the stored failure carries the diagnosis (the CLI reads it from the daemon's store)
+    shown = daemon.cli_json("failures", "show", first.id)
+    assert shown["diagnosis"]["bug_class"] == bug_class, shown["diagnosis"]
+    # one run recorded per batch, holding every failure's id
+    runs = client.request("runs", {"op": "softmax"})[0]["runs"]
+    assert sum(r["total"] for r in runs) == results.total
+    assert sorted(i for r in runs for i in r["failure_ids"]) == sorted(f.id for f in results.failures)
+
+
+def test_diagnose_limit_zero_keeps_the_daemon_diagnosis(daemon):
+    client = Client()
+    r = client.fuzz_op_client_side("softmax", run_op=lambda i: tail_tile_softmax(i["x"], i["dim"]), iterations=4,
+                                   dtypes=["float32"], seed=11, layouts=False, diagnose_limit=0)
+    assert r.failures and all("probes re-ran the kernel in the client (gpuemu-python)"
+                              not in f.diagnosis.get("evidence", []) for f in r.failures)
+
+
+def test_submit_outputs_item_diagnosis_is_stored_and_validated(daemon):
+    client = Client()
+    case = client.get_test_batch("softmax", count=1, seed=3, dtypes=["float32"])[0]
+    held = client._cases[("softmax", case["seed"])]
+    item, tensors = client._run_item("softmax", lambda _a: buggy_softmax(case["inputs"]["x"], case["attrs"]["dim"]),
+                                     held[0], held[2], 0, False, None)
+    params = {"op": "softmax", "options": held[1], "items": [item], "store": True, "hold_for_diagnosis": True}
+    res, _ = client.request("submit_outputs", params, tensors)
+    assert res["held"] is True and "failure_id" not in res["results"][0]
+    item["diagnosis"] = {"bug_class": "missing_scale", "summary": "from the client", "evidence": ["e1"]}
+    res, _ = client.request("submit_outputs", params, tensors)
+    assert "held" not in res and res["results"][0]["diagnosis"]["bug_class"] == "missing_scale"
+    stored = client.failure(res["results"][0]["failure_id"])
+    assert stored["diagnosis"] == {"bug_class": "missing_scale", "summary": "from the client", "evidence": ["e1"]}
+    item["diagnosis"] = {"summary": "no class"}
+    with pytest.raises(gpuemu.ValidationError, match="bug_class"):
+        client.request("submit_outputs", params, tensors)
+
+
+# --- replaying a failure byte-exact: from its snapshot and from its seed -------------------------
+
+def _frame_tensors(frame: bytes):
+    from gpuemu._script_runner import decode_frame
+
+    header, tensors = decode_frame(bytearray(frame))
+    return header, {k: (d, bytes(v)) for k, (d, v) in tensors.items()}
+
+
+def test_failure_replays_byte_exact_from_snapshot_and_from_seed(daemon):
+    client = Client()
+    results = client.fuzz_op_client_side("softmax", run_op=lambda i: buggy_softmax(i["x"], i["dim"]),
+                                         iterations=4, seed=77, dtypes=["bfloat16"], diagnose_limit=0)
+    f = results.failures[0]
+    _, snap = _frame_tensors(base64.b64decode(f.snapshot))
+    assert set(snap) == {"inputs/x"}
+    desc, stored = snap["inputs/x"]
+    assert desc["dtype"] == "bfloat16" and desc["shape"] == f.shapes["x"]
+    # from the seed, through the daemon: the same bytes and view
+    again = client.get_test_batch("softmax", count=1, seed=results.seed, start_index=f.index, dtypes=["bfloat16"])[0]
+    assert again["seed"] == f.seed
+    c = again["_case"]["inputs"]["x"]
+    held = client._cases[("softmax", f.seed)][2]["x"]
+    assert held.storage.tobytes() == stored
+    assert [held.shape, held.strides, held.offset] == [desc["shape"], desc["strides"], desc["offset"]]
+    assert c["shape"] == desc["shape"]
+    # from the seed alone, in process (no daemon): the same bytes again
+    regenerated = gpuemu.inprocess.replay("softmax", None, case_seed=f.seed, dtypes=["bfloat16"])
+    dt, shape, strides, offset, storage = regenerated["case"].snapshot()["x"]
+    assert bytes(storage) == stored and [list(shape), list(strides), offset] == [desc["shape"], desc["strides"],
+                                                                                  desc["offset"]]
+    # and the buggy kernel on the snapshot's inputs still fails, the fixed one passes
+    assert client.reproduce(f.id, run_op=lambda i: buggy_softmax(i["x"], i["dim"]))["passed"] is False
+    assert client.reproduce(f.id, run_op=lambda i: np_softmax(i["x"], i["dim"]))["passed"] is True
+
+
+# --- torch inputs with their real strides, zero copy ----------------------------------------------
+
+def test_torch_inputs_are_really_non_contiguous_views_of_the_received_storage(daemon):
+    torch = pytest.importorskip("torch")
+    client = Client()
+    cases = client.get_test_batch("softmax", count=40, seed=5, dtypes=["float32"], framework="torch")
+    kinds = set()
+    for case in cases:
+        x = case["inputs"]["x"]
+        wire = case["_case"]["inputs"]["x"]
+        held = client._cases[("softmax", case["seed"])][2]["x"]
+        assert list(x.stride()) == held.strides and x.storage_offset() == held.offset
+        # zero copy: the tensor's storage is the received buffer
+        assert x.untyped_storage().data_ptr() == held.storage.ctypes.data if hasattr(x, "untyped_storage") \
+            else x.storage().data_ptr() == held.storage.ctypes.data
+        if wire["layout"] != "contiguous" and x.numel() > 1:
+            kinds.add(wire["layout"])
+            if wire["layout"] in ("transposed", "strided", "expanded"):
+                assert not x.is_contiguous(), (wire, x.stride())
+        v = client.submit_output("softmax", case["inputs"], torch_softmax(x, case["attrs"]["dim"]), case["seed"])
+        assert v.passed, v.message
+    assert kinds & {"transposed", "strided", "expanded"}, kinds
+
+
+# --- minimize, lint, timeouts, connecting ---------------------------------------------------------
+
+def test_minimize_through_the_client(daemon):
+    client = Client()
+    # a client-side kernel: minimized here, by the in-process engine re-running run_op
+    r = client.fuzz_op_client_side("softmax", run_op=lambda i: tail_tile_softmax(i["x"], i["dim"]), iterations=4,
+                                   dtypes=["float32"], seed=11, layouts=False, diagnose_limit=0)
+    f = r.failures[0]
+    m = client.minimize(f.id, run_op=lambda i: tail_tile_softmax(i["x"], i["dim"]), max_evaluations=60)
+    assert m["id"] == f.id and m["summary"] and m["evaluations"] > 0
+    assert m["dims"]["N"] <= f.dims["N"] and m["dims"]["N"] % 128 != 0, m
+    # without run_op the daemon refuses: it cannot run a client's kernel
+    with pytest.raises(gpuemu.ValidationError, match="client-side kernel"):
+        client.minimize(f.id)
+    # a built-in kernel's failure is minimized by the daemon, and the result stored
+    rep, _ = client.request("fuzz", {"op": "softmax", "kernel": {"kind": "builtin", "name": "tail_leak"},
+                                     "iterations": 8, "seed": 3, "minimize": False,
+                                     "options": {"dtypes": ["float32"], "layouts": False}})
+    fid = rep["failures"][0]["id"]
+    m = client.minimize(fid, max_evaluations=60)
+    assert m["minimized_id"] and m["summary"]
+    assert client.failure(m["minimized_id"])["minimized_from"] == fid
+
+
+def test_lint_through_the_client(daemon):
+    client = Client()
+    cubin = Path(__file__).resolve().parents[1] / "data" / "lint" / "recorded" / "basic_sm90.cubin"
+    rep = client.lint(cubin)
+    assert "failed" in rep and rep["failed"] in (True, False)
+    assert json.dumps(rep)  # plain JSON
+    with pytest.raises(gpuemu.GpuemuError):
+        client.lint("/no/such/kernel.cu")
+
+
+def test_request_over_the_client_timeout_is_timeout_error(daemon, tmp_path):
+    script = tmp_path / "slow.py"
+    script.write_text("import time\n\ndef slow(inputs):\n    time.sleep(1.5)\n    return inputs['x']\n")
+    client = Client(timeout=0.3)
+    with pytest.raises(gpuemu.TimeoutError) as e:
+        client.request("fuzz", {"op": "softmax", "iterations": 1, "seed": 1, "minimize": False,
+                                "kernel": {"kind": "script", "script": str(script), "function": "slow"}})
+    assert isinstance(e.value, TimeoutError)  # also the builtin
+    assert Client().ping()["pong"] is True  # the daemon is fine; a new client connects at once
+
+
+def test_daemon_binary_that_is_not_executable_is_connect_error(tmp_path):
+    bogus = tmp_path / "gpuemu-daemon"
+    bogus.write_text("not a program")
+    with pytest.raises(ConnectError) as e:
+        Client(home=str(tmp_path / "h"), daemon_path=str(bogus), start_timeout=3)
+    assert str(bogus) in str(e.value)
+
+
+# --- frameworks that are not installed ------------------------------------------------------------
+
+@pytest.mark.parametrize("framework", ["cupy", "jax", "tensorflow"])
+def test_missing_framework_is_a_clear_validation_error(daemon, framework):
+    import importlib.util
+
+    if importlib.util.find_spec(framework) is not None:
+        pytest.skip(f"{framework} is installed here")
+    client = Client()
+    with pytest.raises(gpuemu.ValidationError, match=f"framework '{framework}' needs the Python package"):
+        client.fuzz_op_client_side("softmax", run_op=lambda i: i["x"], iterations=1, framework=framework)
+    with pytest.raises(gpuemu.ValidationError, match=framework):
+        client.get_test_batch("softmax", count=1, framework=framework)
+
+
+# --- script-based: ops registered in gpuemu.toml -------------------------------------------------
+
+PROJECT_KERNELS = '''
+import numpy as np
+
+def softmax(inputs):
+    x = inputs["x"].astype(np.float32)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+def softmax_tail(inputs):
+    # Buggy: BLOCK=128 and the last partial tile is padded with 0 instead of -inf.
+    x = inputs["x"].astype(np.float32)
+    n = x.shape[-1]
+    p = np.zeros(x.shape[:-1] + (-(-n // 128) * 128,), np.float32)
+    p[..., :n] = x
+    e = np.exp(p - p.max(axis=-1, keepdims=True))
+    return e[..., :n] / e.sum(axis=-1, keepdims=True)
+'''
+
+PROJECT_TOML = '''
+[project]
+name = "demo"
+
+[defaults]
+iterations = 6
+seed = 7
+dtypes = ["float32"]
+
+[[op]]
+name = "softmax"
+script = "kernels/k.py:softmax"
+attrs = { dim = -1 }
+
+[[op]]
+name = "softmax"
+script = "kernels/k.py:softmax_tail"
+attrs = { dim = -1 }
+layouts = false
+
+[[op]]
+name = "rms_norm"
+kernel = "fp32"
+'''
+
+
+def test_run_registered_runs_the_scripts_of_gpuemu_toml(daemon, tmp_path, monkeypatch):
+    proj = tmp_path / "proj"
+    (proj / "kernels").mkdir(parents=True)
+    (proj / "kernels" / "k.py").write_text(PROJECT_KERNELS)
+    (proj / "gpuemu.toml").write_text(PROJECT_TOML)
+    (proj / "sub").mkdir()
+    monkeypatch.chdir(proj / "sub")  # found from a subdirectory, as `gpuemu ci` finds it
+    client = Client()
+    ok = client.run_registered("softmax", kernel="softmax")
+    assert isinstance(ok, FuzzResults) and ok.total == 6 and ok.passed == 6, ok.summary()
+    assert ok.seed == 7
+    bad = client.run_registered("softmax", kernel="k.py:softmax_tail", iterations=10, seed=21)
+    assert bad.total == 10 and bad.passed < 10 and bad.seed == 21
+    f = bad.failures[0]
+    assert f.id and f.repro == f"gpuemu repro {f.id}" and f.snapshot
+    assert f.file == str(proj / "kernels" / "k.py")
+    assert f.bug_class == "tail_mask", f.describe()  # the daemon re-ran the script on its probes
+    assert daemon.cli_json("repro", f.id, expect_rc=None)["regenerated_identical"] is True
+    with pytest.raises(gpuemu.ValidationError, match="registered 2 times"):
+        client.run_registered("softmax")
+    with pytest.raises(gpuemu.NotFoundError, match="no \\[\\[op\\]\\] registers 'matmul'"):
+        client.run_registered("matmul")
+    (tmp_path / "bad.toml").write_text('[[op]]\nname = "softmax"\nscript = "k.py:f"\ncolour = 1\n')
+    with pytest.raises(gpuemu.ValidationError, match="unknown key 'colour'"):
+        client.run_registered("softmax", config=tmp_path / "bad.toml")
