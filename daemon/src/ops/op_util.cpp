@@ -1,5 +1,7 @@
 #include "ops/op_util.hpp"
 
+#include "ops/gemm_blas.hpp"
+
 namespace gpuemu::ops {
 
 Result<ReduceGeom> reduce_geom(const Shape& shape, std::int64_t dim) {
@@ -55,6 +57,19 @@ std::vector<RefOutput> single_output(DType dtype, Shape shape, std::vector<doubl
       out;  // not `return {std::move(o)}`: an initializer_list copies its elements
   out.push_back(std::move(o));
   return out;
+}
+
+std::vector<double> output_buffer(std::int64_t n) {
+  return fresh_buffer(n);
+}
+
+bool cpu_has_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+#else
+  return false;
+#endif
 }
 
 }  // namespace gpuemu::ops

@@ -1,8 +1,11 @@
 // Small helpers shared by the built-in op implementations.
 #pragma once
 
+#include "core/parallel.hpp"
 #include "gpuemu/op.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -24,12 +27,53 @@ Shape reduced_shape(const Shape& shape, std::int64_t dim, bool keepdim);
 
 // Round every value to `dtype` (controls round their outputs once, like a kernel's final store).
 std::vector<double> round_all(DType dtype, std::vector<double> v);
-inline float f32(double x) { return static_cast<float>(x); }
+inline float f32(double x) {
+  return static_cast<float>(x);
+}
 
 // One output named "out" with the given shape, dtype and values; condition vectors optional.
 std::vector<RefOutput> single_output(DType dtype, Shape shape, std::vector<double> value,
                                      std::vector<double> c_acc = {}, std::vector<double> c_in = {});
 
-inline bool finite(double x) { return std::isfinite(x); }
+inline bool finite(double x) {
+  return std::isfinite(x);
+}
+
+// A zeroed buffer of n doubles for a reference's output. A large one asks for transparent huge
+// pages before its first touch: a fresh 128 MiB vector otherwise costs 32768 page faults
+// (~150-220 ms on our 2-core VMs against ~30 ms with huge pages; the kernel's zeroing of the
+// pages and std::vector's own zero-fill are what is left, see docs/performance.md).
+std::vector<double> output_buffer(std::int64_t n);
+
+// Whether this CPU runs AVX2. Reference loops written with the vd4 vector type (vec_exp.hpp) are
+// compiled twice, for AVX2 and for the x86-64 baseline, and pick one at run time; both do the same
+// IEEE operations in the same order (no FMA), so their results are bit-identical.
+bool cpu_has_avx2();
+// Calls fn(begin, end) over [0, n) in blocks of `block` rows that one thread per core claims in
+// turn: unlike parallel_for's fixed halves, a thread that the OS runs less (a loaded machine) just
+// takes fewer blocks instead of holding back the whole call. Small work runs inline.
+template <typename Fn>
+void parallel_rows(std::int64_t n, std::int64_t block, Fn&& fn) {
+  block = std::max<std::int64_t>(block, 1);
+  if (n <= block || worker_count() <= 1) {
+    if (n > 0) fn(std::int64_t{0}, n);
+    return;
+  }
+  std::atomic<std::int64_t> next{0};
+  const auto tasks = std::min<std::int64_t>(worker_count(), (n + block - 1) / block);
+  parallel_for(
+      tasks,
+      [&](std::int64_t, std::int64_t) {
+        for (std::int64_t b = next.fetch_add(block); b < n; b = next.fetch_add(block))
+          fn(b, std::min(n, b + block));
+      },
+      1);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#define GPUEMU_TARGET_AVX2 [[gnu::target("avx2")]]
+#else
+#define GPUEMU_TARGET_AVX2
+#endif
 
 }  // namespace gpuemu::ops

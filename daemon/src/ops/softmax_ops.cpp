@@ -4,52 +4,151 @@
 #include "core/parallel.hpp"
 #include "ops/op_util.hpp"
 #include "ops/register.hpp"
+#include "ops/vec_exp.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace gpuemu::ops {
 namespace {
 
 constexpr double k_neg_inf = -std::numeric_limits<double>::infinity();
+constexpr double k_inf = std::numeric_limits<double>::infinity();
 
-// Reference softmax / log_softmax of one strided row (fp64), with its condition terms.
+// The reference over rows of `len` contiguous doubles, four lanes at a time (vec_exp.hpp), one exp
+// per element: softmax stores e = exp(x - max) in `out`, sums it, then divides in place while the
+// row is still in cache and writes the condition term; log_softmax only sums. Sums run in four
+// lane accumulators, added pairwise at the end of the row (not left to right: the results differ
+// from a sequential sum by a few ulps, which is all the order changes). Special values as the
+// plain loops: a NaN makes the row NaN; max = -inf (all -inf) or a +inf beside another +inf makes
+// x - max NaN; exp(-inf) = 0.
+struct SoftmaxRows {
+  bool log = false;
+  double sqrt_len = 1.0;
+  std::int64_t len = 0;
+
+  [[gnu::always_inline]] void row(const double* x, double* out, double* c_acc) const {
+    const std::int64_t n = len, n4 = n / 4 * 4;
+    // Pass 1: the max (NaN skipped as std::max skips it) and whether a NaN is present.
+    vd4 mv = splat4(k_neg_inf);
+    vu4 nanv = {0, 0, 0, 0};
+    for (std::int64_t k = 0; k < n4; k += 4) {
+      const vd4 v = load4(x + k);
+      nanv |= reinterpret_cast<vu4>(v != v);
+      mv = select4(v > mv, v, mv);
+    }
+    double m = k_neg_inf;
+    bool nan = (nanv[0] | nanv[1] | nanv[2] | nanv[3]) != 0;
+    for (int l = 0; l < 4; ++l) m = std::max(m, mv[l]);
+    for (std::int64_t k = n4; k < n; ++k) {
+      nan |= std::isnan(x[k]);
+      m = std::max(m, x[k]);
+    }
+    if (nan) m = std::numeric_limits<double>::quiet_NaN();
+    // Pass 2: s = sum exp(x - m); softmax keeps each exp in `out`.
+    vd4 sv = splat4(0.0);
+    double tail = 0.0;
+    for (std::int64_t k = 0; k < n4; k += 4) {
+      const vd4 e = vexp(load4(x + k) - m);
+      if (!log) store4(out + k, e);
+      sv += e;
+    }
+    for (std::int64_t k = n4; k < n; ++k) {
+      const double e = vexp1(x[k] - m);
+      if (!log) out[k] = e;
+      tail += e;
+    }
+    const double s = ((sv[0] + sv[1]) + (sv[2] + sv[3])) + tail;
+    // Pass 3: the value and its condition term.
+    if (log) {
+      const double lse = m + std::log(s);
+      const bool lse_finite = std::isfinite(lse);
+      elementwise(
+          n,
+          [&](std::int64_t k) __attribute__((always_inline)) {
+            out[k] = x[k] - lse;
+            c_acc[k] = lse_finite && std::isfinite(x[k])
+                           ? std::fabs(x[k]) + std::fabs(m) + std::fabs(lse) + 1.0
+                           : 0.0;
+          },
+          [&](std::int64_t k) __attribute__((always_inline)) {
+            const vd4 v = load4(x + k), av = vabs(v);
+            const vd4 c = ((av + std::fabs(m)) + std::fabs(lse)) + 1.0;
+            store4(out + k, v - lse);
+            store4(c_acc + k, lse_finite ? select4(av < k_inf, c, splat4(0.0)) : splat4(0.0));
+          });
+      return;
+    }
+    elementwise(
+        n,
+        [&](std::int64_t k) __attribute__((always_inline)) {
+          const double p = out[k] / s, spread = std::fabs(x[k] - m);
+          out[k] = p;
+          c_acc[k] = std::isfinite(spread) ? p * (2.0 + spread) * sqrt_len : 0.0;
+        },
+        [&](std::int64_t k) __attribute__((always_inline)) {
+          const vd4 p = load4(out + k) / s;
+          const vd4 spread = vabs(load4(x + k) - m);
+          store4(out + k, p);
+          store4(c_acc + k, select4(spread < k_inf, p * (2.0 + spread) * sqrt_len, splat4(0.0)));
+        });
+  }
+};
+
+// Rows [rb, re) of x seen as [outer, len, inner]: contiguous rows in place, strided ones (inner >
+// 1) gathered into a scratch row and scattered back.
+[[gnu::always_inline]] inline void softmax_rows(const SoftmaxRows& rows, const ReduceGeom& g,
+                                                const double* x, double* out, double* c_acc,
+                                                std::int64_t rb, std::int64_t re) {
+  if (g.inner == 1) {
+    for (std::int64_t r = rb; r < re; ++r)
+      rows.row(x + r * g.len, out + r * g.len, c_acc + r * g.len);
+    return;
+  }
+  std::vector<double> scratch(static_cast<std::size_t>(3 * g.len));
+  double* sx = scratch.data();
+  double* so = sx + g.len;
+  double* sc = so + g.len;
+  for (std::int64_t r = rb; r < re; ++r) {
+    const std::int64_t o = r / g.inner, i = r % g.inner;
+    for (std::int64_t k = 0; k < g.len; ++k) sx[k] = x[g.index(o, k, i)];
+    rows.row(sx, so, sc);
+    for (std::int64_t k = 0; k < g.len; ++k) {
+      out[g.index(o, k, i)] = so[k];
+      c_acc[g.index(o, k, i)] = sc[k];
+    }
+  }
+}
+
+// The same loops compiled for AVX2 and for the baseline; they give bit-identical results.
+GPUEMU_TARGET_AVX2 void softmax_rows_avx2(const SoftmaxRows& rows, const ReduceGeom& g,
+                                          const double* x, double* out, double* c_acc,
+                                          std::int64_t rb, std::int64_t re) {
+  softmax_rows(rows, g, x, out, c_acc, rb, re);
+}
+void softmax_rows_baseline(const SoftmaxRows& rows, const ReduceGeom& g, const double* x,
+                           double* out, double* c_acc, std::int64_t rb, std::int64_t re) {
+  softmax_rows(rows, g, x, out, c_acc, rb, re);
+}
+
+// Reference softmax / log_softmax over `dim` (fp64), with its condition term.
 Result<std::vector<RefOutput>> reference(const RefContext& ctx, bool log) {
   const RefArg& x = ctx.input("x");
   GPUEMU_TRY(ReduceGeom g, reduce_geom(x.shape, ctx.attr_int("dim")));
-  const auto n = static_cast<std::size_t>(x.numel());
-  std::vector<double> out(n), c_acc(n);
-  const double sqrt_len = std::sqrt(static_cast<double>(std::max<std::int64_t>(g.len, 1)));
-  parallel_for(g.outer * g.inner, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t r = b; r < e; ++r) {
-      const std::int64_t o = r / g.inner, i = r % g.inner;
-      double m = k_neg_inf;
-      bool nan = false;
-      for (std::int64_t k = 0; k < g.len; ++k) {
-        double v = x.data[g.index(o, k, i)];
-        nan |= std::isnan(v);
-        m = std::max(m, v);
-      }
-      if (nan) m = std::numeric_limits<double>::quiet_NaN();
-      double s = 0;
-      for (std::int64_t k = 0; k < g.len; ++k) s += std::exp(x.data[g.index(o, k, i)] - m);
-      const double lse = m + std::log(s);
-      for (std::int64_t k = 0; k < g.len; ++k) {
-        const auto idx = g.index(o, k, i);
-        const double v = x.data[idx];
-        const double spread = std::fabs(v - m);
-        if (log) {
-          out[idx] = v - lse;
-          c_acc[idx] = std::isfinite(lse) && std::isfinite(v)
-                           ? std::fabs(v) + std::fabs(m) + std::fabs(lse) + 1.0 : 0.0;
-        } else {
-          out[idx] = std::exp(v - m) / s;
-          c_acc[idx] = std::isfinite(spread) ? out[idx] * (2.0 + spread) * sqrt_len : 0.0;
-        }
-      }
-    }
-  }, 64);
+  const std::int64_t n = x.numel();
+  std::vector<double> out = output_buffer(n), c_acc = output_buffer(n);
+  SoftmaxRows rows;
+  rows.log = log;
+  rows.len = g.len;
+  rows.sqrt_len = std::sqrt(static_cast<double>(std::max<std::int64_t>(g.len, 1)));
+  const auto run = cpu_has_avx2() ? softmax_rows_avx2 : softmax_rows_baseline;
+  parallel_rows(g.outer * g.inner,
+                std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(g.len, 1)),
+                [&](std::int64_t b, std::int64_t e) {
+                  run(rows, g, x.data.data(), out.data(), c_acc.data(), b, e);
+                });
   return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc));
 }
 
@@ -79,7 +178,8 @@ void kernel_row(const std::vector<double>& x, const ReduceGeom& g, std::int64_t 
         float v = load(k);
         if (v != -std::numeric_limits<float>::infinity()) tile_sum += std::exp(v - m_new);
       }
-      const float alpha = (m == -std::numeric_limits<float>::infinity()) ? 0.0f : std::exp(m - m_new);
+      const float alpha =
+          (m == -std::numeric_limits<float>::infinity()) ? 0.0f : std::exp(m - m_new);
       s = (variant == Variant::online ? s * alpha : s) + tile_sum;
       m = m_new;
     }
@@ -100,8 +200,8 @@ void kernel_row(const std::vector<double>& x, const ReduceGeom& g, std::int64_t 
   const float log_s = std::log(s);
   for (std::int64_t k = 0; k < len; ++k) {
     const float v = load(k);
-    out[g.index(o, k, i)] = log ? static_cast<double>((v - m) - log_s)
-                                : static_cast<double>(std::exp(v - m) / s);
+    out[g.index(o, k, i)] =
+        log ? static_cast<double>((v - m) - log_s) : static_cast<double>(std::exp(v - m) / s);
   }
 }
 
@@ -110,10 +210,13 @@ KernelFn emulated(bool log, Variant variant, std::int64_t block) {
     const RefArg& x = ctx.input("x");
     GPUEMU_TRY(ReduceGeom g, reduce_geom(x.shape, ctx.attr_int("dim")));
     std::vector<double> out(static_cast<std::size_t>(x.numel()));
-    parallel_for(g.outer * g.inner, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t r = b; r < e; ++r)
-        kernel_row(x.data, g, r / g.inner, r % g.inner, log, variant, block, out);
-    }, 64);
+    parallel_for(
+        g.outer * g.inner,
+        [&](std::int64_t b, std::int64_t e) {
+          for (std::int64_t r = b; r < e; ++r)
+            kernel_row(x.data, g, r / g.inner, r % g.inner, log, variant, block, out);
+        },
+        64);
     return std::vector<std::vector<double>>{round_all(ctx.output_dtype(), std::move(out))};
   };
 }
@@ -129,8 +232,10 @@ BuiltinOp make_op(const std::string& name, bool log) {
        emulated(log, Variant::online, 128)},
   };
   op.buggy = {
-      {"tail_leak", "BLOCK=128; the last partial tile loads 0 instead of -inf, so the padding "
-                    "leaks into the max and the denominator", emulated(log, Variant::tail_leak, 128)},
+      {"tail_leak",
+       "BLOCK=128; the last partial tile loads 0 instead of -inf, so the padding "
+       "leaks into the max and the denominator",
+       emulated(log, Variant::tail_leak, 128)},
       {"no_max_subtraction", "exp(x) without subtracting the row max: overflows on large logits",
        emulated(log, Variant::no_max, 1024)},
       {"online_no_rescale", "online softmax that forgets s *= exp(m_old - m_new)",
