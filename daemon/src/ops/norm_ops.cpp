@@ -21,8 +21,11 @@
 #include "ops/lowp_emu.hpp"
 #include "ops/op_util.hpp"
 #include "ops/register.hpp"
+#include "ops/vec_exp.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace gpuemu::ops {
 namespace {
@@ -92,6 +95,127 @@ std::int64_t affine_size(const RefContext& ctx, const NormRows& nr) {
   return nr.grouped ? ctx.input("x").shape[1] : nr.len;
 }
 
+// Sums of four lanes, added pairwise at the end ((l0 + l1) + (l2 + l3)) + tail: the reference's
+// reductions run four lanes at a time, so their rounding differs from a left-to-right sum by a
+// few ulps (the corrected two-pass below removes the mean's rounding either way).
+[[gnu::always_inline]] inline double lane_sum(vd4 v, double tail) {
+  return ((v[0] + v[1]) + (v[2] + v[3])) + tail;
+}
+
+// One call of the norm reference: what every row needs, and the loop over rows [rb, re).
+struct NormJob {
+  const NormRows* nr = nullptr;
+  const double* x = nullptr;
+  const double* wv = nullptr;  // the affine weight and bias, expanded (1 and 0 where absent)
+  const double* bv = nullptr;
+  double* out = nullptr;
+  double* c_acc = nullptr;
+  double* c_in = nullptr;
+  double eps = 0.0, in_min_normal = 0.0;
+  bool centered = true;
+
+  [[gnu::always_inline]] void rows(std::int64_t rb, std::int64_t re) const {
+    const std::int64_t len_i = nr->len, n4 = len_i / 4 * 4;
+    const double len = static_cast<double>(len_i), sqrt_len = std::sqrt(len);
+    for (std::int64_t r = rb; r < re; ++r) {
+      const double* row = x + r * len_i;
+      vd4 sum4 = splat4(0.0), abs4 = splat4(0.0);
+      double sum_t = 0.0, abs_t = 0.0;
+      for (std::int64_t k = 0; k < n4; k += 4) {
+        const vd4 v = load4(row + k);
+        sum4 += v;
+        abs4 += vabs(v);
+      }
+      for (std::int64_t k = n4; k < len_i; ++k) sum_t += row[k], abs_t += std::fabs(row[k]);
+      const double abs_sum = lane_sum(abs4, abs_t);
+      double mean = centered ? lane_sum(sum4, sum_t) / len : 0.0;
+      // Corrected two-pass (Chan, Golub, LeVeque): the deviations' own sum removes the first
+      // pass's rounding from the mean, which a large offset over a tiny variance would otherwise
+      // amplify by mean/sigma (at 1e5, 5e-10 relative error in x_hat).
+      vd4 dev4 = splat4(0.0), ssq4 = splat4(0.0);
+      double dev_t = 0.0, ssq_t = 0.0;
+      for (std::int64_t k = 0; k < n4; k += 4) {
+        const vd4 d = load4(row + k) - mean;
+        dev4 += d;
+        ssq4 += d * d;
+      }
+      for (std::int64_t k = n4; k < len_i; ++k) {
+        const double d = row[k] - mean;
+        dev_t += d;
+        ssq_t += d * d;
+      }
+      const double dev = lane_sum(dev4, dev_t);
+      double ssq = lane_sum(ssq4, ssq_t);
+      if (centered && finite(dev)) {
+        mean += dev / len;
+        ssq -= dev * dev / len;
+      }
+      const double rstd = 1.0 / std::sqrt(ssq / len + eps);
+      const double intermediate = std::max(abs_sum, ssq);
+      // The fp32 mean is off by about u * mean|x| * sqrt(len) (mean|x| >= |mean|: mixed signs).
+      const double mean_abs = centered ? abs_sum / len : 0.0;
+      const double amp = rstd * sqrt_len, c_base = mean_abs * amp + k_fp32_min_normal;
+      // Where an fp32 intermediate may overflow, the whole row is indeterminate.
+      const double floor_c =
+          intermediate >= k_fp32_max / 4 && finite(intermediate) ? intermediate : 0.0;
+      double* o = out + r * len_i;
+      double* ca = c_acc + r * len_i;
+      double* ci = c_in + r * len_i;
+      auto emit = [&](std::int64_t k, double y, double xh, double w, double b) {
+        o[k] = y;
+        const bool ok = finite(y);
+        const double aw = std::fabs(w);
+        ca[k] =
+            ok ? std::max(aw * (std::fabs(row[k]) * amp + c_base) + std::fabs(b), floor_c) : 0.0;
+        ci[k] = ok ? std::fabs(xh * w) + aw * in_min_normal : 0.0;
+      };
+      if (!nr->grouped) {
+        // emit() four lanes at a time, then the tail one by one.
+        const vd4 zero = splat4(0.0), floor4 = splat4(floor_c);
+        const double in_min = in_min_normal, mu = mean;  // not reloaded after every store
+        constexpr double k_inf = std::numeric_limits<double>::infinity();
+        elementwise(
+            len_i,
+            [&](std::int64_t k) __attribute__((always_inline)) {
+              const double xh = (row[k] - mu) * rstd;
+              emit(k, xh * wv[k] + bv[k], xh, wv[k], bv[k]);
+            },
+            [&](std::int64_t k) __attribute__((always_inline)) {
+              const vd4 xv = load4(row + k), w = load4(wv + k), b = load4(bv + k);
+              const vd4 xh = (xv - mu) * rstd;
+              const vd4 y = xh * w + b;
+              const auto ok = vabs(y) < k_inf;
+              const vd4 aw = vabs(w);
+              const vd4 a = aw * (vabs(xv) * amp + c_base) + vabs(b);
+              store4(o + k, y);
+              store4(ca + k, select4(ok, select4(a < floor_c, floor4, a), zero));
+              store4(ci + k, select4(ok, vabs(xh * w) + aw * in_min, zero));
+            });
+        continue;
+      }
+      // PyTorch's group_norm folds the affine into per-channel scale = rstd * w and
+      // shift = b - scale * mean (an Inf weight then gives NaN, not +-Inf); layer_norm applies
+      // w to x_hat. Both agree to 1e-16 relative on finite values.
+      const std::int64_t chans = nr->per_group_channels, spatial = nr->spatial;
+      const std::int64_t c0 = (r % nr->groups) * nr->per_group_channels;
+      for (std::int64_t j = 0; j < chans; ++j) {
+        const double w = wv[c0 + j], b = bv[c0 + j];
+        const double scale = rstd * w, shift = b - scale * mean;
+        for (std::int64_t k = j * spatial; k < (j + 1) * spatial; ++k)
+          emit(k, row[k] * scale + shift, (row[k] - mean) * rstd, w, b);
+      }
+    }
+  }
+};
+
+// The same loops compiled for AVX2 and for the baseline; they give bit-identical results.
+GPUEMU_TARGET_AVX2 void norm_rows_avx2(const NormJob& job, std::int64_t rb, std::int64_t re) {
+  job.rows(rb, re);
+}
+void norm_rows_baseline(const NormJob& job, std::int64_t rb, std::int64_t re) {
+  job.rows(rb, re);
+}
+
 Result<std::vector<RefOutput>> norm_reference(const RefContext& ctx, NormKind kind) {
   const RefArg& x = ctx.input("x");
   GPUEMU_TRY(NormRows nr, norm_rows(ctx, kind));
@@ -101,76 +225,22 @@ Result<std::vector<RefOutput>> norm_reference(const RefContext& ctx, NormKind ki
       bv(static_cast<std::size_t>(affine_n));
   for (std::int64_t a = 0; a < affine_n; ++a)
     wv[static_cast<std::size_t>(a)] = af.w(a), bv[static_cast<std::size_t>(a)] = af.b(a);
-  const double eps = ctx.attr_float("eps");
-  const double in_min_normal = dtype_info(x.dtype).min_normal;
-  const bool centered = kind != NormKind::rms;
-  const double len = static_cast<double>(nr.len), sqrt_len = std::sqrt(len);
-  // A row is `chans` runs of `spatial` elements sharing one affine channel.
-  const std::int64_t chans = nr.grouped ? nr.per_group_channels : nr.len;
-  const std::int64_t spatial = nr.grouped ? nr.spatial : 1;
-  std::vector<double> out(x.data.size()), c_acc(x.data.size()), c_in(x.data.size());
-  parallel_for(
-      nr.rows,
-      [&](std::int64_t rb, std::int64_t re) {
-        for (std::int64_t r = rb; r < re; ++r) {
-          const double* row = x.data.data() + r * nr.len;
-          double mean = 0.0, abs_sum = 0.0;
-          for (std::int64_t k = 0; k < nr.len; ++k) mean += row[k], abs_sum += std::fabs(row[k]);
-          mean = centered ? mean / len : 0.0;
-          // Corrected two-pass (Chan, Golub, LeVeque): the deviations' own sum removes the first
-          // pass's rounding from the mean, which a large offset over a tiny variance would
-          // otherwise amplify by mean/sigma (at 1e5, 5e-10 relative error in x_hat).
-          double dev = 0.0, ssq = 0.0;
-          for (std::int64_t k = 0; k < nr.len; ++k) {
-            const double d = row[k] - mean;
-            dev += d;
-            ssq += d * d;
-          }
-          if (centered && finite(dev)) {
-            mean += dev / len;
-            ssq -= dev * dev / len;
-          }
-          const double rstd = 1.0 / std::sqrt(ssq / len + eps);
-          const double intermediate = std::max(abs_sum, ssq);
-          // The fp32 mean is off by about u * mean|x| * sqrt(len) (mean|x| >= |mean|: mixed signs).
-          const double mean_abs = centered ? abs_sum / len : 0.0;
-          const double amp = rstd * sqrt_len, c_base = mean_abs * amp + k_fp32_min_normal;
-          // Where an fp32 intermediate may overflow, the whole row is indeterminate.
-          const double floor_c =
-              intermediate >= k_fp32_max / 4 && finite(intermediate) ? intermediate : 0.0;
-          double* o = out.data() + r * nr.len;
-          double* ca = c_acc.data() + r * nr.len;
-          double* ci = c_in.data() + r * nr.len;
-          auto emit = [&](std::int64_t k, double y, double xh, double w, double b) {
-            o[k] = y;
-            const bool ok = finite(y);
-            const double aw = std::fabs(w);
-            ca[k] = ok ? std::max(aw * (std::fabs(row[k]) * amp + c_base) + std::fabs(b), floor_c)
-                       : 0.0;
-            ci[k] = ok ? std::fabs(xh * w) + aw * in_min_normal : 0.0;
-          };
-          if (!nr.grouped) {
-            for (std::int64_t k = 0; k < nr.len; ++k) {
-              const double xh = (row[k] - mean) * rstd;
-              emit(k, xh * wv[static_cast<std::size_t>(k)] + bv[static_cast<std::size_t>(k)], xh,
-                   wv[static_cast<std::size_t>(k)], bv[static_cast<std::size_t>(k)]);
-            }
-            continue;
-          }
-          // PyTorch's group_norm folds the affine into per-channel scale = rstd * w and
-          // shift = b - scale * mean (an Inf weight then gives NaN, not +-Inf); layer_norm applies
-          // w to x_hat. Both agree to 1e-16 relative on finite values.
-          const std::int64_t c0 = (r % nr.groups) * nr.per_group_channels;
-          for (std::int64_t j = 0; j < chans; ++j) {
-            const double w = wv[static_cast<std::size_t>(c0 + j)],
-                         b = bv[static_cast<std::size_t>(c0 + j)];
-            const double scale = rstd * w, shift = b - scale * mean;
-            for (std::int64_t k = j * spatial; k < (j + 1) * spatial; ++k)
-              emit(k, row[k] * scale + shift, (row[k] - mean) * rstd, w, b);
-          }
-        }
-      },
-      std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(nr.len, 1)));
+  const std::int64_t n = x.numel();
+  std::vector<double> out = output_buffer(n), c_acc = output_buffer(n), c_in = output_buffer(n);
+  NormJob job;
+  job.nr = &nr;
+  job.x = x.data.data();
+  job.wv = wv.data();
+  job.bv = bv.data();
+  job.out = out.data();
+  job.c_acc = c_acc.data();
+  job.c_in = c_in.data();
+  job.eps = ctx.attr_float("eps");
+  job.in_min_normal = dtype_info(x.dtype).min_normal;
+  job.centered = kind != NormKind::rms;
+  const auto run = cpu_has_avx2() ? norm_rows_avx2 : norm_rows_baseline;
+  parallel_rows(nr.rows, std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(nr.len, 1)),
+                [&](std::int64_t rb, std::int64_t re) { run(job, rb, re); });
   return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc),
                        std::move(c_in));
 }
