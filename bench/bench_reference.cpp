@@ -4,12 +4,19 @@
 //    BM_matmul_reference_full is the whole reference the fuzzer runs (value plus the |a|@|b|
 //    condition term: a second dgemm on absolute values), for information;
 //  - softmax and layer_norm references (the whole reference, condition terms included) in GB/s of
-//    fp64 input read plus fp64 output written (16 bytes per element), vs memcpy of the same bytes
-//    on one thread and on two (the references run on every core) (goal >= 30%).
+//    what each must move: the fp64 input read plus every fp64 vector it returns written, i.e.
+//    softmax 24 bytes per element (x; value, c_acc) and layer_norm 32 (x; value, c_acc, c_in);
+//    the weight and bias (one row) are not counted. Peer: memcpy (16 bytes per element: read and
+//    write) on one thread and on two (the references run on every core) (goal >= 30%). Each
+//    benchmark reports its count as the counter `bytes_per_element`, which scripts/bench.sh uses.
+//  - BM_fresh_outputs/K: allocating K zeroed output vectors of 4096 x 4096 doubles the way the
+//    references do (ops::output_buffer) and nothing else: the part of a reference's time that its
+//    return type (RefOutput holds std::vector<double>, zero-filled on creation) imposes.
 // Run: build/bin/bench_reference (or `make bench` / scripts/bench.sh, which prints the ratios).
 #include "gpuemu/catalogue.hpp"
 #include "gpuemu/rng.hpp"
 #include "ops/gemm_blas.hpp"
+#include "ops/op_util.hpp"
 
 #include <benchmark/benchmark.h>
 #include <cblas.h>
@@ -51,11 +58,12 @@ void BM_dgemm_raw(benchmark::State& state) {
   auto a = random_arg({n, n}, 1), b = random_arg({n, n}, 2);
   std::vector<double> c(static_cast<std::size_t>(n) * n);
   for (auto _ : state) {
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, a.data.data(), n, b.data.data(), n, 0.0,
-                c.data(), n);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, a.data.data(), n,
+                b.data.data(), n, 0.0, c.data(), n);
     benchmark::DoNotOptimize(c.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_matmul_reference(benchmark::State& state) {
@@ -69,7 +77,8 @@ void BM_matmul_reference(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(r->front().value.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_matmul_reference_full(benchmark::State& state) {
@@ -80,7 +89,8 @@ void BM_matmul_reference_full(benchmark::State& state) {
     auto r = run_reference(s, ctx);
     benchmark::DoNotOptimize(r);
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 constexpr std::int64_t k_rows = 4096, k_cols = 4096;
@@ -104,6 +114,24 @@ void BM_memcpy(benchmark::State& state) {
     benchmark::DoNotOptimize(dst.data());
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * k_rows * k_cols * 16);
+  state.counters["bytes_per_element"] = 16;
+}
+
+// The bytes a reference moves: its input read once, and each output vector written once.
+void count_bytes(benchmark::State& state, int bytes_per_element) {
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * k_rows * k_cols *
+                          bytes_per_element);
+  state.counters["bytes_per_element"] = bytes_per_element;
+}
+
+void BM_fresh_outputs(benchmark::State& state) {
+  const auto count = static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    std::vector<std::vector<double>> outs;
+    for (std::size_t i = 0; i < count; ++i) outs.push_back(ops::output_buffer(k_rows * k_cols));
+    benchmark::DoNotOptimize(outs.back().data());
+  }
+  count_bytes(state, static_cast<int>(8 * count));
 }
 
 void BM_softmax_reference(benchmark::State& state) {
@@ -112,7 +140,7 @@ void BM_softmax_reference(benchmark::State& state) {
     auto r = run_reference(*ctx.schema, ctx);
     benchmark::DoNotOptimize(r);
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * k_rows * k_cols * 16);
+  count_bytes(state, 8 + 2 * 8);  // x; value, c_acc
 }
 
 void BM_layer_norm_reference(benchmark::State& state) {
@@ -123,7 +151,7 @@ void BM_layer_norm_reference(benchmark::State& state) {
     auto r = run_reference(*ctx.schema, ctx);
     benchmark::DoNotOptimize(r);
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * k_rows * k_cols * 16);
+  count_bytes(state, 8 + 3 * 8);  // x; value, c_acc, c_in
 }
 
 // The fastest repetition next to the median: on a shared machine interference only adds time, so
@@ -134,10 +162,42 @@ double fastest(const std::vector<double>& v) {
 
 }  // namespace
 
-BENCHMARK(BM_dgemm_raw)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", fastest);
-BENCHMARK(BM_matmul_reference)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", fastest);
-BENCHMARK(BM_matmul_reference_full)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", fastest);
-BENCHMARK(BM_memcpy)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", fastest);
-BENCHMARK(BM_softmax_reference)->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", fastest);
-BENCHMARK(BM_layer_norm_reference)->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", fastest);
+BENCHMARK(BM_dgemm_raw)
+    ->Arg(1024)
+    ->Arg(2048)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", fastest);
+BENCHMARK(BM_matmul_reference)
+    ->Arg(1024)
+    ->Arg(2048)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", fastest);
+BENCHMARK(BM_matmul_reference_full)
+    ->Arg(1024)
+    ->Arg(2048)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", fastest);
+BENCHMARK(BM_memcpy)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", fastest);
+BENCHMARK(BM_fresh_outputs)
+    ->Arg(2)
+    ->Arg(3)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", fastest);
+BENCHMARK(BM_softmax_reference)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", fastest);
+BENCHMARK(BM_layer_norm_reference)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", fastest);
 BENCHMARK_MAIN();
