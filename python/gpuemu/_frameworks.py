@@ -245,7 +245,7 @@ def _contiguous_view(dtype, shape, strides, offset, storage, bits_ok) -> Tuple[n
     """The case's view as a C-contiguous numpy array (the storage's own bytes when already so)."""
     base, decoded = _base_numpy(dtype, storage, bits_ok)
     view = _strided(base, shape, strides, offset)
-    return np.ascontiguousarray(view), decoded
+    return _contiguous(view), decoded
 
 
 def _from_dlpack(fn: Callable[[Any], Any], arr: np.ndarray) -> Any:
@@ -375,6 +375,11 @@ def _torch_host(t: Any) -> Tuple[Optional[str], np.ndarray]:
     return None, t.numpy()
 
 
+def _contiguous(arr: np.ndarray) -> np.ndarray:
+    """C-contiguous, keeping a 0-d array 0-d (np.ascontiguousarray returns at least 1-d)."""
+    return np.ascontiguousarray(arr) if arr.ndim else np.array(arr, copy=True)
+
+
 def output_array(v: Any, want: Optional[str] = None,
                  round_bits: Optional[RoundBits] = None) -> Tuple[str, np.ndarray]:
     """(gpuemu dtype, C-contiguous little-endian numpy array) of one kernel output.
@@ -404,7 +409,7 @@ def output_array(v: Any, want: Optional[str] = None,
     if name is None and arr.dtype.name in BITS and arr.dtype.itemsize == BITS[arr.dtype.name].itemsize:
         name = arr.dtype.name  # ml_dtypes bfloat16 / float8 (JAX, TensorFlow): their bits
         arr = arr.view(BITS[name])
-    arr = np.ascontiguousarray(arr)
+    arr = _contiguous(arr)
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))
     if name is not None:
@@ -413,7 +418,7 @@ def output_array(v: Any, want: Optional[str] = None,
         if arr.dtype == BITS[want]:
             return want, arr  # the dtype's bits
         if arr.dtype.kind == "f" and round_bits is not None:
-            return want, np.ascontiguousarray(round_bits(arr, want))
+            return want, _contiguous(round_bits(arr, want))
         if arr.dtype.kind == "f" and explicit:
             arr = arr.astype(np.float32)  # float values of an explicit bf16/fp8 pair: rounded by the receiver
     elif explicit and want in NUMPY_NATIVE and arr.dtype != NUMPY_NATIVE[want]:
