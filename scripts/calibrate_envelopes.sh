@@ -17,7 +17,7 @@ trap 'rm -rf "$tmp"' EXIT
 if [ $# -gt 0 ]; then ops=("$@"); else mapfile -t ops < <("$bin" ops list | awk '{print $1}'); fi
 for op in "${ops[@]}"; do
   start=$(date +%s)
-  GPUEMU_ENVELOPES=/dev/null "$bin" calibrate "$op" --cases "$cases" --seed "$seed" --write "$tmp/$op.json" >"$tmp/$op.txt"
+  GPUEMU_ENVELOPES=/dev/null "$bin" calibrate "$op" --no-daemon --cases "$cases" --seed "$seed" --write "$tmp/$op.json" >"$tmp/$op.txt"
   cat "$tmp/$op.txt"
   echo "  ($op: $(( $(date +%s) - start )) s)" >&2
 done

@@ -81,11 +81,19 @@ void fill_logits(std::vector<double>& v, const Shape& shape, Rng& rng, DType d, 
 }
 
 // Tiny variance on a large offset: cancellation in one-pass variance, and eps placement.
-void fill_norm(std::vector<double>& v, const Shape& shape, Rng& rng, DType d) {
+void fill_norm(std::vector<double>& v, const Shape& shape, Rng& rng, DType d, bool l2) {
   const std::int64_t n = last_dim(shape);
   const int mant = dtype_info(d).mantissa_bits;
   const double sigmas[] = {1e-3, 3e-3, 1e-2, 1.0, 10.0};
-  const double sigma = sigmas[rng.bounded(5)];
+  double sigma = sigmas[rng.bounded(5)];
+  // l2norm's eps (1e-12 by default) clamps the norm itself: only rows whose norm nears sqrt(eps)
+  // tell eps's placement apart (max(||x||, eps) vs rsqrt(||x||^2 + eps)).
+  if (l2 && rng.chance(1, 3)) {
+    const double tiny[] = {1e-7, 3e-7, 1e-6};
+    sigma = tiny[rng.bounded(3)] / std::sqrt(static_cast<double>(std::max<std::int64_t>(n, 1)));
+    for (auto& x : v) x = rng.normal() * sigma;
+    return;
+  }
   for (std::int64_t r = 0; r * n < static_cast<std::int64_t>(v.size()); ++r) {
     // offset / sigma up to 2^(mantissa-2): the offset stays resolvable in the dtype.
     double offset = rng.chance(1, 4) ? 0.0 : sigma * pow2(rng, 2, std::max(3, mant - 2)) * (rng.chance(1, 2) ? 1 : -1);
@@ -208,7 +216,7 @@ std::vector<double> generate_values(const ValueRequest& req, Rng& rng) {
     case Distribution::adversarial:
       if (positive || nonnegative) fill_wide(v, rng, req.dtype, true);
       else if (is_logit_like(s, in)) fill_logits(v, req.shape, rng, req.dtype, in.name == "k" || in.name == "k_cache");
-      else if (is_norm_input(s, in)) fill_norm(v, req.shape, rng, req.dtype);
+      else if (is_norm_input(s, in)) fill_norm(v, req.shape, rng, req.dtype, req.schema->name == "l2norm");
       else if (is_accumulated(s)) fill_accumulated(v, rng);
       else if (s.family == "elementwise" || s.family == "binary" || s.family == "quant") fill_wide(v, rng, req.dtype, false);
       else fill_regular(v, rng, rng.chance(1, 2) ? 1.0 : 8.0);
