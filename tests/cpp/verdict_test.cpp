@@ -126,5 +126,40 @@ TEST(Verdict, NonFiniteWithoutAStandIn) {
   EXPECT_FALSE(judge_one({DType::float8_e4m3fn, 448.0, k_inf}).passed);  // Inf rounds to NaN there
 }
 
+
+// One fp16 element with a given c_in and alternative non-finite results.
+Verdict judge_with(double out, double ref, double c_in, std::uint8_t alt) {
+  OpSchema schema;
+  schema.name = "handmade";
+  RefContext ctx;
+  ctx.case_dtype = DType::float16;
+  RefOutput r{"out", DType::float16, {1}, {ref}, {0.0}, {c_in}};
+  if (alt) r.alt_nonfinite = {alt};
+  const std::vector<double> values = {out};
+  return judge(schema, ctx, {r}, {Tensor::from_values(DType::float16, {1}, values)}, 2.0);
+}
+
+TEST(Verdict, AlternativeNonFiniteResultsPassOnlyThoseListed) {
+  // batch_norm's direct form gives +Inf where PyTorch's fused form (the reference) gives NaN.
+  Verdict v = judge_with(k_inf, k_nan, 0.0, k_alt_pos_inf);
+  EXPECT_TRUE(v.passed) << v.message;
+  EXPECT_EQ(v.outputs[0].alternative, 1);
+  EXPECT_FALSE(judge_with(-k_inf, k_nan, 0.0, k_alt_pos_inf).passed);  // not listed
+  EXPECT_FALSE(judge_with(1.0, k_nan, 0.0, k_alt_pos_inf).passed);     // finite: not an alternative
+  EXPECT_FALSE(judge_with(k_inf, k_nan, 0.0, 0).passed);                // nothing listed
+  // rope's Inf·sin φ with an unresolvable sign: any non-finite result.
+  for (double out : {k_inf, -k_inf, k_nan})
+    EXPECT_TRUE(judge_with(out, -k_inf, 0.0, k_alt_any_nonfinite).passed) << out;
+}
+
+TEST(Verdict, InputDtypeIntermediatePastItsRangeIsIndeterminate) {
+  // linear's unfused bias: x·Wᵀ = 70000 overflows fp16 before + bias brings it to 1000.
+  Verdict v = judge_with(k_inf, 1000.0, 70000.0, 0);
+  EXPECT_TRUE(v.passed) << v.message;
+  EXPECT_EQ(v.outputs[0].indeterminate, 1);
+  // Below the dtype's max the product rounds finitely: an Inf there is a real overflow bug.
+  EXPECT_FALSE(judge_with(k_inf, 1000.0, 60000.0, 0).passed);
+}
+
 }  // namespace
 }  // namespace gpuemu
