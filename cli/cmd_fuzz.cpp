@@ -33,6 +33,36 @@ std::string fmt(double v) {
   return os.str();
 }
 
+// One calibration result (CalibrationResult::to_json, or the daemon's) as a line for humans.
+void print_calibration(const Json& r) {
+  std::cout << std::left << std::setw(20) << r.value("op", "") << std::setw(14)
+            << r.value("dtype", "") << " envelope " << std::setw(8) << fmt_number(r["envelope"])
+            << " p95 " << std::setw(8) << fmt_number(r["p95"]) << " max " << fmt_number(r["max"])
+            << "  (" << r.value("cases", 0) << " cases x "
+            << r.value("controls", Json::array()).size() << " controls)\n";
+}
+
+// After a calibration: the lines not printed yet (`print_rows`, when not --json), the JSON, and
+// the envelope table written to `write_path` with the command that produced it.
+void finish_calibration(const Json& results, bool json, std::int64_t cases, std::uint64_t seed,
+                        const std::string& write_path, bool print_rows = true) {
+  if (!json && print_rows)
+    for (const auto& r : results) print_calibration(r);
+  if (json) std::cout << results.dump(2) << "\n";
+  if (write_path.empty()) return;
+  EnvelopeTable table;
+  for (const auto& r : results)
+    if (auto dt = parse_dtype(r.value("dtype", "")))
+      table.set(r.value("op", ""), *dt, r["envelope"].get<double>(), r);
+  Json j = table.to_json();
+  j["generated_by"] = "gpuemu calibrate --cases " + std::to_string(cases) + " --seed " +
+                      std::to_string(seed) + " --write " + write_path;
+  std::ofstream out(write_path);
+  out << j.dump(2) << "\n";
+  if (!out) throw GpuemuException(make_error(ErrorCode::io_error, "cannot write " + write_path));
+}
+
+
 std::string dims_text(const TestCase& c) {
   std::string s;
   for (const auto& [k, v] : c.dims) s += (s.empty() ? "" : " ") + k + "=" + std::to_string(v);
@@ -320,28 +350,7 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
       // The daemon calibrates, applies the envelopes and stores them with their provenance.
       const Json results =
           calibrate_through_daemon(cal_ops, cal_dtypes, cal_cases, cal_seed, cal_config, cal_json);
-      EnvelopeTable table;
-      for (const auto& r : results) {
-        if (!cal_json)
-          std::cout << std::left << std::setw(20) << r.value("op", "") << std::setw(14)
-                    << r.value("dtype", "") << " envelope " << std::setw(8)
-                    << fmt_number(r["envelope"]) << " p95 " << std::setw(8)
-                    << fmt_number(r["p95"]) << " max " << fmt_number(r["max"]) << "  ("
-                    << r.value("cases", 0) << " cases x "
-                    << r.value("controls", Json::array()).size() << " controls)\n";
-        if (auto dt = parse_dtype(r.value("dtype", "")))
-          table.set(r.value("op", ""), *dt, r["envelope"].get<double>(), r);
-      }
-      if (cal_json) std::cout << results.dump(2) << "\n";
-      if (!write_path.empty()) {
-        Json j = table.to_json();
-        j["generated_by"] = "gpuemu calibrate --cases " + std::to_string(cal_cases) + " --seed " +
-                            std::to_string(cal_seed) + " --write " + write_path;
-        std::ofstream out(write_path);
-        out << j.dump(2) << "\n";
-        if (!out)
-          throw GpuemuException(make_error(ErrorCode::io_error, "cannot write " + write_path));
-      }
+      finish_calibration(results, cal_json, cal_cases, cal_seed, write_path);
       ctx.exit_code = k_exit_ok;
       return;
     }
@@ -349,7 +358,6 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
     std::vector<std::string> ops = cal_ops;
     if (ops.empty())
       for (const OpSchema* s : engine.catalogue().all()) ops.push_back(s->name);
-    EnvelopeTable table;
     Json results = Json::array();
     for (const auto& name : ops) {
       auto schema = engine.catalogue().get(name);
@@ -366,25 +374,11 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
       for (DType dt : dts) {
         auto r = engine.calibrate(name, dt, cal_cases, cal_seed);
         if (!r) throw GpuemuException(r.error());
-        table.set(name, dt, r->envelope, r->to_json());
         results.push_back(r->to_json());
-        if (!cal_json)
-          std::cout << std::left << std::setw(20) << name << std::setw(14) << dtype_name(dt)
-                    << " envelope " << std::setw(8) << fmt(r->envelope) << " p95 " << std::setw(8)
-                    << fmt(r->p95) << " max " << fmt(r->max) << "  (" << r->cases << " cases x "
-                    << r->controls.size() << " controls)\n";
+        if (!cal_json) print_calibration(results.back());
       }
     }
-    if (cal_json) std::cout << results.dump(2) << "\n";
-    if (!write_path.empty()) {
-      Json j = table.to_json();
-      j["generated_by"] = "gpuemu calibrate --cases " + std::to_string(cal_cases) + " --seed " +
-                          std::to_string(cal_seed) + " --write " + write_path;
-      std::ofstream out(write_path);
-      out << j.dump(2) << "\n";
-      if (!out)
-        throw GpuemuException(make_error(ErrorCode::io_error, "cannot write " + write_path));
-    }
+    finish_calibration(results, cal_json, cal_cases, cal_seed, write_path, false);
     ctx.exit_code = k_exit_ok;
   });
 }
