@@ -3,21 +3,14 @@
 // constants, overflows, eps placement; and a kernel that reads its input as contiguous storage is a
 // stride assumption. Default settings (adversarial values, every dtype, layouts on).
 #include "gpuemu/engine.hpp"
+#include "source_engine.hpp"
 
 #include <gtest/gtest.h>
 
 namespace gpuemu {
 namespace {
 
-Engine& engine() {
-  static Engine e = [] {
-    auto cat = Catalogue::load({GPUEMU_SOURCE_DIR "/schemas/ops"});
-    EXPECT_TRUE(cat.ok());
-    auto env = EnvelopeTable::load_file(GPUEMU_SOURCE_DIR "/schemas/envelopes.json");
-    return Engine(*cat, env ? *env : EnvelopeTable{});
-  }();
-  return e;
-}
+Engine& engine() { return testing_support::source_engine(); }
 
 struct Want {
   const char* op;

@@ -2,6 +2,7 @@
 // built-in softmax kernels (a correct online softmax, a tail-mask leak, an online softmax without
 // the rescale, no max subtraction).
 #include "gpuemu/engine.hpp"
+#include "source_engine.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,15 +12,7 @@
 namespace gpuemu {
 namespace {
 
-Engine& engine() {
-  static Engine e = [] {
-    auto cat = Catalogue::load({GPUEMU_SOURCE_DIR "/schemas/ops"});
-    EXPECT_TRUE(cat.ok());
-    auto env = EnvelopeTable::load_file(GPUEMU_SOURCE_DIR "/schemas/envelopes.json");
-    return Engine(*cat, env ? *env : EnvelopeTable{});
-  }();
-  return e;
-}
+Engine& engine() { return testing_support::source_engine(); }
 
 const OpSchema& softmax() { return *engine().catalogue().find("softmax"); }
 

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from daemon_harness import GPUEMU, Daemon
+from daemon_harness import GPUEMU, Daemon, daemon  # noqa: F401  (daemon: the shared fixture)
 
 SCHEMA = textwrap.dedent('''\
     {
@@ -92,13 +92,6 @@ CONFIG = textwrap.dedent('''
     script = "kernels.py:tail_bug"
     dims = { N = [65, 200] }
 ''')
-
-
-@pytest.fixture()
-def daemon(tmp_path):
-    d = Daemon(tmp_path / "home")
-    yield d
-    d.stop()
 
 
 @pytest.fixture()

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from daemon_harness import Daemon
+from daemon_harness import daemon  # noqa: F401  (the shared daemon fixture)
 
 KERNELS = textwrap.dedent('''
     import numpy as np
@@ -46,13 +46,6 @@ CONFIG = textwrap.dedent('''
     script = "kernels/softmax.py:softmax_no_max"
     dims = { N = [65, 130] }
 ''')
-
-
-@pytest.fixture()
-def daemon(tmp_path):
-    d = Daemon(tmp_path / "home")
-    yield d
-    d.stop()
 
 
 @pytest.fixture()
