@@ -2,6 +2,7 @@
 
 #include "gpuemu/op.hpp"
 #include "ops/gemm_blas.hpp"
+#include "ops/lowp_emu.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -33,7 +34,6 @@ void attention_block_reference(const AttentionBlock& blk) {
       std::max<std::int64_t>(1, std::min(lq, (1 << 18) / std::max<std::int64_t>(lk, 1)));
   const auto buf = static_cast<std::size_t>(chunk * std::max<std::int64_t>(lk, 1));
   std::vector<double> S(buf), E(buf), P(buf), W(buf), tail(static_cast<std::size_t>(chunk));
-  std::vector<double> norm(static_cast<std::size_t>(chunk));  // l_i = Σ_j exp(s_ij − m_i)
   const bool v_finite = all_finite(blk.v, lk * d);
   std::vector<double> sum_abs_v(static_cast<std::size_t>(d), 0.0);
   for (std::int64_t j = 0; j < lk; ++j)
@@ -88,7 +88,6 @@ void attention_block_reference(const AttentionBlock& blk) {
           pin[j] = j < n && p[j] < blk.p_min_normal ? p[j] + blk.p_flush_weight : p[j];
       }
       tail[i] = 2.0 * sqrt_len(n) + e_bar;
-      norm[i] = sum;
       if (blk.alt && !v_finite)
         for (std::int64_t j = 0; j < n; ++j)
           if (p[j] < p_vanish)
@@ -123,11 +122,9 @@ void attention_block_reference(const AttentionBlock& blk) {
     for (std::int64_t i = 0; i < rows; ++i)
       for (std::int64_t c = 0; c < d; ++c) {
         c_acc[i * d + c] += tail[i] * c_in[i * d + c];
-        // Before the final rescale a block's weights are relative to its own running max (each
-        // up to 1), so the fp32 accumulator may hold up to Σ_j |v_jd| (all keys: an upper bound).
-        const double unnormalised = std::max(norm[i] * c_in[i * d + c], sum_abs_v[c]);
-        if (std::isfinite(unnormalised) && unnormalised >= 0x1.fffffep127 / 4)
-          c_acc[i * d + c] = std::max(c_acc[i * d + c], unnormalised);
+        // Before the final rescale the fp32 accumulator holds Σ_j exp(s_ij − m)·v_jd with m the
+        // running max, each weight at most 1: up to Σ_j |v_jd| (all keys: an upper bound).
+        c_acc[i * d + c] = overflow_guard(c_acc[i * d + c], sum_abs_v[c]);
       }
     for (std::int64_t i = 0; i < rows; ++i) {
       if (!unresolved[i]) continue;

@@ -14,9 +14,9 @@
 //   c_in[i,d]  = Σ_j (p_ij + [p_ij < min normal]·f)·|v_jd|  (P rounded to the input dtype before
 //                P·V; f = half the dtype's subnormal spacing over u_in, see p_flush_weight)
 //   c_acc[i,d] = Σ_j p_ij·|v_jd|·(2·sqrt(n_i) + |s_ij − m_i| + e_ij + ē_i),  ē_i = Σ_j p_ij·e_ij
-// A flash kernel accumulates Σ_j exp(s_ij − m)·v_jd before dividing by l_i = Σ_j exp(s_ij − m):
-// where l_i·c_in, or Σ_j |v_jd| (a block's weights are relative to its own running max, each up
-// to 1, before the rescale), reaches fp32's range, c_acc becomes it (the verdict's overflow rule).
+// A flash kernel accumulates Σ_j exp(s_ij − m)·v_jd before dividing by l_i = Σ_j exp(s_ij − m),
+// m the running max, so each weight is at most 1: where Σ_j |v_jd| reaches a quarter of fp32's
+// range, c_acc becomes it (overflow_guard; the verdict reads it as indeterminate).
 // A score error δ_ij moves p_ij by p_ij·(δ_ij − Σ_k p_ik δ_ik), so out moves by at most
 // Σ_j p_ij|v_jd|(|δ_ij| + Σ_k p_ik|δ_ik|); δ_ij is u_fp32·e_ij from the fp32 dot, plus
 // u_fp32·|s_ij − m_i| from exp's argument (online rescaling at most doubles it); the fp32 sums of
