@@ -127,7 +127,7 @@ void count_bytes(benchmark::State& state, int bytes_per_element) {
 void BM_fresh_outputs(benchmark::State& state) {
   const auto count = static_cast<std::size_t>(state.range(0));
   for (auto _ : state) {
-    std::vector<std::vector<double>> outs;
+    std::vector<RefVec> outs;
     for (std::size_t i = 0; i < count; ++i) outs.push_back(ops::output_buffer(k_rows * k_cols));
     benchmark::DoNotOptimize(outs.back().data());
   }

@@ -75,7 +75,8 @@ class ScriptReference final : public ExternalReference {
         o.name = schema.outputs[i].name;
         o.dtype = ctx.output_dtype(i);
         o.shape = t.shape();
-        o.value = t.to_f64();
+        o.value.resize(static_cast<std::size_t>(t.numel()));
+        t.to_f64(o.value.data());
         continue;
       }
       if (t.shape() != o.shape)
@@ -83,7 +84,8 @@ class ScriptReference final : public ExternalReference {
                           "the reference " + where + ": the condition term of output '" + o.name +
                               "' has shape " + shape_text(t.shape()) + ", its value " +
                               shape_text(o.shape));
-      o.c_acc = t.to_f64();
+      o.c_acc.resize(static_cast<std::size_t>(t.numel()));
+      t.to_f64(o.c_acc.data());
       for (double& c : o.c_acc) c = std::isfinite(c) ? std::fabs(c) : 0.0;
     }
     return out;

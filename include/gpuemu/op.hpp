@@ -12,8 +12,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <new>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace gpuemu {
@@ -53,15 +57,58 @@ class RefContext {
   DType output_dtype(std::size_t index = 0) const;
 };
 
+// The tag that asks RefAllocator to leave a new element uninitialised (see RefVec).
+struct RefNoInit {};
+
+// std::allocator's heap, plus one way to make elements without writing them. Everything a
+// std::vector normally does is unchanged: `RefVec v(n)`, resize and the like value-initialise
+// (zeros, as std::allocator), copies copy. Only an element constructed from the RefNoInit tag is
+// default-initialised, i.e. left unwritten — what ops::uninit_output() asks for, so that a large
+// reference output is first touched (and its pages faulted in) by the parallel loop that computes
+// it instead of by a zero-fill on one thread. Stateless: every instance is interchangeable.
+template <class T>
+struct RefAllocator {
+  using value_type = T;
+  using is_always_equal = std::true_type;
+  using propagate_on_container_move_assignment = std::true_type;
+  using propagate_on_container_swap = std::true_type;
+
+  RefAllocator() noexcept = default;
+  template <class U>
+  constexpr RefAllocator(const RefAllocator<U>&) noexcept {}
+
+  T* allocate(std::size_t n) { return std::allocator<T>{}.allocate(n); }
+  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>{}.deallocate(p, n); }
+
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);  // U() for no args: zero
+  }
+  template <class U>
+  void construct(U* p, RefNoInit) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-init: no write for a double
+  }
+
+  template <class U>
+  friend bool operator==(const RefAllocator&, const RefAllocator<U>&) noexcept {
+    return true;
+  }
+};
+
+// The vector a reference output is returned in (RefOutput). Made like any std::vector it holds
+// zeros; made by ops::uninit_output() its elements are unwritten and every one of them must be
+// written by the caller before it is read.
+using RefVec = std::vector<double, RefAllocator<double>>;
+
 // One reference output, with the per-element condition terms the error model normalises by
 // (docs/error-model.md): err = |out - ref| / (u_out*|ref| + u_acc*c_acc + u_in*c_in + tiny_out).
 struct RefOutput {
   std::string name;
   DType dtype = DType::float32;   // the dtype the kernel must return
   Shape shape;
-  std::vector<double> value;      // the fp64 reference, row-major
-  std::vector<double> c_acc;      // magnitude accumulated in fp32 (empty means zeros)
-  std::vector<double> c_in;       // magnitude that legitimately passes through input-dtype rounding
+  RefVec value;                   // the fp64 reference, row-major
+  RefVec c_acc;                   // magnitude accumulated in fp32 (empty means zeros)
+  RefVec c_in;                    // magnitude that legitimately passes through input-dtype rounding
   // Non-finite results a correct kernel may return instead of the reference's, per element (empty
   // means none), as k_alt_* bits: where legitimate formulations disagree on special values (e.g.
   // batch_norm's fused x·α + β gives NaN for an infinite weight where the direct (x − μ)·σ⁻¹·w

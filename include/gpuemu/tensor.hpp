@@ -55,8 +55,10 @@ class Tensor {
   double at(std::span<const std::int64_t> index) const;
   std::int64_t storage_index(std::span<const std::int64_t> index) const;
 
-  // Every element as a double, in logical row-major order.
+  // Every element as a double, in logical row-major order: as a new vector, or written to
+  // out[0, numel()) (a buffer of the caller's type, e.g. a reference output's RefVec).
   std::vector<double> to_f64() const;
+  void to_f64(double* out) const;
   // The logical elements' bytes, contiguous row-major, in this dtype (a digest / wire payload).
   std::vector<std::byte> contiguous_bytes() const;
 

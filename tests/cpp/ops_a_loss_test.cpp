@@ -9,14 +9,14 @@ namespace {
 const std::vector<double> k_logits = {1, 2, 3, 4, 5, 0.5, -1, 2, 0, 1,
                                       3, 3, 3, 3, 3, -2,  4,  1, 0, -1};
 
-std::vector<double> ce(const std::vector<double>& target, const Json& attrs) {
+RefVec ce(const std::vector<double>& target, const Json& attrs) {
   auto ctx = make_ctx("cross_entropy", DType::float32,
                       {{"logits", arg(DType::float32, {4, 5}, k_logits)},
                        {"target", arg(DType::int64, {4}, target)}},
                       attrs);
   auto ref = builtin_of("cross_entropy").reference(ctx);
   EXPECT_TRUE(ref.ok()) << (ref.ok() ? "" : ref.error().message);
-  return ref.ok() ? ref->at(0).value : std::vector<double>{};
+  return ref.ok() ? ref->at(0).value : RefVec{};
 }
 
 TEST(OpsALoss, CrossEntropyFollowsTorch) {
@@ -51,7 +51,7 @@ TEST(OpsALoss, EmbeddingFollowsTorch) {
   auto ref = builtin_of("embedding").reference(ctx);
   ASSERT_TRUE(ref.ok());
   EXPECT_EQ(ref->at(0).shape, (Shape{2, 2, 2}));
-  EXPECT_EQ(ref->at(0).value, (std::vector<double>{4, 5, 0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(ref->at(0).value, (RefVec{4, 5, 0, 1, 2, 3, 4, 5}));
   auto bad =
       builtin_of("embedding")
           .reference(make_ctx("embedding", DType::float32,

@@ -120,7 +120,7 @@ TEST(OpsANorm, SpecialValuesFollowTorch) {
                 .reference(make_ctx("layer_norm", DType::float32,
                                     {{"x", arg(DType::float64, {1, 3}, {1, 2, 3})},
                                      {"weight", arg(DType::float64, {3}, {k_inf, 1, 0})}}));
-  EXPECT_EQ(ln->at(0).value, (std::vector<double>{-k_inf, 0.0, 0.0}));
+  EXPECT_EQ(ln->at(0).value, (RefVec{-k_inf, 0.0, 0.0}));
   EXPECT_EQ(ln->at(0).c_acc[0], 0.0);
   // group_norm folds the affine into scale/shift: an Inf weight gives NaN (torch), a finite one
   // the plain result.

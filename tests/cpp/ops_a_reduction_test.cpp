@@ -78,7 +78,7 @@ TEST(OpsAReduction, SpecialValuesAndTiesFollowTorch) {
   EXPECT_EQ(amax[1], k_inf);
   EXPECT_EQ(amax[2], -k_inf);
   EXPECT_EQ(amax[4], 5.0);
-  EXPECT_EQ(argmax, (std::vector<double>{1, 0, 0, 0, 1}));  // first NaN; first of tied maxima
+  EXPECT_EQ(argmax, (RefVec{1, 0, 0, 0, 1}));  // first NaN; first of tied maxima
   EXPECT_TRUE(std::isnan(lse[0]));
   EXPECT_EQ(lse[1], k_inf);
   EXPECT_EQ(lse[2], -k_inf);
@@ -109,12 +109,12 @@ TEST(OpsAReduction, SpecialValuesAndTiesFollowTorch) {
   // l2norm of a zero row is 0 (eps clamp); keepdim keeps the reduced dim as 1.
   auto z = builtin_of("l2norm").reference(make_ctx(
       "l2norm", DType::float32, {{"x", arg(DType::float32, {2, 3}, std::vector<double>(6))}}));
-  EXPECT_EQ(z->at(0).value, std::vector<double>(6, 0.0));
+  EXPECT_EQ(z->at(0).value, RefVec(6, 0.0));
   auto kd = builtin_of("sum").reference(
       make_ctx("sum", DType::float32, {{"x", arg(DType::float32, {2, 3}, {1, 2, 3, 4, 5, 6})}},
                {{"dim", 0}, {"keepdim", true}}));
   EXPECT_EQ(kd->at(0).shape, (Shape{1, 3}));
-  EXPECT_EQ(kd->at(0).value, (std::vector<double>{5, 7, 9}));
+  EXPECT_EQ(kd->at(0).value, (RefVec{5, 7, 9}));
   EXPECT_EQ(builtin_of("argmax").reference(ctx("argmax"))->at(0).dtype, DType::int64);
 }
 

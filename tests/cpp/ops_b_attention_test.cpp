@@ -137,7 +137,7 @@ TEST(OpsBAttention, UnresolvableScoresAllowAnyConvexCombination) {
   const BuiltinOp& op = builtin("flash_attention");
   auto ref = op.reference(ctx);
   ASSERT_TRUE(ref.ok());
-  EXPECT_EQ((*ref)[0].value, (std::vector<double>{0.0, 1.0}));
+  EXPECT_EQ((*ref)[0].value, (RefVec{0.0, 1.0}));
   EXPECT_GE((*ref)[0].c_acc[0], std::ldexp(1.0, 24));  // max |v| / u_fp32
   for (const auto& k : op.controls) {
     auto out = k.run(ctx);

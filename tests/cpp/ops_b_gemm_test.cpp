@@ -23,7 +23,7 @@ TEST(OpsBGemm, MatmulSmallExact) {
   auto out = builtin("matmul").reference(ctx);
   ASSERT_TRUE(out.ok());
   EXPECT_EQ((*out)[0].shape, (Shape{2, 2}));
-  EXPECT_EQ((*out)[0].value, (std::vector<double>{-8, 4.5, -14, 9}));
+  EXPECT_EQ((*out)[0].value, (RefVec{-8, 4.5, -14, 9}));
   // c_acc = (|a|·|b|)·sqrt(3)
   EXPECT_NEAR((*out)[0].c_acc[0], 10 * std::sqrt(3.0), 1e-12);
   auto fast = ops::matmul_reference_value_only(ctx);

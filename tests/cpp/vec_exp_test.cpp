@@ -237,7 +237,7 @@ void plain_norm(const std::vector<double>& x, std::int64_t len, const std::vecto
 
 // got and want agree: the same special values (NaN, +-inf; the sign of a zero aside), finite
 // values within `rel` of max(|want|, scale, scales[i]).
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rel,
+void expect_close(const RefVec& got, const std::vector<double>& want, double rel,
                   double scale_floor, const std::string& what,
                   const std::vector<double>& scales = {}) {
   ASSERT_EQ(got.size(), want.size()) << what;

@@ -132,19 +132,24 @@ void Tensor::set_flat(std::int64_t i, double value, Overflow overflow) {
 }
 
 std::vector<double> Tensor::to_f64() const {
+  std::vector<double> out(static_cast<std::size_t>(numel()));
+  to_f64(out.data());
+  return out;
+}
+
+void Tensor::to_f64(double* out) const {
   const std::int64_t n = numel();
-  std::vector<double> out(static_cast<std::size_t>(n));
-  if (n == 0) return out;
+  if (n == 0) return;
   const std::size_t es = dtype_size(m_dtype);
   const std::byte* base = m_storage->data();
   if (is_contiguous()) {
     const std::byte* p = base + m_offset * static_cast<std::int64_t>(es);
     if (m_dtype == DType::float64) {
-      std::memcpy(out.data(), p, out.size() * sizeof(double));
+      std::memcpy(out, p, static_cast<std::size_t>(n) * sizeof(double));
     } else {
       for (std::int64_t i = 0; i < n; ++i) out[i] = decode_element(m_dtype, p + i * es);
     }
-    return out;
+    return;
   }
   // Odometer walk over the multi-index.
   const std::size_t rank = m_shape.size();
@@ -161,7 +166,6 @@ std::vector<double> Tensor::to_f64() const {
       idx[d] = 0;
     }
   }
-  return out;
 }
 
 std::vector<std::byte> Tensor::contiguous_bytes() const {

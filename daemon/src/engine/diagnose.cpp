@@ -227,7 +227,7 @@ class Probes {
     const double env = envelope(tc.dtype);
     const Verdict v = judge(m_schema, *ctx, *ref, *out, env);
     const std::vector<double> o = (*out)[0].to_f64();
-    const std::vector<double>& r = (*ref)[0].value;
+    const RefVec& r = (*ref)[0].value;
     if (v.outputs.empty() || v.outputs[0].errors.size() != o.size()) return std::nullopt;
     std::vector<double> dev;
     for (std::size_t e = 0; e < o.size(); ++e)

@@ -110,7 +110,7 @@ const double* kv_block(const AttnProblem& p, const double* base, std::int64_t b,
 Result<std::vector<RefOutput>> reference(const RefContext& ctx, bool decode) {
   GPUEMU_TRY(AttnProblem p, decode ? decode_problem(ctx) : flash_problem(ctx));
   const auto n = static_cast<std::size_t>(shape_numel(p.out_shape));
-  std::vector<double> out(n), c_acc(n), c_in(n);
+  RefVec out(n), c_acc(n), c_in(n);
   const DTypeInfo& in = dtype_info(ctx.input("q").dtype);
   // The tail term of c_acc reads c_in as Σ p|v| too; the flush weight only adds to it (looser).
   const double p_min_normal = in.min_normal,

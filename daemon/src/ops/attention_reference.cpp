@@ -25,7 +25,7 @@ bool all_finite(const double* x, std::int64_t n) {
 void attention_block_reference(const AttentionBlock& blk) {
   const std::int64_t lq = blk.lq, lk = blk.lk, d = blk.d;
   if (lq <= 0 || d <= 0) return;
-  const std::vector<double> abs_k = abs_copy(blk.k, lk * d), abs_v = abs_copy(blk.v, lk * d);
+  const RefVec abs_k = abs_copy(blk.k, lk * d), abs_v = abs_copy(blk.v, lk * d);
   // With a causal mask, P's masked zeros meet every value row in a dgemm: an Inf or NaN there
   // would leak (0·Inf). Then the masked products are skipped row by row instead.
   const bool row_wise_pv = blk.causal && !all_finite(blk.v, lk * d);
@@ -46,12 +46,12 @@ void attention_block_reference(const AttentionBlock& blk) {
   // Rows fp32 cannot resolve (see the header), and their largest score condition.
   std::vector<char> unresolved(static_cast<std::size_t>(chunk));
   std::vector<double> e_max_row(static_cast<std::size_t>(chunk));
-  std::vector<double> prefix_max_v;  // [lk, d]: max_{j' <= j} |v_j'd|, built on first need
+  RefVec prefix_max_v;  // [lk, d]: max_{j' <= j} |v_j'd|, built on first need
   for (std::int64_t r0 = 0; r0 < lq; r0 += chunk) {
     const std::int64_t rows = std::min(chunk, lq - r0);
     const double* q = blk.q + r0 * d;
     dgemm_rm(false, true, rows, lk, d, q, d, blk.k, d, S.data(), lk);
-    const std::vector<double> abs_q = abs_copy(q, rows * d);
+    const RefVec abs_q = abs_copy(q, rows * d);
     dgemm_rm(false, true, rows, lk, d, abs_q.data(), d, abs_k.data(), d, E.data(), lk);
     for (std::int64_t i = 0; i < rows; ++i) {
       const std::int64_t n = attended_keys(r0 + i, lk, blk.causal);

@@ -30,9 +30,9 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, int spatial_dims
   const double* bias = ctx.has_input("bias") ? ctx.input("bias").data.data() : nullptr;
   const std::int64_t P = g.pixels(), R = g.red(), cog = g.cout_g();
   const auto n = static_cast<std::size_t>(g.B * g.Cout * P);
-  std::vector<double> value(n), c_acc(n);
+  RefVec value(n), c_acc(n);
   std::vector<double> cols(static_cast<std::size_t>(R * P));
-  std::vector<std::vector<double>> abs_w;
+  std::vector<RefVec> abs_w;
   for (std::int64_t grp = 0; grp < g.groups; ++grp)
     abs_w.push_back(abs_copy(weight + grp * cog * R, cog * R));
   for (std::int64_t b = 0; b < g.B; ++b)

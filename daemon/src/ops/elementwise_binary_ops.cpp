@@ -84,7 +84,7 @@ Result<std::vector<RefOutput>> binary_reference(const RefContext& ctx, BinOp op)
   const RefArg& b = ctx.input("b");
   GPUEMU_TRY(Broadcast bc, broadcast(a.shape, b.shape));
   const auto n = static_cast<std::size_t>(shape_numel(bc.out));
-  std::vector<double> out(n), c_acc(n);
+  RefVec out(n), c_acc(n);
   for_each_broadcast(bc, [&](std::int64_t i, std::int64_t ia, std::int64_t ib) {
     const double x = a.data[static_cast<std::size_t>(ia)], y = b.data[static_cast<std::size_t>(ib)];
     const double v = op == BinOp::add ? x + y : x * y;
@@ -173,7 +173,7 @@ Result<std::vector<RefOutput>> gated_reference(const RefContext& ctx, Gate gate_
   const EwParams p = read_params(ctx);
   const double in_min_normal = dtype_info(g.dtype).min_normal;
   const auto n = static_cast<std::size_t>(g.numel());
-  std::vector<double> out(n), c_acc(n), c_in(n);
+  RefVec out(n), c_acc(n), c_in(n);
   parallel_for(
       g.numel(),
       [&](std::int64_t b, std::int64_t e) {

@@ -27,7 +27,7 @@ Result<std::vector<RefOutput>> unary_reference(const RefContext& ctx) {
   const RefArg& x = ctx.input("x");
   const EwParams p = read_params(ctx);
   const auto n = static_cast<std::size_t>(x.numel());
-  std::vector<double> out(n), c_acc(n);
+  RefVec out(n), c_acc(n);
   parallel_for(
       x.numel(),
       [&](std::int64_t b, std::int64_t e) {

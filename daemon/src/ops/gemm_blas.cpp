@@ -9,10 +9,6 @@
 #include <cmath>
 #include <cstdint>
 
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
-
 namespace gpuemu::ops {
 
 void dgemm_rm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
@@ -31,26 +27,8 @@ void dgemm_rm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
               beta, C, bi(ldc));
 }
 
-std::vector<double> fresh_buffer(std::int64_t n) {
-  std::vector<double> v;
-  const auto count = static_cast<std::size_t>(std::max<std::int64_t>(n, 0));
-#ifdef __linux__
-  constexpr std::uintptr_t k_huge = std::uintptr_t{2} << 20;
-  if (count * sizeof(double) >= 2 * k_huge) {
-    v.reserve(count);
-    std::uintptr_t b = reinterpret_cast<std::uintptr_t>(v.data());
-    std::uintptr_t e = b + count * sizeof(double);
-    b = (b + k_huge - 1) & ~(k_huge - 1);
-    e &= ~(k_huge - 1);
-    if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_HUGEPAGE);  // advisory only
-  }
-#endif
-  v.resize(count);
-  return v;
-}
-
-std::vector<double> abs_copy(const double* x, std::int64_t n) {
-  std::vector<double> out = fresh_buffer(n);
+RefVec abs_copy(const double* x, std::int64_t n) {
+  RefVec out = output_buffer(n);
   parallel_for(
       n,
       [&](std::int64_t b, std::int64_t e) {
@@ -60,11 +38,10 @@ std::vector<double> abs_copy(const double* x, std::int64_t n) {
   return out;
 }
 
-std::vector<double> abs_gemm_condition(const double* A, const double* B, std::int64_t M,
-                                       std::int64_t N, std::int64_t K, bool trans_b,
-                                       double factor) {
-  const std::vector<double> abs_a = abs_copy(A, M * K), abs_b = abs_copy(B, K * N);
-  std::vector<double> c = fresh_buffer(M * N);
+RefVec abs_gemm_condition(const double* A, const double* B, std::int64_t M, std::int64_t N,
+                          std::int64_t K, bool trans_b, double factor) {
+  const RefVec abs_a = abs_copy(A, M * K), abs_b = abs_copy(B, K * N);
+  RefVec c = output_buffer(M * N);
   dgemm_rm(false, trans_b, M, N, K, abs_a.data(), K, abs_b.data(), trans_b ? K : N, c.data(), N);
   if (factor != 1.0)
     parallel_for(
@@ -80,9 +57,9 @@ double sqrt_len(std::int64_t n) {
   return std::sqrt(static_cast<double>(std::max<std::int64_t>(n, 1)));
 }
 
-std::vector<double> gemm_reference_value_only(const double* a, const double* b, std::int64_t M,
-                                              std::int64_t K, std::int64_t N) {
-  std::vector<double> out = fresh_buffer(M * N);
+RefVec gemm_reference_value_only(const double* a, const double* b, std::int64_t M, std::int64_t K,
+                                 std::int64_t N) {
+  RefVec out = output_buffer(M * N);
   dgemm_rm(false, false, M, N, K, a, K, b, N, out.data(), N);
   return out;
 }

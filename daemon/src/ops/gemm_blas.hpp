@@ -23,28 +23,27 @@ void dgemm_rm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
               const double* A, std::int64_t lda, const double* B, std::int64_t ldb, double* C,
               std::int64_t ldc, double beta = 0.0);
 
-// A zeroed buffer of n doubles. On Linux a large one asks for transparent huge pages before its
-// first touch: a fresh 32 MiB buffer otherwise costs ~8000 page faults (~30 ms on our 2-core VMs,
-// 11% of a 2048^3 dgemm; ~7 ms with huge pages).
-std::vector<double> fresh_buffer(std::int64_t n);
+// The buffers below come from ops::output_buffer (op_util.hpp): zeroed, huge pages for a large
+// one. A fresh 32 MiB buffer otherwise costs ~8000 page faults (~30 ms on our 2-core VMs, 11% of a
+// 2048^3 dgemm; ~7 ms with huge pages).
 
 // |x| element-wise, as a new vector.
-std::vector<double> abs_copy(const double* x, std::int64_t n);
-inline std::vector<double> abs_copy(const std::vector<double>& x) {
+RefVec abs_copy(const double* x, std::int64_t n);
+inline RefVec abs_copy(const std::vector<double>& x) {
   return abs_copy(x.data(), static_cast<std::int64_t>(x.size()));
 }
 
 // c[M,N] = (|A|·|B|)·factor for A [M,K] and B [K,N] (or [N,K] when trans_b), both contiguous.
-std::vector<double> abs_gemm_condition(const double* A, const double* B, std::int64_t M,
-                                       std::int64_t N, std::int64_t K, bool trans_b, double factor);
+RefVec abs_gemm_condition(const double* A, const double* B, std::int64_t M, std::int64_t N,
+                          std::int64_t K, bool trans_b, double factor);
 
 // sqrt(max(n, 1)): the length factor of an fp32 accumulation of n terms.
 double sqrt_len(std::int64_t n);
 
 // The fp64 value of a[M,K]·b[K,N] (row-major, contiguous) and nothing else: one dgemm into the
 // returned buffer. This is the path the matmul benchmark holds against a bare cblas_dgemm.
-std::vector<double> gemm_reference_value_only(const double* a, const double* b, std::int64_t M,
-                                              std::int64_t K, std::int64_t N);
+RefVec gemm_reference_value_only(const double* a, const double* b, std::int64_t M, std::int64_t K,
+                                 std::int64_t N);
 
 // matmul's reference without condition terms (c_acc and c_in empty): the value path alone.
 Result<std::vector<RefOutput>> matmul_reference_value_only(const RefContext& ctx);

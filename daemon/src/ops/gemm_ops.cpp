@@ -99,15 +99,15 @@ const double* b_of(const GemmProblem& p, std::int64_t batch) {
 Result<std::vector<RefOutput>> reference(const RefContext& ctx, std::string_view op) {
   GPUEMU_TRY(GemmProblem p, problem_of(ctx, op));
   const std::int64_t mn = p.M * p.N;
-  std::vector<double> value = fresh_buffer(p.batches * mn);
-  std::vector<double> c_acc = fresh_buffer(p.batches * mn), c_in;
-  const std::vector<double> abs_b = abs_copy(p.b, (p.b_shared ? 1 : p.batches) * p.K * p.N);
+  RefVec value = output_buffer(p.batches * mn);
+  RefVec c_acc = output_buffer(p.batches * mn), c_in;
+  const RefVec abs_b = abs_copy(p.b, (p.b_shared ? 1 : p.batches) * p.K * p.N);
   const std::int64_t ldb = p.b_transposed ? p.K : p.N;
   for (std::int64_t t = 0; t < p.batches; ++t) {
     const double* a = p.a + t * p.M * p.K;
     dgemm_rm(false, p.b_transposed, p.M, p.N, p.K, a, p.K, b_of(p, t), ldb, value.data() + t * mn,
              p.N);
-    const std::vector<double> abs_a = abs_copy(a, p.M * p.K);
+    const RefVec abs_a = abs_copy(a, p.M * p.K);
     const double* abs_bt = abs_b.data() + (p.b_shared ? 0 : t * p.K * p.N);
     dgemm_rm(false, p.b_transposed, p.M, p.N, p.K, abs_a.data(), p.K, abs_bt, ldb,
              c_acc.data() + t * mn, p.N);

@@ -82,7 +82,8 @@ Result<std::vector<RefOutput>> cross_entropy_reference(const RefContext& ctx) {
   GPUEMU_TRY(CeArgs a, ce_args(ctx));
   const RefArg& logits = ctx.input("logits");
   const auto n = static_cast<std::size_t>(a.rows);
-  std::vector<double> loss(n, 0.0), c(n, 0.0), cin(n, 0.0), peak(n, 0.0);
+  RefVec loss(n, 0.0), c(n, 0.0), cin(n, 0.0);
+  std::vector<double> peak(n, 0.0);
   // The largest log-probability a kernel that stores log_softmax in the input dtype rounds there:
   // past that dtype's range it overflows to -inf legitimately (the verdict reads c_in >= the
   // dtype's max as indeterminate), so c_in takes it when it gets there.
@@ -302,13 +303,14 @@ Result<EmbArgs> emb_args(const RefContext& ctx) {
 
 enum class EmbVariant { gather, fp32_staging, bounds_off_by_one, tail_dropped, fp16_staging };
 
-// The gather; `v` selects how each row is copied. Shared by the reference (EmbVariant::gather).
-Result<std::vector<double>> embedding_gather(const RefContext& ctx, const EmbArgs& a, EmbVariant v,
-                                             DType od) {
+// The gather; `v` selects how each row is copied. Shared by the reference (EmbVariant::gather,
+// into a RefVec) and the kernels (into their std::vector<double>).
+template <class Vec>
+Result<Vec> embedding_gather(const RefContext& ctx, const EmbArgs& a, EmbVariant v, DType od) {
   const RefArg& w = ctx.input("weight");
   constexpr std::int64_t block = 128;
   const std::int64_t copied = v == EmbVariant::tail_dropped ? a.dim / block * block : a.dim;
-  std::vector<double> out(a.index.size() * static_cast<std::size_t>(a.dim), 0.0);
+  Vec out(a.index.size() * static_cast<std::size_t>(a.dim), 0.0);
   parallel_for(
       static_cast<std::int64_t>(a.index.size()),
       [&](std::int64_t b, std::int64_t e) {
@@ -332,7 +334,8 @@ Result<std::vector<double>> embedding_gather(const RefContext& ctx, const EmbArg
 KernelFn embedding_kernel(EmbVariant v) {
   return [v](const RefContext& ctx) -> Result<KernelOutputs> {
     GPUEMU_TRY(EmbArgs a, emb_args(ctx));
-    GPUEMU_TRY(std::vector<double> out, embedding_gather(ctx, a, v, ctx.output_dtype()));
+    GPUEMU_TRY(std::vector<double> out,
+               embedding_gather<std::vector<double>>(ctx, a, v, ctx.output_dtype()));
     return KernelOutputs{std::move(out)};
   };
 }
@@ -342,8 +345,8 @@ BuiltinOp embedding_op() {
   op.name = "embedding";
   op.reference = [](const RefContext& ctx) -> Result<std::vector<RefOutput>> {
     GPUEMU_TRY(EmbArgs a, emb_args(ctx));
-    GPUEMU_TRY(std::vector<double> out,
-               embedding_gather(ctx, a, EmbVariant::gather, ctx.output_dtype()));
+    GPUEMU_TRY(RefVec out,
+               embedding_gather<RefVec>(ctx, a, EmbVariant::gather, ctx.output_dtype()));
     return single_output(ctx.output_dtype(), a.out_shape, std::move(out));
   };
   op.controls = {

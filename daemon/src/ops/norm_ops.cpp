@@ -226,7 +226,7 @@ Result<std::vector<RefOutput>> norm_reference(const RefContext& ctx, NormKind ki
   for (std::int64_t a = 0; a < affine_n; ++a)
     wv[static_cast<std::size_t>(a)] = af.w(a), bv[static_cast<std::size_t>(a)] = af.b(a);
   const std::int64_t n = x.numel();
-  std::vector<double> out = output_buffer(n), c_acc = output_buffer(n), c_in = output_buffer(n);
+  RefVec out = output_buffer(n), c_acc = output_buffer(n), c_in = output_buffer(n);
   NormJob job;
   job.nr = &nr;
   job.x = x.data.data();
@@ -416,7 +416,7 @@ Result<std::vector<RefOutput>> batch_norm_reference(const RefContext& ctx) {
   const RefArg& rv = ctx.input("running_var");
   const double eps = ctx.attr_float("eps");
   const double in_min_normal = dtype_info(x.dtype).min_normal;
-  std::vector<double> out(x.data.size()), c_acc(x.data.size()), c_in(x.data.size());
+  RefVec out(x.data.size()), c_acc(x.data.size()), c_in(x.data.size());
   std::vector<std::uint8_t> alt(x.data.size(), 0);
   parallel_for(
       v.batch * v.channels,

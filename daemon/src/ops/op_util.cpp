@@ -1,8 +1,61 @@
 #include "ops/op_util.hpp"
 
-#include "ops/gemm_blas.hpp"
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 namespace gpuemu::ops {
+namespace {
+
+// n RefNoInit tags as a random-access range. A RefVec built from it allocates n doubles and
+// writes none: RefAllocator default-initialises an element made from the tag, so the library's
+// construction loop has an empty body and the compiler drops it (vector::resize, by contrast,
+// constructs element by element with no argument).
+struct NoInitIterator {
+  using iterator_category = std::random_access_iterator_tag;
+  using value_type = RefNoInit;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const RefNoInit*;
+  using reference = RefNoInit;
+  std::ptrdiff_t i = 0;
+  RefNoInit operator*() const { return {}; }
+  NoInitIterator& operator++() {
+    ++i;
+    return *this;
+  }
+  NoInitIterator operator++(int) {
+    NoInitIterator t = *this;
+    ++i;
+    return t;
+  }
+  friend difference_type operator-(NoInitIterator a, NoInitIterator b) { return a.i - b.i; }
+  friend bool operator==(NoInitIterator a, NoInitIterator b) { return a.i == b.i; }
+};
+
+std::size_t count_of(std::int64_t n) {
+  return static_cast<std::size_t>(std::max<std::int64_t>(n, 0));
+}
+
+// Asks for transparent huge pages over the 2 MiB-aligned inside of a buffer not yet touched
+// (advisory only; small buffers are left alone).
+void advise_huge_pages([[maybe_unused]] const double* data, [[maybe_unused]] std::size_t count) {
+#ifdef __linux__
+  constexpr std::uintptr_t k_huge = std::uintptr_t{2} << 20;
+  if (count * sizeof(double) < 2 * k_huge) return;
+  std::uintptr_t b = reinterpret_cast<std::uintptr_t>(data);
+  std::uintptr_t e = b + count * sizeof(double);
+  b = (b + k_huge - 1) & ~(k_huge - 1);
+  e &= ~(k_huge - 1);
+  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_HUGEPAGE);
+#endif
+}
+
+}  // namespace
 
 Result<ReduceGeom> reduce_geom(const Shape& shape, std::int64_t dim) {
   const auto rank = static_cast<std::int64_t>(shape.size());
@@ -44,8 +97,8 @@ std::vector<double> round_all(DType dtype, std::vector<double> v) {
   return v;
 }
 
-std::vector<RefOutput> single_output(DType dtype, Shape shape, std::vector<double> value,
-                                     std::vector<double> c_acc, std::vector<double> c_in) {
+std::vector<RefOutput> single_output(DType dtype, Shape shape, RefVec value, RefVec c_acc,
+                                     RefVec c_in) {
   RefOutput o;
   o.name = "out";
   o.dtype = dtype;
@@ -59,8 +112,20 @@ std::vector<RefOutput> single_output(DType dtype, Shape shape, std::vector<doubl
   return out;
 }
 
-std::vector<double> output_buffer(std::int64_t n) {
-  return fresh_buffer(n);
+RefVec output_buffer(std::int64_t n) {
+  const std::size_t count = count_of(n);
+  RefVec v;
+  v.reserve(count);
+  advise_huge_pages(v.data(), count);
+  v.resize(count);
+  return v;
+}
+
+RefVec uninit_output(std::int64_t n) {
+  const auto count = static_cast<std::ptrdiff_t>(count_of(n));
+  RefVec v(NoInitIterator{0}, NoInitIterator{count});
+  advise_huge_pages(v.data(), v.size());
+  return v;
 }
 
 bool cpu_has_avx2() {

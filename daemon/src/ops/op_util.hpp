@@ -32,18 +32,26 @@ inline float f32(double x) {
 }
 
 // One output named "out" with the given shape, dtype and values; condition vectors optional.
-std::vector<RefOutput> single_output(DType dtype, Shape shape, std::vector<double> value,
-                                     std::vector<double> c_acc = {}, std::vector<double> c_in = {});
+std::vector<RefOutput> single_output(DType dtype, Shape shape, RefVec value, RefVec c_acc = {},
+                                     RefVec c_in = {});
 
 inline bool finite(double x) {
   return std::isfinite(x);
 }
 
-// A zeroed buffer of n doubles for a reference's output. A large one asks for transparent huge
-// pages before its first touch: a fresh 128 MiB vector otherwise costs 32768 page faults
-// (~150-220 ms on our 2-core VMs against ~30 ms with huge pages; the kernel's zeroing of the
-// pages and std::vector's own zero-fill are what is left, see docs/performance.md).
-std::vector<double> output_buffer(std::int64_t n);
+// Buffers of n doubles for a reference's outputs (0 for n < 0). A large one asks for transparent
+// huge pages before its first touch: a fresh 128 MiB vector otherwise costs 32768 page faults
+// (~150-220 ms on our 2-core VMs against ~30 ms with huge pages, see docs/performance.md).
+//
+// output_buffer: zeroed, like std::vector(n): the zero-fill runs on the calling thread, which
+// also takes every page fault (the kernel zeroes each fresh page as well).
+RefVec output_buffer(std::int64_t n);
+// uninit_output: the same buffer with no element written (RefAllocator's RefNoInit) and no page
+// touched, so that the loop computing the output, on every core, is its first touch. Contract:
+// every element must be written by the caller, on every path, before anything reads it (an
+// element left out holds whatever the heap held). Where a path may skip elements, use
+// output_buffer.
+RefVec uninit_output(std::int64_t n);
 
 // Whether this CPU runs AVX2. Reference loops written with the vd4 vector type (vec_exp.hpp) are
 // compiled twice, for AVX2 and for the x86-64 baseline, and pick one at run time; both do the same

@@ -36,7 +36,7 @@ Result<double> scalar_input(const RefContext& ctx, std::string_view name) {
 Result<std::vector<RefOutput>> quantize_reference(const RefContext& ctx) {
   const RefArg& x = ctx.input("x");
   GPUEMU_TRY(double scale, scalar_input(ctx, "scale"));
-  std::vector<double> value(x.data.size()), c_acc(x.data.size());
+  RefVec value(x.data.size()), c_acc(x.data.size());
   for (std::size_t i = 0; i < x.data.size(); ++i) {
     const double q = x.data[i] / scale;
     value[i] = std::isnan(q) ? q : std::clamp(q, -k_e4m3_max, k_e4m3_max);
@@ -149,10 +149,9 @@ Result<Fp8Problem> fp8_problem(const RefContext& ctx) {
 Result<std::vector<RefOutput>> fp8_matmul_reference(const RefContext& ctx) {
   GPUEMU_TRY(Fp8Problem p, fp8_problem(ctx));
   const double s = p.scale_a * p.scale_b;
-  std::vector<double> value = gemm_reference_value_only(p.a, p.b, p.M, p.K, p.N);
+  RefVec value = gemm_reference_value_only(p.a, p.b, p.M, p.K, p.N);
   for (auto& v : value) v *= s;
-  std::vector<double> c_acc =
-      abs_gemm_condition(p.a, p.b, p.M, p.N, p.K, false, sqrt_len(p.K) * std::fabs(s));
+  RefVec c_acc = abs_gemm_condition(p.a, p.b, p.M, p.N, p.K, false, sqrt_len(p.K) * std::fabs(s));
   return single_output(p.out_dtype, {p.M, p.N}, std::move(value), std::move(c_acc));
 }
 

@@ -82,7 +82,7 @@ Result<std::vector<RefOutput>> reduce_reference(const RefContext& ctx, Red kind)
   GPUEMU_TRY(ReduceArgs a, reduce_args(ctx, x, false));
   const ReduceGeom& g = a.g;
   const auto rows = static_cast<std::size_t>(g.outer * g.inner);
-  std::vector<double> out(rows), c_acc(rows, 0.0);
+  RefVec out(rows), c_acc(rows, 0.0);
   const double len = static_cast<double>(g.len), sqrt_len = std::sqrt(len);
   for_rows(x.data, g, [&](std::int64_t r, const double* row) {
     const auto ri = static_cast<std::size_t>(r);
@@ -152,7 +152,7 @@ Result<std::vector<RefOutput>> l2norm_reference(const RefContext& ctx) {
   const ReduceGeom& g = a.g;
   const double eps = ctx.attr_float("eps");
   const double sqrt_len = std::sqrt(static_cast<double>(g.len));
-  std::vector<double> out(x.data.size()), c_acc(x.data.size());
+  RefVec out(x.data.size()), c_acc(x.data.size());
   for_rows(x.data, g, [&](std::int64_t r, const double* row) {
     double ss = 0.0;
     for (std::int64_t k = 0; k < g.len; ++k) ss += row[k] * row[k];
@@ -171,7 +171,7 @@ Result<std::vector<RefOutput>> cumsum_reference(const RefContext& ctx) {
   const RefArg& x = ctx.input("x");
   GPUEMU_TRY(ReduceArgs a, reduce_args(ctx, x, true));
   const ReduceGeom& g = a.g;
-  std::vector<double> out(x.data.size()), c_acc(x.data.size());
+  RefVec out(x.data.size()), c_acc(x.data.size());
   for_rows(x.data, g, [&](std::int64_t r, const double* row) {
     double s = 0.0, m = 0.0;
     for (std::int64_t k = 0; k < g.len; ++k) {

@@ -78,7 +78,7 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx) {
       sn[l * half + i] = std::sin(phi);
       ang[l * half + i] = 2.0 + std::fabs(phi) * (3.0 + log_theta * e + static_cast<double>(i));
     }
-  std::vector<double> out(x.size()), c_acc(x.size()), c_in(x.size());
+  RefVec out(x.size()), c_acc(x.size()), c_in(x.size());
   std::vector<std::uint8_t> alt(x.size(), 0);
   const double in_min_subnormal = dtype_info(ctx.input("x").dtype).min_subnormal;
   parallel_for(

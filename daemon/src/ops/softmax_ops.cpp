@@ -138,7 +138,7 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, bool log) {
   const RefArg& x = ctx.input("x");
   GPUEMU_TRY(ReduceGeom g, reduce_geom(x.shape, ctx.attr_int("dim")));
   const std::int64_t n = x.numel();
-  std::vector<double> out = output_buffer(n), c_acc = output_buffer(n);
+  RefVec out = output_buffer(n), c_acc = output_buffer(n);
   SoftmaxRows rows;
   rows.log = log;
   rows.len = g.len;
