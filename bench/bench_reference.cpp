@@ -9,9 +9,13 @@
 //    the weight and bias (one row) are not counted. Peer: memcpy (16 bytes per element: read and
 //    write) on one thread and on two (the references run on every core) (goal >= 30%). Each
 //    benchmark reports its count as the counter `bytes_per_element`, which scripts/bench.sh uses.
-//  - BM_fresh_outputs/K: allocating K zeroed output vectors of 4096 x 4096 doubles the way the
-//    references do (ops::output_buffer) and nothing else: the part of a reference's time that its
-//    return type (RefOutput holds std::vector<double>, zero-filled on creation) imposes.
+//  - BM_fresh_outputs/K/MODE: K fresh output vectors of 4096 x 4096 doubles (RefVec, as RefOutput
+//    holds them), made three ways: MODE 0 zeroed by ops::output_buffer (one thread fills them and
+//    takes every page fault; what a reference using it pays before computing anything); MODE 1
+//    from ops::uninit_output, nothing written (what softmax and layer_norm now pay up front:
+//    nothing); MODE 2 from ops::uninit_output then written once, rows claimed by every core as the
+//    references' loops do (ops::parallel_rows): the page faults and the kernel's zeroing of fresh
+//    pages, which no allocation avoids, plus one write pass — the floor of returning K outputs.
 // Run: build/bin/bench_reference (or `make bench` / scripts/bench.sh, which prints the ratios).
 #include "gpuemu/catalogue.hpp"
 #include "gpuemu/rng.hpp"
@@ -126,9 +130,16 @@ void count_bytes(benchmark::State& state, int bytes_per_element) {
 
 void BM_fresh_outputs(benchmark::State& state) {
   const auto count = static_cast<std::size_t>(state.range(0));
+  const auto mode = state.range(1);  // 0 zeroed, 1 not zeroed, 2 not zeroed and written once
   for (auto _ : state) {
     std::vector<RefVec> outs;
-    for (std::size_t i = 0; i < count; ++i) outs.push_back(ops::output_buffer(k_rows * k_cols));
+    for (std::size_t i = 0; i < count; ++i)
+      outs.push_back(mode == 0 ? ops::output_buffer(k_rows * k_cols)
+                               : ops::uninit_output(k_rows * k_cols));
+    if (mode == 2)
+      ops::parallel_rows(k_rows, (1 << 14) / k_cols, [&](std::int64_t b, std::int64_t e) {
+        for (auto& o : outs) std::fill(o.data() + b * k_cols, o.data() + e * k_cols, 1.0);
+      });
     benchmark::DoNotOptimize(outs.back().data());
   }
   count_bytes(state, static_cast<int>(8 * count));
@@ -187,8 +198,7 @@ BENCHMARK(BM_memcpy)
     ->UseRealTime()
     ->ComputeStatistics("min", fastest);
 BENCHMARK(BM_fresh_outputs)
-    ->Arg(2)
-    ->Arg(3)
+    ->ArgsProduct({{2, 3}, {0, 1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->ComputeStatistics("min", fastest);

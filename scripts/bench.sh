@@ -59,9 +59,19 @@ print("|---|---|---:|---:|---|---:|---:|---:|---:|---|---:|---:|")
 for (name, unit, tm, tb, peer, pm, pb, rm, rb, goal, c1, c2) in rows:
     print(f"| {name} | {unit} | {tm:.2f} | {tb:.2f} | {peer} | {pm:.2f} | {pb:.2f} | {rm:.2f} | {rb:.2f} | {goal} "
           f"| {c1:.0f}% | {c2:.0f}% |")
-times = [(f"BM_{op}_reference", f"BM_fresh_outputs/{k}") for op, k in (("softmax", 2), ("layer_norm", 3))]
-for ref, fresh in times:
-    if ref in agg and fresh in agg:
-        print(f"{ref}: median {agg[ref]['median']:.1f} ms, of which allocating its {fresh[-1]} fresh "
-              f"zeroed outputs alone takes {agg[fresh]['median']:.1f} ms (fastest {agg[fresh]['min']:.1f})")
+# BM_fresh_outputs/K/MODE: K fresh 4096x4096 outputs zeroed (0), not zeroed (1), not zeroed and
+# written once on every core (2); an older binary has BM_fresh_outputs/K, zeroed.
+MODES = ((0, "zeroed (output_buffer)"), (1, "uninit_output alone"),
+         (2, "uninit_output written once on every core"))
+for op, k in (("softmax", 2), ("layer_norm", 3)):
+    ref = f"BM_{op}_reference"
+    if ref not in agg: continue
+    parts = []
+    for mode, what in MODES:
+        name = f"BM_fresh_outputs/{k}/{mode}"
+        if name not in agg and mode == 0: name = f"BM_fresh_outputs/{k}"
+        if name in agg:
+            parts.append(f"{what} {agg[name]['median']:.1f} ms (fastest {agg[name]['min']:.1f})")
+    print(f"{ref}: median {agg[ref]['median']:.1f} ms (fastest {agg[ref]['min']:.1f}); "
+          f"its {k} fresh outputs alone: " + "; ".join(parts))
 PY

@@ -28,7 +28,7 @@ void dgemm_rm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
 }
 
 RefVec abs_copy(const double* x, std::int64_t n) {
-  RefVec out = output_buffer(n);
+  RefVec out = uninit_output(n);  // every element written below
   parallel_for(
       n,
       [&](std::int64_t b, std::int64_t e) {
@@ -41,7 +41,7 @@ RefVec abs_copy(const double* x, std::int64_t n) {
 RefVec abs_gemm_condition(const double* A, const double* B, std::int64_t M, std::int64_t N,
                           std::int64_t K, bool trans_b, double factor) {
   const RefVec abs_a = abs_copy(A, M * K), abs_b = abs_copy(B, K * N);
-  RefVec c = output_buffer(M * N);
+  RefVec c = uninit_output(M * N);  // dgemm_rm with beta = 0 writes all of it
   dgemm_rm(false, trans_b, M, N, K, abs_a.data(), K, abs_b.data(), trans_b ? K : N, c.data(), N);
   if (factor != 1.0)
     parallel_for(
@@ -59,7 +59,7 @@ double sqrt_len(std::int64_t n) {
 
 RefVec gemm_reference_value_only(const double* a, const double* b, std::int64_t M, std::int64_t K,
                                  std::int64_t N) {
-  RefVec out = output_buffer(M * N);
+  RefVec out = uninit_output(M * N);  // dgemm_rm with beta = 0 writes all of it
   dgemm_rm(false, false, M, N, K, a, K, b, N, out.data(), N);
   return out;
 }

@@ -23,9 +23,11 @@ void dgemm_rm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
               const double* A, std::int64_t lda, const double* B, std::int64_t ldb, double* C,
               std::int64_t ldc, double beta = 0.0);
 
-// The buffers below come from ops::output_buffer (op_util.hpp): zeroed, huge pages for a large
-// one. A fresh 32 MiB buffer otherwise costs ~8000 page faults (~30 ms on our 2-core VMs, 11% of a
-// 2048^3 dgemm; ~7 ms with huge pages).
+// The buffers below come from ops::uninit_output (op_util.hpp): huge pages for a large one, and
+// no zero-fill, since each is written in full (dgemm_rm with beta = 0 writes all of C, whatever C
+// held, as BLAS specifies). A fresh 32 MiB buffer otherwise costs ~8000 page faults (~30 ms on our
+// 2-core VMs, 11% of a 2048^3 dgemm; ~7 ms with huge pages), and a zero-fill one more pass over it
+// on one thread.
 
 // |x| element-wise, as a new vector.
 RefVec abs_copy(const double* x, std::int64_t n);

@@ -99,8 +99,9 @@ const double* b_of(const GemmProblem& p, std::int64_t batch) {
 Result<std::vector<RefOutput>> reference(const RefContext& ctx, std::string_view op) {
   GPUEMU_TRY(GemmProblem p, problem_of(ctx, op));
   const std::int64_t mn = p.M * p.N;
-  RefVec value = output_buffer(p.batches * mn);
-  RefVec c_acc = output_buffer(p.batches * mn), c_in;
+  // Not zeroed: the dgemms of the batches write every element of both (beta = 0; K = 0 included).
+  RefVec value = uninit_output(p.batches * mn);
+  RefVec c_acc = uninit_output(p.batches * mn), c_in;
   const RefVec abs_b = abs_copy(p.b, (p.b_shared ? 1 : p.batches) * p.K * p.N);
   const std::int64_t ldb = p.b_transposed ? p.K : p.N;
   for (std::int64_t t = 0; t < p.batches; ++t) {
@@ -115,7 +116,7 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, std::string_view
   const double root_k = sqrt_len(p.K);
   for (auto& c : c_acc) c *= root_k;
   if (p.bias) {
-    c_in.resize(value.size());
+    c_in = uninit_output(static_cast<std::int64_t>(value.size()));  // written in full below
     for (std::int64_t r = 0; r < p.batches * p.M; ++r)
       for (std::int64_t j = 0; j < p.N; ++j) {
         const std::int64_t i = r * p.N + j;

@@ -226,7 +226,10 @@ Result<std::vector<RefOutput>> norm_reference(const RefContext& ctx, NormKind ki
   for (std::int64_t a = 0; a < affine_n; ++a)
     wv[static_cast<std::size_t>(a)] = af.w(a), bv[static_cast<std::size_t>(a)] = af.b(a);
   const std::int64_t n = x.numel();
-  RefVec out = output_buffer(n), c_acc = output_buffer(n), c_in = output_buffer(n);
+  // Not zeroed: every element of the three is written below. The rows cover x (rows * len ==
+  // numel), and emit() runs for each element of a row whatever its values (NaN, ±Inf rows
+  // included): four at a time then the tail, or channel by channel over the group for group_norm.
+  RefVec out = uninit_output(n), c_acc = uninit_output(n), c_in = uninit_output(n);
   NormJob job;
   job.nr = &nr;
   job.x = x.data.data();

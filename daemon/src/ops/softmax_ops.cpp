@@ -138,7 +138,10 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, bool log) {
   const RefArg& x = ctx.input("x");
   GPUEMU_TRY(ReduceGeom g, reduce_geom(x.shape, ctx.attr_int("dim")));
   const std::int64_t n = x.numel();
-  RefVec out = output_buffer(n), c_acc = output_buffer(n);
+  // Not zeroed: every element of both is written below. The rows cover every (outer, inner) pair,
+  // and each row writes all `len` of its elements, whatever its values (NaN, ±Inf, all -Inf):
+  // softmax in passes 2 and 3, log_softmax in pass 3; strided rows scatter all of them back.
+  RefVec out = uninit_output(n), c_acc = uninit_output(n);
   SoftmaxRows rows;
   rows.log = log;
   rows.len = g.len;
