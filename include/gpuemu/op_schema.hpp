@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,6 +45,10 @@ struct InputSpec {
   bool optional = false;            // may be absent (e.g. bias); the fuzzer sometimes omits it
   std::vector<std::string> layouts; // non-contiguous layouts it may take: transposed, strided,
                                     // offset, expanded
+  // PyTorch's (*, N): the first shape entry (a dim name) stands for any number of leading dims,
+  // bound to their product (1 when there are none). The fuzzer draws the schema's rank; a caller's
+  // own tensors (gpuemu.reference, run_op) may have any rank >= shape.size() - 1.
+  bool any_leading_dims = false;
   std::string description;
 };
 
@@ -55,6 +60,7 @@ struct AttrSpec {
   std::vector<Json> values;         // the domain as choices (may be empty)
   std::optional<double> min, max;   // the domain as a range (int / float)
   bool semantic = true;             // semantic attrs vary only when the caller asks
+  std::string dim_of;               // int attr naming a dim of this input: in [-rank, rank)
   std::string description;
 };
 
@@ -94,7 +100,18 @@ struct OpSchema {
   const AttrSpec* find_attr(std::string_view n) const;
   // Every attr at its default, overridden by `given` (which must only name known attrs).
   Result<AttrMap> resolve_attrs(const AttrMap& given) const;
+  // Checks each dim_of attr of resolved attrs `given` against the rank of the input it names;
+  // rank_of gives that rank, or a negative number where the input is absent (nothing to check).
+  Status check_dim_attrs(const AttrMap& given,
+                         const std::function<std::int64_t(const InputSpec&)>& rank_of) const;
 };
+
+// Whether d names a dim of a rank-`rank` tensor, as PyTorch counts: -rank <= d < rank (a 0-d
+// tensor takes 0 and -1).
+inline bool dim_in_rank(std::int64_t d, std::int64_t rank) {
+  const std::int64_t r = rank < 1 ? 1 : rank;
+  return d >= -r && d < r;
+}
 
 // Parses and validates one schema document. `file` names it in error messages ("file:line: ...").
 Result<OpSchema> parse_op_schema(const std::string& text, const std::string& file);

@@ -119,6 +119,84 @@ TEST(Schema, AttrValidation) {
   EXPECT_TRUE(s->resolve_attrs({{"scale", nullptr}}).ok());
 }
 
+// any_leading_dims: the first entry stands for any number of leading dims; dim_of: an int attr
+// checked against the rank of the input it names (the schema's rank, or the given tensor's).
+const char* k_rows = R"({
+  "name": "rows", "version": 1, "summary": "row op", "family": "custom", "dtypes": ["float32"],
+  "dims": {"R": {"min": 1, "max": 8}, "N": {"min": 1, "max": 8}},
+  "inputs": [{"name": "x", "shape": ["R", "N"], "any_leading_dims": true, "dtype": "case"},
+             {"name": "w", "shape": ["N"], "dtype": "case"}],
+  "attrs": {"dim": {"type": "int", "default": -1, "dim_of": "x", "values": [-1, 0]}},
+  "outputs": [{"name": "out", "shape": "like:x", "dtype": "case"}],
+  "reference": "builtin:toy"
+})";
+
+TEST(Schema, AnyLeadingDimsAndDimAttrs) {
+  auto s = parse_op_schema(k_rows, "rows.json");
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_TRUE(s->find_input("x")->any_leading_dims);
+  EXPECT_FALSE(s->find_input("w")->any_leading_dims);
+  EXPECT_EQ(s->find_attr("dim")->dim_of, "x");
+  auto rank = [](std::int64_t r) { return [r](const InputSpec&) { return r; }; };
+  EXPECT_TRUE(s->check_dim_attrs({{"dim", 1}}, rank(2)).ok());
+  EXPECT_TRUE(s->check_dim_attrs({{"dim", -2}}, rank(2)).ok());
+  EXPECT_TRUE(s->check_dim_attrs({{"dim", 2}}, rank(-1)).ok());  // absent input: nothing to check
+  auto bad = s->check_dim_attrs({{"dim", 2}}, rank(2));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(bad.error().message,
+            "attr 'dim' of op 'rows' is 2, not a dim of the rank-2 input 'x' (it takes -2..1)");
+  EXPECT_TRUE(s->check_dim_attrs({{"dim", 2}}, rank(3)).ok());
+  EXPECT_TRUE(dim_in_rank(0, 0) && dim_in_rank(-1, 0) && !dim_in_rank(1, 0));
+
+  // The given tensors bind R to the product of their leading dims (1 when there are none).
+  auto x = [](Shape shape) { return Tensor::zeros(DType::float32, std::move(shape)); };
+  auto ctx = make_ref_context(*s, {{"x", x({2, 3, 4})}, {"w", x({4})}}, Json::object());
+  ASSERT_TRUE(ctx.ok()) << ctx.error().message;
+  EXPECT_EQ(ctx->dims.at("R"), 6);
+  EXPECT_EQ(ctx->dims.at("N"), 4);
+  ctx = make_ref_context(*s, {{"x", x({4})}, {"w", x({4})}}, Json::object());
+  ASSERT_TRUE(ctx.ok()) << ctx.error().message;
+  EXPECT_EQ(ctx->dims.at("R"), 1);
+  auto scalar = make_ref_context(*s, {{"x", x({})}, {"w", x({4})}}, Json::object());
+  ASSERT_FALSE(scalar.ok());
+  EXPECT_NE(scalar.error().message.find("must have rank at least 1, got shape []"), std::string::npos)
+      << scalar.error().message;
+  auto w_rank = make_ref_context(*s, {{"x", x({4})}, {"w", x({1, 4})}}, Json::object());
+  ASSERT_FALSE(w_rank.ok());
+  EXPECT_NE(w_rank.error().message.find("input 'w' of op 'rows' must have rank 1"), std::string::npos);
+  auto n_differs = make_ref_context(*s, {{"x", x({2, 4})}, {"w", x({5})}}, Json::object());
+  ASSERT_FALSE(n_differs.ok());
+  EXPECT_EQ(n_differs.error().code, ErrorCode::shape_mismatch);
+  auto dim3 = make_ref_context(*s, {{"x", x({2, 3, 4})}, {"w", x({4})}}, {{"dim", 2}});
+  EXPECT_TRUE(dim3.ok());
+  auto dim2 = make_ref_context(*s, {{"x", x({3, 4})}, {"w", x({4})}}, {{"dim", 2}});
+  ASSERT_FALSE(dim2.ok());
+  EXPECT_NE(dim2.error().message.find("not a dim of the rank-2 input 'x'"), std::string::npos);
+}
+
+TEST(Schema, AnyLeadingDimsAndDimOfErrors) {
+  const std::vector<BadCase> cases = {
+      {"\"any_leading_dims\": true", "\"any_leading_dims\": 1", "any_leading_dims must be a bool", 4},
+      {"\"shape\": [\"R\", \"N\"], \"any_leading_dims\"", "\"shape\": [\"2 * R\", \"N\"], \"any_leading_dims\"",
+       "any_leading_dims needs a shape whose first entry is a dim name", 4},
+      {"\"dim_of\": \"x\"", "\"dim_of\": \"y\"", "dim_of names no input 'y'", 6},
+      {"\"values\": [-1, 0]", "\"values\": [-1, 2]", "value 2 is not a dim of the rank-2 input 'x'", 6},
+      {"\"type\": \"int\", \"default\": -1", "\"type\": \"float\", \"default\": -1", "dim_of needs an int attr", 6},
+  };
+  for (const auto& c : cases) {
+    std::string text = k_rows;
+    auto pos = text.find(c.from);
+    ASSERT_NE(pos, std::string::npos) << c.from;
+    text.replace(pos, c.from.size(), c.to);
+    auto s = parse_op_schema(text, "bad.json");
+    ASSERT_FALSE(s.ok()) << c.expect;
+    EXPECT_NE(s.error().message.find(c.expect), std::string::npos) << s.error().message;
+    EXPECT_EQ(s.error().message.rfind("bad.json:" + std::to_string(c.line) + ":", 0), 0u)
+        << s.error().message;
+  }
+}
+
 TEST(Catalogue, BuiltinSchemasAllLoadAndHaveReferences) {
   auto cat = Catalogue::load({GPUEMU_SOURCE_DIR "/schemas/ops"});
   ASSERT_TRUE(cat.ok()) << cat.error().message;

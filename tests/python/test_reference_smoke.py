@@ -156,8 +156,11 @@ def test_bad_inputs():
         gpuemu.reference("softmax", {})
     with pytest.raises(ValidationError, match="no input 'y'"):
         gpuemu.reference("softmax", {"x": x, "y": x})
-    with pytest.raises(ShapeMismatchError, match="rank"):
-        gpuemu.reference("softmax", {"x": np.zeros((2, 3, 4), np.float32)})
+    # softmax takes x of any rank >= 1 (PyTorch's (*, N)); matmul's a is exactly [M, K].
+    with pytest.raises(ShapeMismatchError, match="rank at least 1"):
+        gpuemu.reference("softmax", {"x": np.zeros((), np.float32)})
+    with pytest.raises(ShapeMismatchError, match="must have rank 2"):
+        gpuemu.reference("matmul", {"a": np.zeros((2, 3, 4), np.float32), "b": x})
     with pytest.raises(ValidationError, match="uint16"):
         gpuemu.reference("softmax", {"x": np.zeros((2, 3), np.uint16)})
     with pytest.raises(ValidationError, match="2-byte items"):

@@ -71,7 +71,9 @@ Status CaseGenerator::validate() const {
       if (v < 0) return make_error(ErrorCode::invalid_argument, "dim '" + name + "' must be >= 0");
   }
   GPUEMU_TRY(AttrMap resolved, m_schema.resolve_attrs(m_options.attrs));
-  (void)resolved;
+  GPUEMU_TRY_STATUS(m_schema.check_dim_attrs(resolved, [](const InputSpec& in) {
+    return static_cast<std::int64_t>(in.shape.size());  // the fuzzer draws the schema's rank
+  }));
   for (const auto& a : m_options.vary_attrs)
     if (!m_schema.find_attr(a)) return make_error(ErrorCode::invalid_argument, "op '" + m_schema.name + "' has no attr '" + a + "'");
   for (auto d : m_options.dtypes)

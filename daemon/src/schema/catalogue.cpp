@@ -127,6 +127,23 @@ Result<RefContext> make_ref_context(const OpSchema& schema,
                         "op '" + schema.name + "' has no input '" + name + "' (inputs: " + known + ")");
     }
   }
+  // Each input's rank first (nothing converted yet): the schema's, or at least its rank - 1
+  // where the first entry stands for any number of leading dims.
+  for (const auto& spec : schema.inputs) {
+    auto it = inputs.find(spec.name);
+    if (it == inputs.end() || spec.shape.empty()) continue;
+    const auto want = static_cast<std::int64_t>(spec.shape.size()), rank = it->second.dim();
+    if (spec.any_leading_dims ? rank < want - 1 : rank != want)
+      return make_error(ErrorCode::shape_mismatch,
+                        "input '" + spec.name + "' of op '" + schema.name + "' must have rank " +
+                            (spec.any_leading_dims ? "at least " + std::to_string(want - 1)
+                                                   : std::to_string(want)) +
+                            ", got shape " + shape_to_string(it->second.shape()));
+  }
+  GPUEMU_TRY_STATUS(schema.check_dim_attrs(ctx.attrs, [&](const InputSpec& in) -> std::int64_t {
+    auto it = inputs.find(in.name);
+    return it == inputs.end() ? -1 : it->second.dim();
+  }));
   std::optional<DType> first_case;
   for (const auto& spec : schema.inputs) {
     auto it = inputs.find(spec.name);
@@ -141,25 +158,37 @@ Result<RefContext> make_ref_context(const OpSchema& schema,
     arg.dtype = t.dtype();
     arg.shape = t.shape();
     arg.data = t.to_f64();
-    if (static_cast<std::int64_t>(spec.shape.size()) != t.dim() && !spec.shape.empty())
-      return make_error(ErrorCode::shape_mismatch,
-                        "input '" + spec.name + "' of op '" + schema.name + "' must have rank " +
-                            std::to_string(spec.shape.size()) + ", got shape " + shape_to_string(t.shape()));
     ctx.inputs.emplace(spec.name, std::move(arg));
   }
   ctx.case_dtype = case_dtype ? *case_dtype : first_case.value_or(schema.dtypes.front());
-  // Dims named by plain input shape entries, for references that want them.
+  // Dims named by plain input shape entries, for references that want them. A leading entry that
+  // stands for several dims binds their product, and inputs that share it must share those dims.
+  std::map<std::string, Shape, std::less<>> leading;
   for (const auto& spec : schema.inputs) {
     auto it = ctx.inputs.find(spec.name);
     if (it == ctx.inputs.end()) continue;
+    const Shape& shape = it->second.shape;
+    const std::size_t extra = spec.any_leading_dims ? shape.size() + 1 - spec.shape.size() : 0;
     for (std::size_t d = 0; d < spec.shape.size(); ++d) {
       const std::string& e = spec.shape[d];
       if (!schema.find_dim(e)) continue;
-      auto [pos, inserted] = ctx.dims.emplace(e, it->second.shape[d]);
-      if (!inserted && pos->second != it->second.shape[d])
+      std::int64_t size = 1;
+      if (spec.any_leading_dims && d == 0) {
+        const Shape lead(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(extra));
+        for (auto v : lead) size *= v;
+        auto [pos, inserted] = leading.emplace(e, lead);
+        if (!inserted && pos->second != lead)
+          return make_error(ErrorCode::shape_mismatch,
+                            "the leading dims " + shape_to_string(lead) + " of input '" + spec.name +
+                                "' differ from another input's " + shape_to_string(pos->second));
+      } else {
+        size = shape[spec.any_leading_dims ? d - 1 + extra : d];
+      }
+      auto [pos, inserted] = ctx.dims.emplace(e, size);
+      if (!inserted && pos->second != size)
         return make_error(ErrorCode::shape_mismatch,
                           "dim " + e + " is " + std::to_string(pos->second) + " in one input and " +
-                              std::to_string(it->second.shape[d]) + " in input '" + spec.name + "'");
+                              std::to_string(size) + " in input '" + spec.name + "'");
     }
   }
   return ctx;

@@ -188,7 +188,7 @@ class SchemaReader {
       return error({"inputs"}, "must be a non-empty list");
     for (const auto& in : doc["inputs"]) {
       std::vector<std::string> p = {"inputs", in.value("name", std::string("?"))};
-      GPUEMU_TRY_STATUS(check_keys(in, p, {"name", "shape", "dtype", "domain", "optional", "layouts", "description"}));
+      GPUEMU_TRY_STATUS(check_keys(in, p, {"name", "shape", "dtype", "domain", "optional", "layouts", "any_leading_dims", "description"}));
       InputSpec spec;
       GPUEMU_TRY(spec.name, get_string(in, p, "name", true));
       if (!in.contains("shape") || !in["shape"].is_array()) return error(p, "shape must be a list");
@@ -241,6 +241,12 @@ class SchemaReader {
           spec.layouts.push_back(l.get<std::string>());
         }
       }
+      if (in.contains("any_leading_dims")) {
+        if (!in["any_leading_dims"].is_boolean()) return error(p, "any_leading_dims must be a bool");
+        spec.any_leading_dims = in["any_leading_dims"].get<bool>();
+        if (spec.any_leading_dims && (spec.shape.empty() || !s.find_dim(spec.shape.front())))
+          return error(p, "any_leading_dims needs a shape whose first entry is a dim name");
+      }
       GPUEMU_TRY(spec.description, get_string(in, p, "description", false));
       s.inputs.push_back(std::move(spec));
     }
@@ -267,7 +273,7 @@ class SchemaReader {
     if (!doc["attrs"].is_object()) return error({"attrs"}, "must be an object");
     for (const auto& [name, a] : doc["attrs"].items()) {
       std::vector<std::string> p = {"attrs", name};
-      GPUEMU_TRY_STATUS(check_keys(a, p, {"type", "nullable", "default", "values", "min", "max", "semantic", "description"}));
+      GPUEMU_TRY_STATUS(check_keys(a, p, {"type", "nullable", "default", "values", "min", "max", "semantic", "dim_of", "description"}));
       AttrSpec spec;
       spec.name = name;
       GPUEMU_TRY(spec.type, get_string(a, p, "type", true));
@@ -286,6 +292,17 @@ class SchemaReader {
       }
       if (a.contains("min")) spec.min = a["min"].get<double>();
       if (a.contains("max")) spec.max = a["max"].get<double>();
+      GPUEMU_TRY(spec.dim_of, get_string(a, p, "dim_of", false));
+      if (!spec.dim_of.empty()) {
+        const InputSpec* in = s.find_input(spec.dim_of);
+        if (!in) return error(p, "dim_of names no input '" + spec.dim_of + "'");
+        if (spec.type != "int") return error(p, "dim_of needs an int attr");
+        const auto rank = static_cast<std::int64_t>(in->shape.size());
+        for (const Json& v : spec.values)
+          if (v.is_number_integer() && !dim_in_rank(v.get<std::int64_t>(), rank))
+            return error(p, "value " + v.dump() + " is not a dim of the rank-" + std::to_string(rank) +
+                                " input '" + spec.dim_of + "'");
+      }
       GPUEMU_TRY(spec.description, get_string(a, p, "description", false));
       s.attrs.push_back(std::move(spec));
     }
@@ -399,6 +416,24 @@ Result<AttrMap> OpSchema::resolve_attrs(const AttrMap& given) const {
     out[key] = v;
   }
   return out;
+}
+
+Status OpSchema::check_dim_attrs(const AttrMap& given,
+                                 const std::function<std::int64_t(const InputSpec&)>& rank_of) const {
+  for (const auto& a : attrs) {
+    if (a.dim_of.empty() || !given.is_object() || !given.contains(a.name)) continue;
+    const Json& v = given[a.name];
+    const InputSpec* in = find_input(a.dim_of);
+    if (!in || !v.is_number_integer()) continue;
+    const std::int64_t rank = rank_of(*in), d = v.get<std::int64_t>();
+    if (rank < 0 || dim_in_rank(d, rank)) continue;
+    const std::int64_t r = std::max<std::int64_t>(rank, 1);
+    return make_error(ErrorCode::invalid_argument,
+                      "attr '" + a.name + "' of op '" + name + "' is " + std::to_string(d) +
+                          ", not a dim of the rank-" + std::to_string(rank) + " input '" + in->name +
+                          "' (it takes " + std::to_string(-r) + ".." + std::to_string(r - 1) + ")");
+  }
+  return {};
 }
 
 Result<OpSchema> parse_op_schema(const std::string& text, const std::string& file) {
