@@ -92,8 +92,8 @@ struct ProjectConfig {
   // against [ci].lint_baseline (a file) or [ci].lint_baseline_tag (stored in the daemon).
   std::vector<std::string> lint_paths;
   std::string lint_baseline, lint_baseline_tag;
-  const CustomOp* custom_op(const std::string& name) const {
-    auto it = custom_ops.find(name);
+  const CustomOp* custom_op(const std::string& op) const {
+    auto it = custom_ops.find(op);
     return it == custom_ops.end() ? nullptr : &it->second;
   }
   std::string ci_preset = "default";
