@@ -70,7 +70,9 @@ void ops_show(const std::string& name, bool json) {
     std::cout << "    " << in.name << "[" << shape << "] "
               << (in.dtype_rule == InputDtypeRule::case_dtype ? "case dtype"
                                                               : join_dtypes(in.dtypes))
-              << ", " << in.domain << (in.optional ? ", optional" : "");
+              << ", " << in.domain << (in.optional ? ", optional" : "")
+              << (in.any_leading_dims ? ", any leading dims (" + in.shape.front() + " is their product)"
+                                      : "");
     if (!in.layouts.empty()) {
       std::string l;
       for (const auto& x : in.layouts) l += (l.empty() ? "" : ", ") + x;
@@ -83,7 +85,8 @@ void ops_show(const std::string& name, bool json) {
     for (const auto& a : op.attrs)
       std::cout << "    " << a.name << ": " << a.type << (a.nullable ? "?" : "") << " = "
                 << a.default_value.dump()
-                << (a.values.empty() ? "" : "  in " + Json(a.values).dump()) << "\n";
+                << (a.values.empty() ? "" : "  in " + Json(a.values).dump())
+                << (a.dim_of.empty() ? "" : "  (a dim of " + a.dim_of + ")") << "\n";
   }
   std::cout << "  outputs:\n";
   for (const auto& o : op.outputs)

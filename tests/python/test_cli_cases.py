@@ -183,3 +183,20 @@ def test_attr_out_of_range_for_the_op():
     # 1 is not among the values the fuzzer varies dim over (-1, 0) but is a dim of x: accepted.
     cases = json.loads(cases_json("softmax", 3, 2, "--attr", "dim=1"))
     assert [c["attrs"]["dim"] for c in cases] == [1, 1]
+
+
+def test_ops_show_text_and_json():
+    r = gpuemu("ops", "show", "softmax")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("softmax (v1, softmax): torch.softmax(x, dim)")
+    assert "    x[R, N] case dtype, real, any leading dims (R is their product), layouts: transposed, strided, offset, expanded" in lines
+    assert "    dim: int = -1  in [-1,0]  (a dim of x)" in lines
+    assert "  reduced over: N" in lines
+    assert any(l.startswith("  schema: ") and l.endswith("schemas/ops/softmax.json") for l in lines)
+    matmul = gpuemu("ops", "show", "matmul").stdout
+    assert "any leading dims" not in matmul and "    a[M, K] case dtype" in matmul
+    shown = json.loads(gpuemu("ops", "show", "softmax", "--json").stdout)
+    assert shown["inputs"][0]["any_leading_dims"] is True and shown["attrs"]["dim"]["dim_of"] == "x"
+    assert shown["source"].endswith("schemas/ops/softmax.json")
+    assert_usage_error(gpuemu("ops", "show", "softmx"), "unknown op 'softmx'")
