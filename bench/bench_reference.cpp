@@ -11,11 +11,10 @@
 //    benchmark reports its count as the counter `bytes_per_element`, which scripts/bench.sh uses.
 //  - BM_fresh_outputs/K/MODE: K fresh output vectors of 4096 x 4096 doubles (RefVec, as RefOutput
 //    holds them), made three ways: MODE 0 zeroed by ops::output_buffer (one thread fills them and
-//    takes every page fault; what a reference using it pays before computing anything); MODE 1
-//    from ops::uninit_output, nothing written (what softmax and layer_norm now pay up front:
-//    nothing); MODE 2 from ops::uninit_output then written once, rows claimed by every core as the
-//    references' loops do (ops::parallel_rows): the page faults and the kernel's zeroing of fresh
-//    pages, which no allocation avoids, plus one write pass — the floor of returning K outputs.
+//    takes every page fault); MODE 1 from ops::uninit_output, as softmax and layer_norm now get
+//    them: no element written, the pages faulted in by every core (the kernel's clearing of fresh
+//    pages, which no allocation avoids); MODE 2 the same, then written once, rows claimed by every
+//    core as the references' loops do (ops::parallel_rows): the floor of returning K outputs.
 // Run: build/bin/bench_reference (or `make bench` / scripts/bench.sh, which prints the ratios).
 #include "gpuemu/catalogue.hpp"
 #include "gpuemu/rng.hpp"
@@ -130,7 +129,7 @@ void count_bytes(benchmark::State& state, int bytes_per_element) {
 
 void BM_fresh_outputs(benchmark::State& state) {
   const auto count = static_cast<std::size_t>(state.range(0));
-  const auto mode = state.range(1);  // 0 zeroed, 1 not zeroed, 2 not zeroed and written once
+  const auto mode = state.range(1);  // 0 zeroed, 1 uninit_output, 2 uninit_output written once
   for (auto _ : state) {
     std::vector<RefVec> outs;
     for (std::size_t i = 0; i < count; ++i)

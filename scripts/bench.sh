@@ -59,8 +59,9 @@ print("|---|---|---:|---:|---|---:|---:|---:|---:|---|---:|---:|")
 for (name, unit, tm, tb, peer, pm, pb, rm, rb, goal, c1, c2) in rows:
     print(f"| {name} | {unit} | {tm:.2f} | {tb:.2f} | {peer} | {pm:.2f} | {pb:.2f} | {rm:.2f} | {rb:.2f} | {goal} "
           f"| {c1:.0f}% | {c2:.0f}% |")
-# BM_fresh_outputs/K/MODE: K fresh 4096x4096 outputs zeroed (0), not zeroed (1), not zeroed and
-# written once on every core (2); an older binary has BM_fresh_outputs/K, zeroed.
+# BM_fresh_outputs/K/MODE: K fresh 4096x4096 outputs zeroed by output_buffer (0), from
+# uninit_output (1: pages faulted in by every core, nothing written), the same written once on
+# every core (2); an older binary has BM_fresh_outputs/K, zeroed.
 MODES = ((0, "zeroed (output_buffer)"), (1, "uninit_output alone"),
          (2, "uninit_output written once on every core"))
 for op, k in (("softmax", 2), ("layer_norm", 3)):

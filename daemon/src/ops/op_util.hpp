@@ -46,10 +46,12 @@ inline bool finite(double x) {
 // output_buffer: zeroed, like std::vector(n): the zero-fill runs on the calling thread, which
 // also takes every page fault (the kernel zeroes each fresh page as well).
 RefVec output_buffer(std::int64_t n);
-// uninit_output: the same buffer with no element written (RefAllocator's RefNoInit) and no page
-// touched, so that the loop computing the output, on every core, is its first touch. Contract:
-// every element must be written by the caller, on every path, before anything reads it (an
-// element left out holds whatever the heap held). Where a path may skip elements, use
+// uninit_output: the same buffer with no element written (RefAllocator's RefNoInit); a large one
+// has its pages faulted in by every core first (one write per page: the kernel's clearing of
+// fresh pages, which no allocation avoids, done in one parallel sweep, which measured cheaper than
+// leaving it to the first touches inside the loop that computes the output). Contract: every
+// element must be written by the caller, on every path, before anything reads it (an element left
+// out holds whatever the heap or that sweep left there). Where a path may skip elements, use
 // output_buffer.
 RefVec uninit_output(std::int64_t n);
 
