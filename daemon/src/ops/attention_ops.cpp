@@ -140,10 +140,8 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, bool decode) {
       }
     }
   }
-  auto outs = single_output(ctx.output_dtype(), p.out_shape, std::move(out), std::move(c_acc),
-                            std::move(c_in));
-  outs[0].alt_nonfinite = std::move(alt);
-  return outs;
+  return single_output(ctx.output_dtype(), p.out_shape, std::move(out), std::move(c_acc),
+                       std::move(c_in), std::move(alt));
 }
 
 enum class AttnBug {

@@ -461,10 +461,8 @@ Result<std::vector<RefOutput>> batch_norm_reference(const RefContext& ctx) {
         }
       },
       std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(v.spatial, 1)));
-  auto outs =
-      single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc), std::move(c_in));
-  outs[0].alt_nonfinite = std::move(alt);
-  return outs;
+  return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc),
+                       std::move(c_in), std::move(alt));
 }
 
 enum class BnVariant { direct, scale_shift, eps_outside, channel_last_index, batch_stats };

@@ -151,7 +151,7 @@ std::vector<double> round_all(DType dtype, std::vector<double> v) {
 }
 
 std::vector<RefOutput> single_output(DType dtype, Shape shape, RefVec value, RefVec c_acc,
-                                     RefVec c_in) {
+                                     RefVec c_in, std::vector<std::uint8_t> alt_nonfinite) {
   RefOutput o;
   o.name = "out";
   o.dtype = dtype;
@@ -159,6 +159,7 @@ std::vector<RefOutput> single_output(DType dtype, Shape shape, RefVec value, Ref
   o.value = std::move(value);
   o.c_acc = std::move(c_acc);
   o.c_in = std::move(c_in);
+  o.alt_nonfinite = std::move(alt_nonfinite);
   std::vector<RefOutput>
       out;  // not `return {std::move(o)}`: an initializer_list copies its elements
   out.push_back(std::move(o));

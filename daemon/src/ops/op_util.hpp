@@ -31,9 +31,11 @@ inline float f32(double x) {
   return static_cast<float>(x);
 }
 
-// One output named "out" with the given shape, dtype and values; condition vectors optional.
+// One output named "out" with the given shape, dtype and values; condition vectors and the
+// alternative non-finite results (RefOutput::alt_nonfinite) optional.
 std::vector<RefOutput> single_output(DType dtype, Shape shape, RefVec value, RefVec c_acc = {},
-                                     RefVec c_in = {});
+                                     RefVec c_in = {},
+                                     std::vector<std::uint8_t> alt_nonfinite = {});
 
 inline bool finite(double x) {
   return std::isfinite(x);

@@ -107,10 +107,8 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx) {
         }
       },
       256);
-  auto outs = single_output(ctx.output_dtype(), ctx.input("x").shape, std::move(out),
-                            std::move(c_acc), std::move(c_in));
-  outs[0].alt_nonfinite = std::move(alt);
-  return outs;
+  return single_output(ctx.output_dtype(), ctx.input("x").shape, std::move(out), std::move(c_acc),
+                       std::move(c_in), std::move(alt));
 }
 
 // How an emulated kernel takes its angles and does its arithmetic.
