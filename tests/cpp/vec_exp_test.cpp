@@ -42,7 +42,8 @@ void exp_baseline(const double* x, double* y, std::size_t n) {
 }
 // ... and the AVX2 one, which the references use where the CPU has it.
 GPUEMU_TARGET_AVX2 void exp_avx2(const double* x, double* y, std::size_t n) {
-  for (std::size_t i = 0; i + 4 <= n; i += 4) ops::store4(y + i, ops::vexp(ops::load4(x + i)));
+  for (std::size_t i = 0; i + 4 <= n; i += 4)
+    ops::store4(y + i, ops::vexp<ops::Isa::avx2>(ops::load4(x + i)));
 }
 
 // Checks vexp (all four lanes, both lowerings) and vexp1 against std::exp on xs (size % 4 == 0);

@@ -29,6 +29,7 @@ struct SoftmaxRows {
   double sqrt_len = 1.0;
   std::int64_t len = 0;
 
+  template <Isa I>
   [[gnu::always_inline]] void row(const double* x, double* out, double* c_acc) const {
     const std::int64_t n = len, n4 = n / 4 * 4;
     // Pass 1: the max (NaN skipped as std::max skips it) and whether a NaN is present.
@@ -51,7 +52,7 @@ struct SoftmaxRows {
     vd4 sv = splat4(0.0);
     double tail = 0.0;
     for (std::int64_t k = 0; k < n4; k += 4) {
-      const vd4 e = vexp(load4(x + k) - m);
+      const vd4 e = vexp<I>(load4(x + k) - m);
       if (!log) store4(out + k, e);
       sv += e;
     }
@@ -99,12 +100,13 @@ struct SoftmaxRows {
 
 // Rows [rb, re) of x seen as [outer, len, inner]: contiguous rows in place, strided ones (inner >
 // 1) gathered into a scratch row and scattered back.
+template <Isa I>
 [[gnu::always_inline]] inline void softmax_rows(const SoftmaxRows& rows, const ReduceGeom& g,
                                                 const double* x, double* out, double* c_acc,
                                                 std::int64_t rb, std::int64_t re) {
   if (g.inner == 1) {
     for (std::int64_t r = rb; r < re; ++r)
-      rows.row(x + r * g.len, out + r * g.len, c_acc + r * g.len);
+      rows.row<I>(x + r * g.len, out + r * g.len, c_acc + r * g.len);
     return;
   }
   std::vector<double> scratch(static_cast<std::size_t>(3 * g.len));
@@ -114,7 +116,7 @@ struct SoftmaxRows {
   for (std::int64_t r = rb; r < re; ++r) {
     const std::int64_t o = r / g.inner, i = r % g.inner;
     for (std::int64_t k = 0; k < g.len; ++k) sx[k] = x[g.index(o, k, i)];
-    rows.row(sx, so, sc);
+    rows.row<I>(sx, so, sc);
     for (std::int64_t k = 0; k < g.len; ++k) {
       out[g.index(o, k, i)] = so[k];
       c_acc[g.index(o, k, i)] = sc[k];
@@ -126,11 +128,11 @@ struct SoftmaxRows {
 GPUEMU_TARGET_AVX2 void softmax_rows_avx2(const SoftmaxRows& rows, const ReduceGeom& g,
                                           const double* x, double* out, double* c_acc,
                                           std::int64_t rb, std::int64_t re) {
-  softmax_rows(rows, g, x, out, c_acc, rb, re);
+  softmax_rows<Isa::avx2>(rows, g, x, out, c_acc, rb, re);
 }
 void softmax_rows_baseline(const SoftmaxRows& rows, const ReduceGeom& g, const double* x,
                            double* out, double* c_acc, std::int64_t rb, std::int64_t re) {
-  softmax_rows(rows, g, x, out, c_acc, rb, re);
+  softmax_rows<Isa::baseline>(rows, g, x, out, c_acc, rb, re);
 }
 
 // Reference softmax / log_softmax over `dim` (fp64), with its condition term.

@@ -20,6 +20,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 // Every function here is always inlined, so the warning that a 32-byte vector passed by value
 // changes the ABI without AVX does not apply; it is turned off for the files that include this
@@ -31,6 +32,11 @@ namespace gpuemu::ops {
 // Four doubles; GCC lowers the arithmetic to whatever the target has (2 x SSE2, or AVX).
 using vd4 = double __attribute__((vector_size(32)));
 using vu4 = std::uint64_t __attribute__((vector_size(32)));
+
+// The instruction set a loop using vd4 is compiled for (op_util.hpp: the reference loops are
+// compiled for both and pick one at run time), where the best way to write an operation differs
+// between them while giving the same bits.
+enum class Isa { baseline, avx2 };
 
 // Unaligned loads and stores of four doubles.
 [[gnu::always_inline]] inline vd4 load4(const double* p) {
@@ -104,10 +110,25 @@ template <class M>
   return as_double((as_bits(a) & m) | (as_bits(b) & ~m));
 }
 
-template <class D>
+// x clamped to [k_lo_clamp, k_hi_clamp]; NaN compares false, so it stays NaN. With AVX, GCC lowers
+// the `?:` on vd4 to vmaxpd / vminpd, whose semantics are exactly these (the second operand where
+// either is NaN): exp is 12% faster than with the bit operations of blend(). On the SSE2 baseline
+// it lowers a `?:` on vd4 lane by lane, slower than blend(). Same bits either way.
+template <Isa I, class D>
+[[gnu::always_inline]] inline D clamp_arg(D x) {
+  if constexpr (I == Isa::avx2 && !std::is_same_v<D, double>) {
+    const D lo = splat<D>(k_lo_clamp), hi = splat<D>(k_hi_clamp);
+    const D xc = x < lo ? lo : x;
+    return xc > hi ? hi : xc;
+  } else {
+    const D xc = blend(x < k_lo_clamp, splat<D>(k_lo_clamp), x);
+    return blend(xc > k_hi_clamp, splat<D>(k_hi_clamp), xc);
+  }
+}
+
+template <Isa I, class D>
 [[gnu::always_inline]] inline D exp_impl(D x) {
-  D xc = blend(x < k_lo_clamp, splat<D>(k_lo_clamp), x);  // NaN compares false: it stays NaN
-  xc = blend(xc > k_hi_clamp, splat<D>(k_hi_clamp), xc);
+  const D xc = clamp_arg<I>(x);
   const D k = (xc * k_log2e + k_round) - k_round;
   const D r = (xc - k * k_ln2_hi) - k * k_ln2_lo;
   // P(r) = sum_{j>=2} r^(j-2) / j!, to j = 13, by Horner.
@@ -137,13 +158,15 @@ template <class M>
   return vexp_detail::blend(mask, a, b);
 }
 
-// exp of four lanes.
+// exp of four lanes, written for the instruction set the caller is compiled for (the same bits
+// for either).
+template <Isa I = Isa::baseline>
 [[gnu::always_inline]] inline vd4 vexp(vd4 x) {
-  return vexp_detail::exp_impl(x);
+  return vexp_detail::exp_impl<I>(x);
 }
 // exp of one value, bit-identical to a lane of vexp.
 [[gnu::always_inline]] inline double vexp1(double x) {
-  return vexp_detail::exp_impl(x);
+  return vexp_detail::exp_impl<Isa::baseline>(x);
 }
 
 }  // namespace gpuemu::ops
