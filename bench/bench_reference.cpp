@@ -9,8 +9,12 @@
 //    the weight and bias (one row) are not counted. Peer: memcpy (16 bytes per element: read and
 //    write) on one thread and on two (the references run on every core) (goal >= 30%). Each
 //    benchmark reports its count as the counter `bytes_per_element`, which scripts/bench.sh uses.
+//    BM_<op>_reference calls the reference over and over, as a fuzz run does: its outputs come
+//    from the blocks the previous call freed (the reference heap, core/ref_heap.hpp), as memcpy's
+//    destination is reused. BM_<op>_reference_cold empties that heap's cache before each call
+//    (untimed), so every output is a fresh mapping: the first call at a size.
 //  - BM_fresh_outputs/K/MODE: K fresh output vectors of 4096 x 4096 doubles (RefVec, as RefOutput
-//    holds them), made three ways: MODE 0 zeroed by ops::output_buffer (one thread fills them and
+//    holds them; the heap's cache emptied before each repetition, untimed), made three ways: MODE 0 zeroed by ops::output_buffer (one thread fills them and
 //    takes every page fault); MODE 1 from ops::uninit_output, as softmax and layer_norm now get
 //    them: no element written, the pages faulted in by every core (the kernel's clearing of fresh
 //    pages, which no allocation avoids); MODE 2 the same, then written once, rows claimed by every
@@ -18,6 +22,7 @@
 // Run: build/bin/bench_reference (or `make bench` / scripts/bench.sh, which prints the ratios).
 #include "gpuemu/catalogue.hpp"
 #include "gpuemu/rng.hpp"
+#include "core/ref_heap.hpp"
 #include "ops/gemm_blas.hpp"
 #include "ops/op_util.hpp"
 
@@ -131,6 +136,9 @@ void BM_fresh_outputs(benchmark::State& state) {
   const auto count = static_cast<std::size_t>(state.range(0));
   const auto mode = state.range(1);  // 0 zeroed, 1 uninit_output, 2 uninit_output written once
   for (auto _ : state) {
+    state.PauseTiming();
+    detail::ref_heap().release_cache();  // fresh mappings, not the last iteration's blocks
+    state.ResumeTiming();
     std::vector<RefVec> outs;
     for (std::size_t i = 0; i < count; ++i)
       outs.push_back(mode == 0 ? ops::output_buffer(k_rows * k_cols)
@@ -144,23 +152,35 @@ void BM_fresh_outputs(benchmark::State& state) {
   count_bytes(state, static_cast<int>(8 * count));
 }
 
-void BM_softmax_reference(benchmark::State& state) {
-  auto ctx = context("softmax", {{"x", random_arg({k_rows, k_cols}, 3)}});
+// Calls the reference over and over; with `cold`, the reference heap's cache is emptied before
+// each call (untimed), so its outputs are fresh mappings whose pages fault in during the call.
+void run_reference_loop(benchmark::State& state, const RefContext& ctx, bool cold) {
   for (auto _ : state) {
+    if (cold) {
+      state.PauseTiming();
+      detail::ref_heap().release_cache();
+      state.ResumeTiming();
+    }
     auto r = run_reference(*ctx.schema, ctx);
+    if (!r) {
+      state.SkipWithError(r.error().message.c_str());
+      break;
+    }
     benchmark::DoNotOptimize(r);
   }
+}
+
+void BM_softmax_reference(benchmark::State& state, bool cold) {
+  auto ctx = context("softmax", {{"x", random_arg({k_rows, k_cols}, 3)}});
+  run_reference_loop(state, ctx, cold);
   count_bytes(state, 8 + 2 * 8);  // x; value, c_acc
 }
 
-void BM_layer_norm_reference(benchmark::State& state) {
+void BM_layer_norm_reference(benchmark::State& state, bool cold) {
   auto ctx = context("layer_norm", {{"x", random_arg({k_rows, k_cols}, 4)},
                                     {"weight", random_arg({k_cols}, 5)},
                                     {"bias", random_arg({k_cols}, 6)}});
-  for (auto _ : state) {
-    auto r = run_reference(*ctx.schema, ctx);
-    benchmark::DoNotOptimize(r);
-  }
+  run_reference_loop(state, ctx, cold);
   count_bytes(state, 8 + 3 * 8);  // x; value, c_acc, c_in
 }
 
@@ -201,11 +221,23 @@ BENCHMARK(BM_fresh_outputs)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->ComputeStatistics("min", fastest);
-BENCHMARK(BM_softmax_reference)
+BENCHMARK_CAPTURE(BM_softmax_reference, warm, false)
+    ->Name("BM_softmax_reference")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->ComputeStatistics("min", fastest);
-BENCHMARK(BM_layer_norm_reference)
+BENCHMARK_CAPTURE(BM_softmax_reference, cold, true)
+    ->Name("BM_softmax_reference_cold")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", fastest);
+BENCHMARK_CAPTURE(BM_layer_norm_reference, warm, false)
+    ->Name("BM_layer_norm_reference")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", fastest);
+BENCHMARK_CAPTURE(BM_layer_norm_reference, cold, true)
+    ->Name("BM_layer_norm_reference_cold")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->ComputeStatistics("min", fastest);

@@ -60,12 +60,20 @@ class RefContext {
 // The tag that asks RefAllocator to leave a new element uninitialised (see RefVec).
 struct RefNoInit {};
 
-// std::allocator's heap, plus one way to make elements without writing them. Everything a
-// std::vector normally does is unchanged: `RefVec v(n)`, resize and the like value-initialise
-// (zeros, as std::allocator), copies copy. Only an element constructed from the RefNoInit tag is
-// default-initialised, i.e. left unwritten — what ops::uninit_output() asks for, so that a large
-// reference output is first touched (and its pages faulted in) by the parallel loop that computes
-// it instead of by a zero-fill on one thread. Stateless: every instance is interchangeable.
+namespace detail {
+// The heap RefAllocator draws from (daemon/src/core/ref_heap.hpp): operator new for small blocks;
+// a large block is a 2 MiB-aligned mapping with transparent huge pages, kept for reuse when freed
+// (up to GPUEMU_REF_CACHE_MB), so repeated references skip the page faults of fresh memory.
+void* ref_allocate(std::size_t bytes);
+void ref_deallocate(void* p, std::size_t bytes) noexcept;
+}  // namespace detail
+
+// The reference heap (detail::ref_allocate), plus one way to make elements without writing them.
+// Everything a std::vector normally does is unchanged: `RefVec v(n)`, resize and the like
+// value-initialise (zeros, as std::allocator), copies copy. Only an element constructed from the
+// RefNoInit tag is default-initialised, i.e. left unwritten — what ops::uninit_output() asks for,
+// so that a large reference output is not zero-filled on one thread before the parallel loop that
+// computes it writes it again. Stateless: every instance is interchangeable.
 template <class T>
 struct RefAllocator {
   using value_type = T;
@@ -77,8 +85,12 @@ struct RefAllocator {
   template <class U>
   constexpr RefAllocator(const RefAllocator<U>&) noexcept {}
 
-  T* allocate(std::size_t n) { return std::allocator<T>{}.allocate(n); }
-  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>{}.deallocate(p, n); }
+  static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
+  T* allocate(std::size_t n) {
+    if (n > static_cast<std::size_t>(-1) / sizeof(T)) throw std::bad_array_new_length();
+    return static_cast<T*>(detail::ref_allocate(n * sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) noexcept { detail::ref_deallocate(p, n * sizeof(T)); }
 
   template <class U, class... Args>
   void construct(U* p, Args&&... args) {

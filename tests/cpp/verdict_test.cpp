@@ -28,7 +28,7 @@ Verdict judge_one(const OneElement& x) {
   schema.name = "handmade";
   RefContext ctx;
   ctx.case_dtype = x.dtype;
-  RefOutput ref{"out", x.dtype, {1}, {x.ref}, {x.c_acc}, {0.0}};
+  RefOutput ref{"out", x.dtype, {1}, {x.ref}, {x.c_acc}, {0.0}, {}};
   const std::vector<double> out = {x.out};
   return judge(schema, ctx, {ref}, {Tensor::from_values(x.dtype, {1}, out)}, x.envelope);
 }
@@ -133,7 +133,7 @@ Verdict judge_with(double out, double ref, double c_in, std::uint8_t alt) {
   schema.name = "handmade";
   RefContext ctx;
   ctx.case_dtype = DType::float16;
-  RefOutput r{"out", DType::float16, {1}, {ref}, {0.0}, {c_in}};
+  RefOutput r{"out", DType::float16, {1}, {ref}, {0.0}, {c_in}, {}};
   if (alt) r.alt_nonfinite = {alt};
   const std::vector<double> values = {out};
   return judge(schema, ctx, {r}, {Tensor::from_values(DType::float16, {1}, values)}, 2.0);

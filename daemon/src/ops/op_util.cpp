@@ -1,15 +1,13 @@
 #include "ops/op_util.hpp"
 
+#include "core/ref_heap.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <string>
-
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
 
 namespace gpuemu::ops {
 namespace {
@@ -43,30 +41,7 @@ std::size_t count_of(std::int64_t n) {
   return static_cast<std::size_t>(std::max<std::int64_t>(n, 0));
 }
 
-constexpr std::uintptr_t k_page = 4096, k_huge = std::uintptr_t{2} << 20;
-// Buffers from this size on get huge pages and are faulted in from every core (uninit_output).
-constexpr std::size_t k_large_bytes = 2 * k_huge;
-
-// An address range asked to be backed by transparent huge pages (empty: none).
-struct HugeRange {
-  std::uintptr_t begin = 0, end = 0;
-};
-
-// Asks for transparent huge pages over the 2 MiB-aligned inside of a buffer not yet touched
-// (advisory only; small buffers are left alone). Returns that range where madvise took it.
-HugeRange advise_huge_pages([[maybe_unused]] const double* data,
-                            [[maybe_unused]] std::size_t count) {
-  HugeRange r;
-#ifdef __linux__
-  if (count * sizeof(double) < k_large_bytes) return r;
-  std::uintptr_t b = reinterpret_cast<std::uintptr_t>(data);
-  std::uintptr_t e = b + count * sizeof(double);
-  b = (b + k_huge - 1) & ~(k_huge - 1);
-  e &= ~(k_huge - 1);
-  if (e > b && madvise(reinterpret_cast<void*>(b), e - b, MADV_HUGEPAGE) == 0) r = {b, e};
-#endif
-  return r;
-}
+constexpr std::uintptr_t k_page = 4096, k_huge = detail::RefHeap::k_huge_bytes;
 
 // Whether the kernel backs MADV_HUGEPAGE ranges with huge pages (transparent huge pages
 // "always" or "madvise", not "never").
@@ -79,32 +54,22 @@ bool huge_pages_on() {
   return on;
 }
 
-// Faults in the pages of a fresh buffer from every core, one write of 0.0 per page: one per
-// 2 MiB inside the huge-page range (the first write faults in the whole huge page), one per
-// 4 KiB outside it. The kernel clears every fresh page either way; measured on our 2-core VMs
-// (docs/performance.md), doing it here in one parallel sweep costs about half what the same
-// faults cost when they come one 2 MiB page at a time inside a compute loop, which each clear
-// also slows down (it evicts the loop's rows from the caches).
-void prefault(double* data, std::size_t count, HugeRange huge) {
+// Faults in the pages of a large buffer from every core, one write of 0.0 per page: one per
+// 2 MiB where huge pages are on (the heap maps a large block 2 MiB-aligned and asks for them; the
+// first write faults in the whole huge page), else one per 4 KiB. The kernel clears every fresh
+// page; measured on our 2-core VMs (docs/performance.md), doing it here in one parallel sweep
+// costs about half what the same faults cost when they come one 2 MiB page at a time inside a
+// compute loop, which each clear also slows down (it evicts the loop's rows from the caches). A
+// block the heap reused has its pages already: the sweep is then a few writes.
+void prefault(double* data, std::size_t count) {
   const auto base = reinterpret_cast<std::uintptr_t>(data), end = base + count * sizeof(double);
-  if (!huge_pages_on()) huge = {};
-  const std::uintptr_t hb = huge.end > huge.begin ? huge.begin : end;
-  const std::uintptr_t he = huge.end > huge.begin ? huge.end : end;
-  // Writes at `from` and at each multiple of `step` after it, below `to`.
-  auto touch = [&](std::uintptr_t from, std::uintptr_t to, std::uintptr_t step) {
-    for (std::uintptr_t p = from; p < to; p = (p & ~(step - 1)) + step)
-      data[(p - base) / sizeof(double)] = 0.0;
-  };
+  const std::uintptr_t step = huge_pages_on() ? k_huge : k_page;
   // Units of 2 MiB of the buffer, claimed in turn by one thread per core.
   const auto units = static_cast<std::int64_t>((end - base + k_huge - 1) / k_huge);
   parallel_rows(units, 1, [&](std::int64_t ub, std::int64_t ue) {
-    for (std::int64_t u = ub; u < ue; ++u) {
-      const std::uintptr_t from = base + static_cast<std::uintptr_t>(u) * k_huge;
-      const std::uintptr_t to = std::min(end, from + k_huge);
-      touch(from, std::min(to, hb), k_page);
-      touch(std::max(from, hb), std::min(to, he), k_huge);
-      touch(std::max(from, he), to, k_page);
-    }
+    const std::uintptr_t from = base + static_cast<std::uintptr_t>(ub) * k_huge;
+    const std::uintptr_t to = std::min(end, base + static_cast<std::uintptr_t>(ue) * k_huge);
+    for (std::uintptr_t p = from; p < to; p += step) data[(p - base) / sizeof(double)] = 0.0;
   });
 }
 
@@ -167,19 +132,13 @@ std::vector<RefOutput> single_output(DType dtype, Shape shape, RefVec value, Ref
 }
 
 RefVec output_buffer(std::int64_t n) {
-  const std::size_t count = count_of(n);
-  RefVec v;
-  v.reserve(count);
-  advise_huge_pages(v.data(), count);
-  v.resize(count);
-  return v;
+  return RefVec(count_of(n));
 }
 
 RefVec uninit_output(std::int64_t n) {
   const auto count = static_cast<std::ptrdiff_t>(count_of(n));
   RefVec v(NoInitIterator{0}, NoInitIterator{count});
-  const HugeRange huge = advise_huge_pages(v.data(), v.size());
-  if (v.size() * sizeof(double) >= k_large_bytes) prefault(v.data(), v.size(), huge);
+  if (v.size() * sizeof(double) >= detail::RefHeap::k_large_bytes) prefault(v.data(), v.size());
   return v;
 }
 

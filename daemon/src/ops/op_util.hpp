@@ -41,19 +41,21 @@ inline bool finite(double x) {
   return std::isfinite(x);
 }
 
-// Buffers of n doubles for a reference's outputs (0 for n < 0). A large one asks for transparent
-// huge pages before its first touch: a fresh 128 MiB vector otherwise costs 32768 page faults
-// (~150-220 ms on our 2-core VMs against ~30 ms with huge pages, see docs/performance.md).
+// Buffers of n doubles for a reference's outputs (0 for n < 0), from the reference heap
+// (core/ref_heap.hpp): a large one is a 2 MiB-aligned mapping with transparent huge pages, a
+// fresh 128 MiB vector otherwise costing 32768 page faults (~150-220 ms on our 2-core VMs against
+// ~30 ms with huge pages, docs/performance.md), or a block an earlier output freed, which has its
+// pages already.
 //
-// output_buffer: zeroed, like std::vector(n): the zero-fill runs on the calling thread, which
-// also takes every page fault (the kernel zeroes each fresh page as well).
+// output_buffer: zeroed, like RefVec(n): the zero-fill runs on the calling thread, which also
+// takes every page fault of a fresh block (the kernel zeroes each fresh page as well).
 RefVec output_buffer(std::int64_t n);
 // uninit_output: the same buffer with no element written (RefAllocator's RefNoInit); a large one
 // has its pages faulted in by every core first (one write per page: the kernel's clearing of
-// fresh pages, which no allocation avoids, done in one parallel sweep, which measured cheaper than
-// leaving it to the first touches inside the loop that computes the output). Contract: every
-// element must be written by the caller, on every path, before anything reads it (an element left
-// out holds whatever the heap or that sweep left there). Where a path may skip elements, use
+// fresh pages done in one parallel sweep, which measured cheaper than leaving it to the first
+// touches inside the loop that computes the output). Contract: every element must be written by
+// the caller, on every path, before anything reads it (an element left out holds whatever the
+// heap, an earlier output or that sweep left there). Where a path may skip elements, use
 // output_buffer.
 RefVec uninit_output(std::int64_t n);
 
