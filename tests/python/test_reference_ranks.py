@@ -1,6 +1,7 @@
 """gpuemu.reference on the caller's own ranks: ops whose PyTorch shape is (*, N) (elementwise, the
-row-wise reductions, softmax, the norms, linear, fp8_quantize) take inputs of any rank from the
-schema's rank - 1 up (`any_leading_dims`), and a dim attr (`dim_of`) is checked against the rank
+row-wise reductions, softmax, the norms, linear, fp8_quantize; flash_attention's q, k, v as SDPA's
+(*, L, E); embedding's indices) take inputs of any rank from the schema's rank - 1 up
+(`any_leading_dims`), and a dim attr (`dim_of`) is checked against the rank
 of the input actually given.
 
 Criteria: the reference of a rank-3 (or rank-1) input is bit-identical to the reference of the same
@@ -95,6 +96,61 @@ def test_binary_and_gated_ops_take_leading_dims():
     up = g.standard_normal((2, 3, 8)).astype(np.float32)
     flat = np.asarray(gpuemu.reference("swiglu", {"gate": a.reshape(6, 8), "up": up.reshape(6, 8)}))
     np.testing.assert_array_equal(np.asarray(gpuemu.reference("swiglu", {"gate": a, "up": up})).reshape(6, 8), flat)
+
+
+def sdpa_float64(q, k, v, causal=False):
+    """softmax(q k^T / sqrt(D)) v in torch float64 over the last three dims (torch 1.13 has no SDPA)."""
+    qd, kd, vd = (torch.from_numpy(np.ascontiguousarray(a)).double() for a in (q, k, v))
+    s = qd @ kd.transpose(-1, -2) / np.sqrt(q.shape[-1])
+    if causal:
+        lq, lk = q.shape[-2], k.shape[-2]
+        s = s.masked_fill(torch.ones(lq, lk, dtype=torch.bool).triu(1), float("-inf"))
+    p = torch.softmax(s, -1)
+    return (p @ vd).numpy(), (p @ vd.abs()).numpy()
+
+
+@pytest.mark.parametrize("lead", [(), (3,), (2, 3)], ids=["no-batch", "B", "A-B"])
+def test_flash_attention_takes_any_leading_batch_dims_as_sdpa(lead):
+    g = np.random.default_rng(21)
+    q = g.standard_normal(lead + (4, 9, 16)).astype(np.float32)
+    k = g.standard_normal(lead + (4, 13, 16)).astype(np.float32)
+    v = g.standard_normal(lead + (4, 13, 16)).astype(np.float32)
+    for causal in (False, True):
+        got = np.asarray(gpuemu.reference("flash_attention", {"q": q, "k": k, "v": v}, causal=causal))
+        want, scale = sdpa_float64(q, k, v, causal)
+        assert got.shape == q.shape
+        np.testing.assert_array_less(np.abs(got - want), 1e-12 * scale + 1e-300)
+        # Bit-identical to the same values as the schema's rank-4 [B, H, Lq, D].
+        flat = np.asarray(gpuemu.reference("flash_attention", {t: a.reshape((-1,) + a.shape[-3:]) for t, a in
+                                                               (("q", q), ("k", k), ("v", v))}, causal=causal))
+        np.testing.assert_array_equal(got.reshape(flat.shape), flat)
+    with pytest.raises(gpuemu.errors.ShapeMismatchError):
+        gpuemu.reference("flash_attention", {"q": q[..., 0, :, :] if lead else q[0], "k": k, "v": v})
+
+
+def test_flash_attention_gqa_with_leading_dims_and_batch_errors():
+    g = np.random.default_rng(22)
+    q = g.standard_normal((2, 3, 4, 5, 8)).astype(np.float32)
+    k = g.standard_normal((2, 3, 2, 7, 8)).astype(np.float32)
+    v = g.standard_normal((2, 3, 2, 7, 8)).astype(np.float32)
+    got = np.asarray(gpuemu.reference("flash_attention", {"q": q, "k": k, "v": v}, enable_gqa=True))
+    # GQA: query head h reads KV head h // (H / Hkv), along dim -3.
+    want, scale = sdpa_float64(q, np.repeat(k, 2, axis=-3), np.repeat(v, 2, axis=-3))
+    np.testing.assert_array_less(np.abs(got - want), 1e-12 * scale + 1e-300)
+    with pytest.raises(gpuemu.errors.ShapeMismatchError, match="leading dims"):
+        gpuemu.reference("flash_attention", {"q": q, "k": k.reshape(3, 2, 2, 7, 8), "v": v.reshape(3, 2, 2, 7, 8)},
+                         enable_gqa=True)
+
+
+@pytest.mark.parametrize("shape", [(11,), (3, 11), (2, 3, 5)], ids=lambda s: "x".join(map(str, s)))
+def test_embedding_takes_indices_of_any_rank(shape):
+    g = np.random.default_rng(23)
+    weight = g.standard_normal((50, 6)).astype(np.float32)
+    idx = g.integers(0, 50, size=shape).astype(np.int64)
+    got = np.asarray(gpuemu.reference("embedding", {"weight": weight, "indices": idx}))
+    want = F.embedding(torch.from_numpy(idx), torch.from_numpy(weight).double()).numpy()
+    assert got.shape == shape + (6,)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_rank_and_dim_errors_name_the_input_and_its_range():

@@ -43,19 +43,26 @@ struct AttnProblem {
   std::int64_t kv_head(std::int64_t h) const { return h / group(); }
 };
 
+// q [..., H, Lq, D], k and v [..., Hkv, Lk, D], as SDPA: any number of leading batch dims (none
+// included), the same for all three; B is their product.
 Result<AttnProblem> flash_problem(const RefContext& ctx) {
   const RefArg &q = ctx.input("q"), &k = ctx.input("k"), &v = ctx.input("v");
-  if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape != k.shape)
+  const std::size_t rank = q.shape.size();
+  if (rank < 3 || k.shape.size() != rank || v.shape != k.shape)
     return shape_error(
-        "flash_attention needs q[B,H,Lq,D] and k, v [B,Hkv,Lk,D] of one shape; got " +
+        "flash_attention needs q[..., H, Lq, D] and k, v [..., Hkv, Lk, D] of one shape, with the "
+        "same leading batch dims; got " +
         shape_to_string(q.shape) + ", " + shape_to_string(k.shape) + ", " +
         shape_to_string(v.shape));
   AttnProblem p;
-  p.B = q.shape[0], p.H = q.shape[1], p.Lq = q.shape[2], p.D = q.shape[3];
-  p.Hkv = k.shape[1], p.Lk = k.shape[2];
-  if (k.shape[0] != p.B || k.shape[3] != p.D)
+  p.B = 1;
+  for (std::size_t i = 0; i + 3 < rank; ++i) p.B *= q.shape[i];
+  p.H = q.shape[rank - 3], p.Lq = q.shape[rank - 2], p.D = q.shape[rank - 1];
+  p.Hkv = k.shape[rank - 3], p.Lk = k.shape[rank - 2];
+  if (!std::equal(q.shape.begin(), q.shape.end() - 3, k.shape.begin()) ||
+      k.shape[rank - 1] != p.D)
     return shape_error("flash_attention: q " + shape_to_string(q.shape) + " and k " +
-                       shape_to_string(k.shape) + " disagree on B or D");
+                       shape_to_string(k.shape) + " disagree on the batch dims or D");
   const bool gqa = ctx.attr_bool("enable_gqa");
   if (!gqa && p.Hkv != p.H)
     return shape_error("flash_attention: Hkv (" + std::to_string(p.Hkv) + ") must equal H (" +
