@@ -84,6 +84,23 @@ struct BadCase {
   int line;
 };
 
+// Each case edits `good` (replaces `from` with `to`) and expects a schema_error whose message
+// contains `expect` and starts with "bad.json:<line>:".
+void expect_schema_errors(const std::string& good, const std::vector<BadCase>& cases) {
+  for (const auto& c : cases) {
+    std::string text = good;
+    auto pos = text.find(c.from);
+    ASSERT_NE(pos, std::string::npos) << c.from;
+    text.replace(pos, c.from.size(), c.to);
+    auto s = parse_op_schema(text, "bad.json");
+    ASSERT_FALSE(s.ok()) << c.expect;
+    EXPECT_EQ(s.error().code, ErrorCode::schema_error);
+    EXPECT_NE(s.error().message.find(c.expect), std::string::npos) << s.error().message;
+    EXPECT_EQ(s.error().message.rfind("bad.json:" + std::to_string(c.line) + ":", 0), 0u)
+        << s.error().message;
+  }
+}
+
 TEST(Schema, ErrorsNameFileAndLine) {
   const std::vector<BadCase> cases = {
       {"\"float32\", \"bfloat16\"", "\"float32\", \"bfloat17\"", "unknown dtype 'bfloat17'", 6},
@@ -95,18 +112,7 @@ TEST(Schema, ErrorsNameFileAndLine) {
       {"\"custom\"", "\"weird\"", "unknown family", 5},
       {"\"max\": 64", "\"max\": 64 ,,", "invalid JSON", 7},
   };
-  for (const auto& c : cases) {
-    std::string text = k_good;
-    auto pos = text.find(c.from);
-    ASSERT_NE(pos, std::string::npos) << c.from;
-    text.replace(pos, c.from.size(), c.to);
-    auto s = parse_op_schema(text, "bad.json");
-    ASSERT_FALSE(s.ok()) << c.expect;
-    EXPECT_EQ(s.error().code, ErrorCode::schema_error);
-    EXPECT_NE(s.error().message.find(c.expect), std::string::npos) << s.error().message;
-    EXPECT_EQ(s.error().message.rfind("bad.json:" + std::to_string(c.line) + ":", 0), 0u)
-        << s.error().message;
-  }
+  expect_schema_errors(k_good, cases);
 }
 
 TEST(Schema, AttrValidation) {
@@ -184,17 +190,7 @@ TEST(Schema, AnyLeadingDimsAndDimOfErrors) {
       {"\"values\": [-1, 0]", "\"values\": [-1, 2]", "value 2 is not a dim of the rank-2 input 'x'", 6},
       {"\"type\": \"int\", \"default\": -1", "\"type\": \"float\", \"default\": -1", "dim_of needs an int attr", 6},
   };
-  for (const auto& c : cases) {
-    std::string text = k_rows;
-    auto pos = text.find(c.from);
-    ASSERT_NE(pos, std::string::npos) << c.from;
-    text.replace(pos, c.from.size(), c.to);
-    auto s = parse_op_schema(text, "bad.json");
-    ASSERT_FALSE(s.ok()) << c.expect;
-    EXPECT_NE(s.error().message.find(c.expect), std::string::npos) << s.error().message;
-    EXPECT_EQ(s.error().message.rfind("bad.json:" + std::to_string(c.line) + ":", 0), 0u)
-        << s.error().message;
-  }
+  expect_schema_errors(k_rows, cases);
 }
 
 TEST(Catalogue, BuiltinSchemasAllLoadAndHaveReferences) {
