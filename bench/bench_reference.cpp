@@ -89,14 +89,28 @@ void BM_matmul_reference(benchmark::State& state) {
       benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Calls the reference over and over; with `cold`, the reference heap's cache is emptied before
+// each call (untimed), so its outputs are fresh mappings whose pages fault in during the call.
+void run_reference_loop(benchmark::State& state, const RefContext& ctx, bool cold) {
+  for (auto _ : state) {
+    if (cold) {
+      state.PauseTiming();
+      detail::ref_heap().release_cache();
+      state.ResumeTiming();
+    }
+    auto r = run_reference(*ctx.schema, ctx);
+    if (!r) {
+      state.SkipWithError(r.error().message.c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(r);
+  }
+}
+
 void BM_matmul_reference_full(benchmark::State& state) {
   const auto n = static_cast<std::int64_t>(state.range(0));
   auto ctx = context("matmul", {{"a", random_arg({n, n}, 1)}, {"b", random_arg({n, n}, 2)}});
-  const OpSchema& s = *ctx.schema;
-  for (auto _ : state) {
-    auto r = run_reference(s, ctx);
-    benchmark::DoNotOptimize(r);
-  }
+  run_reference_loop(state, ctx, false);
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -150,24 +164,6 @@ void BM_fresh_outputs(benchmark::State& state) {
     benchmark::DoNotOptimize(outs.back().data());
   }
   count_bytes(state, static_cast<int>(8 * count));
-}
-
-// Calls the reference over and over; with `cold`, the reference heap's cache is emptied before
-// each call (untimed), so its outputs are fresh mappings whose pages fault in during the call.
-void run_reference_loop(benchmark::State& state, const RefContext& ctx, bool cold) {
-  for (auto _ : state) {
-    if (cold) {
-      state.PauseTiming();
-      detail::ref_heap().release_cache();
-      state.ResumeTiming();
-    }
-    auto r = run_reference(*ctx.schema, ctx);
-    if (!r) {
-      state.SkipWithError(r.error().message.c_str());
-      break;
-    }
-    benchmark::DoNotOptimize(r);
-  }
 }
 
 void BM_softmax_reference(benchmark::State& state, bool cold) {
