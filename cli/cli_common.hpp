@@ -46,10 +46,4 @@ void register_project_commands(CLI::App& app, CliContext& ctx);
 std::pair<std::string, std::vector<std::int64_t>> parse_dim_restriction(const std::string& text);
 std::pair<std::string, nlohmann::json> parse_attr_assignment(const std::string& text);
 
-// FuzzOptions from the common fuzzing flags (--dtype, --strategy, --dims, --attr, --vary-attr).
-FuzzOptions make_fuzz_options(const std::vector<std::string>& dtypes, const std::string& strategy,
-                              const std::vector<std::string>& dims,
-                              const std::vector<std::string>& attrs,
-                              const std::vector<std::string>& vary, bool no_layouts);
-
 }  // namespace gpuemu::cli

@@ -1,6 +1,7 @@
 // gpuemu fuzz: through the daemon (which stores every failure) or in this process with
 // --no-daemon; the kernel under test is a built-in emulated kernel (--kernel) or a Python function
 // (--script FILE.py:FUNC). And gpuemu calibrate.
+#include "case_flags.hpp"
 #include "cli_common.hpp"
 #include "daemon_link.hpp"
 #include "progress.hpp"
@@ -143,12 +144,11 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
   auto* fuzz = app.add_subcommand("fuzz", "Fuzz an op against a kernel and judge every case");
   static std::string op, kernel, script, framework = "numpy", python, fuzz_config;
   static std::vector<std::string> envelope_flags;
-  static std::string strategy = "adversarial";
+  static CaseFlags flags;
   static double script_timeout = 60.0;
   static std::int64_t iterations = 100, only_case = -1;
   static std::optional<std::uint64_t> seed;
-  static std::vector<std::string> dtypes, dims, attrs, vary;
-  static bool json = false, no_daemon = false, fail_fast = false, no_layouts = false,
+  static bool json = false, no_daemon = false, fail_fast = false,
               do_minimize = true;
   fuzz->add_option("OP", op, "op name (gpuemu ops list)")->required();
   fuzz->add_option("--kernel", kernel,
@@ -164,12 +164,7 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
       ->check(CLI::Range(1, 10000000));
   fuzz->add_option("--seed", seed, "master seed (random when absent; printed)");
   fuzz->add_option("--case", only_case, "replay only this case index of the run");
-  fuzz->add_option("--dtype", dtypes, "restrict dtypes (repeatable)");
-  fuzz->add_option("--strategy", strategy, "regular | boundary | adversarial | special");
-  fuzz->add_option("--dims", dims, "restrict a dim: D=64,128 (repeatable)");
-  fuzz->add_option("--attr", attrs, "pin an attr: name=value (repeatable)");
-  fuzz->add_option("--vary-attr", vary, "vary an attr over its domain (repeatable)");
-  fuzz->add_flag("--no-layouts", no_layouts, "contiguous inputs only");
+  flags.add_to(*fuzz);
   fuzz->add_flag("--fail-fast", fail_fast, "stop at the first failing case");
   fuzz->add_flag("!--no-minimize", do_minimize, "do not minimise the first failure");
   fuzz->add_flag("--json", json, "JSON output");
@@ -208,19 +203,14 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
             : " --script " + script + (framework != "numpy" ? " --framework " + framework : "");
     FuzzRequest req;
     req.op = op;
-    req.options = make_fuzz_options(dtypes, strategy, dims, attrs, vary, no_layouts);
+    req.options = flags.options(op);
     req.seed =
         seed ? *seed
              : std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32);
     req.iterations = iterations;
     req.fail_fast = fail_fast;
     std::string prefix = "gpuemu fuzz " + op + kernel_flags + (no_daemon ? " --no-daemon" : "");
-    if (strategy != "adversarial") prefix += " --strategy " + strategy;
-    for (const auto& d : dtypes) prefix += " --dtype " + d;
-    for (const auto& d : dims) prefix += " --dims " + d;
-    for (const auto& a : attrs) prefix += " --attr " + a;
-    for (const auto& v : vary) prefix += " --vary-attr " + v;
-    if (no_layouts) prefix += " --no-layouts";
+    prefix += flags.repro_flags();
     req.repro_prefix = prefix;
     Json extra = Json::object();
     std::optional<ProjectConfig> cfg;
@@ -248,7 +238,7 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
                                        "--no-daemon"));
     if (!no_daemon && only_case < 0) {
       ctx.exit_code = fuzz_through_daemon(req, kernel_spec, do_minimize, json,
-                                          kernel.empty() ? script : kernel, strategy, extra);
+                                          kernel.empty() ? script : kernel, flags.strategy, extra);
       return;
     }
     if (!extra.empty())
@@ -307,7 +297,7 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
       std::cout << j.dump(2) << "\n";
     } else {
       std::cout << "gpuemu fuzz " << op << "  kernel " << (kernel.empty() ? script : kernel)
-                << "  strategy " << strategy << "  seed " << req.seed << "  cases " << report->total
+                << "  strategy " << flags.strategy << "  seed " << req.seed << "  cases " << report->total
                 << "\n";
       if (report->failures.empty()) {
         std::cout << green("PASSED") << " " << report->passed << "/" << report->total

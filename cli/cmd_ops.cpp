@@ -1,4 +1,5 @@
 // gpuemu ops list|show, gpuemu cases: the catalogue and the fuzzer's generated cases.
+#include "case_flags.hpp"
 #include "cli_common.hpp"
 
 #include <gpuemu/catalogue.hpp>
@@ -104,36 +105,6 @@ void ops_show(const std::string& name, bool json) {
 
 }  // namespace
 
-FuzzOptions make_fuzz_options(const std::vector<std::string>& dtypes, const std::string& strategy,
-                              const std::vector<std::string>& dims,
-                              const std::vector<std::string>& attrs,
-                              const std::vector<std::string>& vary, bool no_layouts) {
-  FuzzOptions o;
-  for (const auto& d : dtypes) {
-    auto dt = parse_dtype(d);
-    if (!dt)
-      throw GpuemuException(make_error(ErrorCode::invalid_argument, "unknown dtype '" + d + "'"));
-    o.dtypes.push_back(*dt);
-  }
-  auto dist = parse_distribution(strategy);
-  if (!dist)
-    throw GpuemuException(make_error(
-        ErrorCode::invalid_argument,
-        "unknown strategy '" + strategy + "' (regular, boundary, adversarial, special)"));
-  o.distribution = *dist;
-  for (const auto& d : dims) {
-    auto [name, sizes] = parse_dim_restriction(d);
-    o.dims[name] = sizes;
-  }
-  for (const auto& a : attrs) {
-    auto [name, value] = parse_attr_assignment(a);
-    o.attrs[name] = value;
-  }
-  o.vary_attrs = vary;
-  o.layouts = !no_layouts;
-  return o;
-}
-
 void register_ops_commands(CLI::App& app, CliContext& ctx) {
   auto* ops = app.add_subcommand("ops", "The op catalogue");
   ops->require_subcommand(1);
@@ -156,24 +127,17 @@ void register_ops_commands(CLI::App& app, CliContext& ctx) {
   static std::uint64_t seed = 0;
   static std::int64_t count = 5;
   static bool json = false;
-  static std::vector<std::string> dtypes, dims, attrs, vary;
-  static std::string strategy = "adversarial";
-  static bool no_layouts = false;
+  static CaseFlags flags;
   cases->add_option("OP", op, "op name")->required();
   cases->add_option("--seed", seed, "master seed")->required();
   cases->add_option("--count", count, "number of cases")->check(CLI::Range(0, 100000));
-  cases->add_option("--dtype", dtypes, "restrict dtypes (repeatable)");
-  cases->add_option("--strategy", strategy, "regular | boundary | adversarial | special");
-  cases->add_option("--dims", dims, "restrict a dim: D=64,128 (repeatable)");
-  cases->add_option("--attr", attrs, "pin an attr: name=value (repeatable)");
-  cases->add_option("--vary-attr", vary, "vary an attr over its domain (repeatable)");
-  cases->add_flag("--no-layouts", no_layouts, "contiguous inputs only");
+  flags.add_to(*cases);
   cases->add_flag("--json", json, "JSON output");
   cases->callback([&ctx] {
     auto cat = load_catalogue();
     auto s = cat->get(op);
     if (!s) throw GpuemuException(s.error());
-    CaseGenerator gen(**s, make_fuzz_options(dtypes, strategy, dims, attrs, vary, no_layouts));
+    CaseGenerator gen(**s, flags.options(op));
     if (auto st = gen.validate(); !st) throw GpuemuException(st.error());
     Json out = Json::array();
     for (std::int64_t i = 0; i < count; ++i) {

@@ -98,6 +98,8 @@ std::string repro_prefix(const ProjectOp& op, const std::string& dtype) {
   for (const auto& [name, value] : op.attrs.items()) p += " --attr " + name + "=" + value.dump();
   for (const auto& v : op.vary_attrs) p += " --vary-attr " + v;
   if (!op.layouts) p += " --no-layouts";
+  for (const auto& [name, on] : op.present) p += (on ? " --with " : " --without ") + name;
+  for (const auto& [key, policy] : op.precision) p += " --precision " + key + "=" + policy;
   return p;
 }
 

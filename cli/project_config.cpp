@@ -144,7 +144,7 @@ Result<ProjectOp> read_op(const Reader& r, const toml::table& t, const Defaults&
       r.check_keys(t, "[[op]]",
                    {"name", "script", "kernel", "framework", "python", "timeout_s", "dtypes",
                     "iterations", "strategy", "seed", "dims", "attrs", "vary_attrs", "layouts",
-                    "envelope"}));
+                    "envelope", "with", "without", "precision"}));
   ProjectOp op;
   op.line = static_cast<int>(t.source().begin.line);
   op.framework = d.framework;
@@ -153,6 +153,7 @@ Result<ProjectOp> read_op(const Reader& r, const toml::table& t, const Defaults&
   op.iterations = d.iterations;
   op.strategy = d.strategy;
   op.seed = d.seed;
+  std::string own_precision;  // precision = "tf32": the policy of this entry's op
   for (auto&& [key, n] : t) {
     const std::string k(key.str());
     if (k == "name") {
@@ -211,6 +212,21 @@ Result<ProjectOp> read_op(const Reader& r, const toml::table& t, const Defaults&
       GPUEMU_TRY(op.vary_attrs, r.strings(n, k));
     } else if (k == "layouts") {
       GPUEMU_TRY(op.layouts, r.boolean(n, k));
+    } else if (k == "with" || k == "without") {
+      GPUEMU_TRY(auto names, r.strings(n, k));
+      for (const auto& name : names) {
+        auto [it, fresh] = op.present.emplace(name, k == "with");
+        if (!fresh && it->second != (k == "with"))
+          return r.at(n, "input '" + name + "' is in both 'with' and 'without'");
+      }
+    } else if (k == "precision") {
+      if (const toml::table* per = n.as_table()) {
+        for (auto&& [key2, v] : *per) {
+          GPUEMU_TRY(op.precision[std::string(key2.str())], r.string(v, "precision." + std::string(key2.str())));
+        }
+      } else {
+        GPUEMU_TRY(own_precision, r.string(n, k));  // the entry's op, keyed once its name is known
+      }
     } else if (k == "envelope") {
       if (const toml::table* per = n.as_table()) {
         for (auto&& [dt, v] : *per) {
@@ -225,6 +241,11 @@ Result<ProjectOp> read_op(const Reader& r, const toml::table& t, const Defaults&
     }
   }
   if (op.op.empty()) return r.at(t.source(), "[[op]] needs 'name' (a catalogue op)");
+  if (!own_precision.empty()) op.precision[op.op] = own_precision;
+  for (const auto& [key2, policy] : op.precision)
+    if (!parse_precision(policy))
+      return r.at(t.source(), "[[op]] '" + op.op + "': precision '" + key2 + "': unknown policy '" + policy +
+                                  "' (ieee, tf32, tf32x3, bf16x3)");
   if (op.script.empty() == op.builtin.empty())
     return r.at(t.source(), "[[op]] '" + op.op + "' needs exactly one of 'script' or 'kernel'");
   for (const auto& dt : op.dtypes)
@@ -396,6 +417,8 @@ FuzzOptions ProjectOp::fuzz_options(const std::string& dtype) const {
   o.attrs = attrs;
   o.vary_attrs = vary_attrs;
   o.layouts = layouts;
+  for (const auto& [k, v] : present) o.present[k] = v;
+  for (const auto& [k, v] : precision) o.precision[k] = v;
   return o;
 }
 

@@ -4,7 +4,9 @@
 //   [defaults] iterations, strategy, dtypes, seed, framework, timeout_s
 //   [[op]]     name, script = "FILE.py:FUNC" | kernel = "builtin", framework, dtypes, iterations,
 //              strategy, seed, timeout_s, python, dims = {N = [64, 129]}, attrs = {dim = -1},
-//              vary_attrs, layouts, envelope = X | {float16 = X, ...}
+//              vary_attrs, layouts, envelope = X | {float16 = X, ...},
+//              with = ["weight"], without = ["bias"] (optional inputs pinned),
+//              precision = "tf32" | {gemm = "tf32", ...} (declared reduced-precision operands)
 //   [custom_ops.NAME]  schema = "op.json", reference = "FILE.py:FUNC", control = "FILE.py:FUNC",
 //              python, timeout_s (docs/custom-ops.md)
 //   [lint]     the lint policy (include/gpuemu/lint/policy.hpp validates it)
@@ -45,6 +47,8 @@ struct ProjectOp {
   nlohmann::json attrs = nlohmann::json::object();
   std::vector<std::string> vary_attrs;
   bool layouts = true;
+  std::map<std::string, bool> present;            // with = [...] true, without = [...] false
+  std::map<std::string, std::string> precision;   // op or family -> policy
   // Envelope overrides: dtype -> envelope, "*" for every dtype (the daemon's `envelope` param).
   std::map<std::string, double> envelope;
 

@@ -33,6 +33,14 @@ Json options_to_json(const FuzzOptions& o) {
   j["vary_attrs"] = o.vary_attrs;
   j["layouts"] = o.layouts;
   j["element_budget_scale"] = o.element_budget_scale;
+  if (!o.present.empty()) {
+    j["present"] = Json::object();
+    for (const auto& [k, v] : o.present) j["present"][k] = v;
+  }
+  if (!o.precision.empty()) {
+    j["precision"] = Json::object();
+    for (const auto& [k, v] : o.precision) j["precision"][k] = v;
+  }
   return j;
 }
 
@@ -63,6 +71,10 @@ Result<FuzzOptions> options_from_json(const Json& j) {
   GPUEMU_TRY(o.element_budget_scale, get_as<double>(j, "element_budget_scale", 1.0));
   if (!(o.element_budget_scale > 0.0) || o.element_budget_scale > 64.0)
     return bad("'element_budget_scale' must be in (0, 64]");
+  GPUEMU_TRY(auto present, (get_as<std::map<std::string, bool>>(j, "present", {})));
+  for (auto& [k, v] : present) o.present[k] = v;
+  GPUEMU_TRY(auto precision, (get_as<std::map<std::string, std::string>>(j, "precision", {})));
+  for (auto& [k, v] : precision) o.precision[k] = std::move(v);
   return o;
 }
 
@@ -95,6 +107,10 @@ Result<TestCase> case_from_frame(const Json& j, const Frame& frame, const std::s
   GPUEMU_TRY(auto dims, (get_as<std::map<std::string, std::int64_t>>(j, "dims", {})));
   for (auto& [k, v] : dims) c.dims[k] = v;
   c.attrs = j.contains("attrs") && j["attrs"].is_object() ? j["attrs"] : Json::object();
+  GPUEMU_TRY(auto precision, get_as<std::string>(j, "precision", "ieee"));
+  auto policy = parse_precision(precision);
+  if (!policy) return bad("unknown precision policy '" + precision + "'");
+  c.precision = *policy;
   const Json inputs = j.value("inputs", Json::object());
   if (!inputs.is_object()) return bad("'inputs' must be an object");
   for (const auto& [name, in] : inputs.items()) {

@@ -272,7 +272,9 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
       r.verdict.message = !kernel_error.empty() ? "the kernel raised: " + kernel_error
                           : !contract.empty()   ? contract
                                                 : mutated;
-      r.diagnosis = {kernel_error.empty() ? "contract" : "kernel_error", r.verdict.message, {}};
+      // A kernel error is read for its cause (absent_input, unsupported_attr; else kernel_error).
+      r.diagnosis = kernel_error.empty() ? Diagnosis{"contract", r.verdict.message, {}}
+                                         : engine.diagnose(op, options, r, nullptr);
     } else {
       std::vector<Tensor> outs;
       for (int k = 0;; ++k) {

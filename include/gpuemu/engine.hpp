@@ -64,6 +64,11 @@ struct FuzzReport {
   std::int64_t first_failure = -1;  // index of the first failing case
   double elapsed_s = 0.0;
   std::vector<CaseResult> failures;
+  // The case closest to (or furthest past) its envelope, passing or not: max_error / envelope
+  // (below 1 passes; infinity for a kernel error or a non-finite mismatch). How much margin a
+  // passing kernel kept, and what the Conformance sweep tabulates.
+  double worst_ratio = 0.0;
+  std::int64_t worst_index = -1;
   Json to_json() const;
 };
 

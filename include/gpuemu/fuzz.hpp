@@ -4,7 +4,9 @@
 
 #include "gpuemu/catalogue.hpp"
 #include "gpuemu/error.hpp"
+#include "gpuemu/op.hpp"
 #include "gpuemu/op_schema.hpp"
+#include "gpuemu/precision.hpp"
 #include "gpuemu/tensor.hpp"
 
 #include <cstdint>
@@ -29,6 +31,12 @@ struct FuzzOptions {
   std::vector<std::string> vary_attrs;                     // attrs to vary over their domain
   bool layouts = true;                                     // non-contiguous inputs allowed
   double element_budget_scale = 1.0;                       // scales the schema's per-case budget
+  // Optional inputs pinned present (true) or absent (false), for kernels whose signature always
+  // takes (or never takes) them; an optional input not named here is left out of 1 case in 4.
+  std::map<std::string, bool, std::less<>> present;
+  // Reduced-precision GEMM operands declared on purpose, per op or op family name
+  // ({"matmul": "tf32"}; gpuemu/precision.hpp). Empty: IEEE, and a TF32 fp32 GEMM fails.
+  std::map<std::string, std::string, std::less<>> precision;
 };
 
 // The layout an input was materialised with.
@@ -49,6 +57,7 @@ struct TestCase {
   std::map<std::string, Tensor, std::less<>> inputs;       // real views with real strides
   std::map<std::string, InputLayout, std::less<>> layouts;
   std::map<std::string, std::string, std::less<>> value_transforms;  // set by the minimizer
+  PrecisionPolicy precision = PrecisionPolicy::ieee;       // what the options declare for this op
 
   // dtype, dims, attrs, layouts and a digest of each input (what `gpuemu cases` prints).
   Json describe() const;
@@ -56,10 +65,16 @@ struct TestCase {
 
 std::uint64_t case_seed(std::uint64_t master_seed, std::int64_t index);
 
+// What the reference and the verdict of a generated case see: make_ref_context of its inputs,
+// attrs and dtype, with its dims and the operand roundoff its precision policy allows.
+Result<RefContext> case_ref_context(const OpSchema& schema, const TestCase& c);
+
 class CaseGenerator {
  public:
   CaseGenerator(const OpSchema& schema, FuzzOptions options);
-  // Checks the options against the schema (unknown dims/attrs/dtypes, empty intersections).
+  // Checks the options against the schema: unknown dims, attrs, inputs and dtypes, dims below
+  // their domain's minimum, attr values outside their domain, required inputs pinned absent,
+  // precision policies the op cannot take, empty intersections.
   Status validate() const;
   // Case `index` of the run with `master_seed`.
   Result<TestCase> generate(std::uint64_t master_seed, std::int64_t index) const;

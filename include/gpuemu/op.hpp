@@ -43,6 +43,10 @@ class RefContext {
   AttrMap attrs = Json::object();
   std::map<std::string, std::int64_t, std::less<>> dims;
   const OpSchema* schema = nullptr;
+  // The relative error a declared precision policy allows on each GEMM operand (0: IEEE fp32;
+  // gpuemu/precision.hpp). The gemm, conv and attention references widen c_acc by what that
+  // operand rounding can move the result, and nothing else reads it.
+  double operand_roundoff = 0.0;
 
   bool has_input(std::string_view name) const { return inputs.find(name) != inputs.end(); }
   const RefArg& input(std::string_view name) const;  // throws GpuemuException when absent

@@ -16,7 +16,7 @@ __all__ = ["ProjectEntry", "find_config", "load_project", "select_entry"]
 
 _DEFAULT_KEYS = {"iterations", "strategy", "dtypes", "seed", "framework", "timeout_s"}
 _OP_KEYS = {"name", "script", "kernel", "framework", "python", "timeout_s", "dtypes", "iterations", "strategy",
-            "seed", "dims", "attrs", "vary_attrs", "layouts"}
+            "seed", "dims", "attrs", "vary_attrs", "layouts", "with", "without", "precision"}
 _TOP_KEYS = {"project", "defaults", "op", "lint", "ci"}
 _STRATEGIES = ("regular", "boundary", "adversarial", "special")
 
@@ -62,6 +62,10 @@ class ProjectEntry:
             p += f" --vary-attr {v}"
         if not o.get("layouts", True):
             p += " --no-layouts"
+        for name, on in sorted(o.get("present", {}).items()):
+            p += f" --{'with' if on else 'without'} {name}"
+        for key, policy in sorted(o.get("precision", {}).items()):
+            p += f" --precision {key}={policy}"
         return p
 
 
@@ -154,6 +158,24 @@ def load_project(config: Optional[Union[str, os.PathLike]] = None) -> Tuple[Path
             options["attrs"] = dict(t["attrs"])
         if t.get("vary_attrs"):
             options["vary_attrs"] = list(t["vary_attrs"])
+        present: Dict[str, bool] = {}
+        for key, on in (("with", True), ("without", False)):
+            names = t.get(key, [])
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise ValidationError(f"{path}: [[op]] '{name}': '{key}' must be a list of input names")
+            for n in names:
+                if present.get(n, on) != on:
+                    raise ValidationError(f"{path}: [[op]] '{name}': input '{n}' is in both 'with' and 'without'")
+                present[n] = on
+        if present:
+            options["present"] = present
+        if "precision" in t:
+            p = t["precision"]
+            precision = {name: p} if isinstance(p, str) else p
+            if not isinstance(precision, dict) or not all(isinstance(v, str) for v in precision.values()):
+                raise ValidationError(f"{path}: [[op]] '{name}': 'precision' must be a policy name or a table "
+                                      "{{op or family = policy}}")
+            options["precision"] = dict(precision)
         entries.append(ProjectEntry(op=name, index=i, kernel=kernel, options=options,
                                     iterations=int(merged.get("iterations", 100)), seed=merged.get("seed"),
                                     dims=dims))

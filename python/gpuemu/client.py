@@ -141,6 +141,14 @@ def _wire_input(inp: _fw.Input, key: str) -> Optional[tuple]:
     return (key, inp.dtype, inp.shape, inp.strides, inp.offset, data)
 
 
+def _envelope_ratio(r: Dict[str, Any]) -> float:
+    """max_error / envelope of one judged case, as the engine's FuzzReport counts it: infinity
+    for a failure the error does not measure (kernel error, contract, non-finite mismatch)."""
+    err, env = r.get("max_error"), r.get("envelope") or 0.0
+    ratio = float("inf") if err is None else float(err) / env if env > 0 else (float("inf") if float(err) > 0 else 0.0)
+    return ratio if r["passed"] or ratio > 1.0 else float("inf")
+
+
 def _outputs_of(result: Any) -> List[Any]:
     if isinstance(result, (list, tuple)):
         return list(result)
@@ -201,7 +209,7 @@ class Client:
 
     # --- cases ----------------------------------------------------------------------------------
     @staticmethod
-    def _options(dtypes, value_distribution, dims, attrs, layouts) -> Dict[str, Any]:
+    def _options(dtypes, value_distribution, dims, attrs, layouts, present=None, precision=None) -> Dict[str, Any]:
         o: Dict[str, Any] = {"distribution": value_distribution, "layouts": bool(layouts)}
         if dtypes is not None:
             o["dtypes"] = [dtypes] if isinstance(dtypes, str) else list(dtypes)
@@ -209,7 +217,24 @@ class Client:
             o["dims"] = {k: ([v] if isinstance(v, int) else list(v)) for k, v in dims.items()}
         if attrs is not None:
             o["attrs"] = dict(attrs)
+        if present:
+            if not isinstance(present, dict) or not all(isinstance(k, str) and isinstance(v, bool)
+                                                        for k, v in present.items()):
+                raise errors.ValidationError(f"present must map input names to True or False, got {present!r}")
+            o["present"] = dict(present)
+        if precision:
+            if not isinstance(precision, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                          for k, v in precision.items()):
+                raise errors.ValidationError(f"precision must map op or family names to policies, got {precision!r}")
+            o["precision"] = dict(precision)
         return o
+
+    def _with_absent(self, op: str, case: Dict[str, Any], args: Dict[str, Any]) -> Dict[str, Any]:
+        """``args`` plus ``None`` for every input of the op the case left out (an optional input
+        arrives under its name as ``None``, as PyTorch's own signatures take ``weight=None``)."""
+        for spec in self._schema(op).get("inputs", []):
+            args.setdefault(spec["name"], None)
+        return args
 
     def _batch(self, op, options, seed, start, count, framework, device):
         """[(case json, {name: _fw.Input})] and the master seed."""
@@ -264,7 +289,7 @@ class Client:
 
     def _run_item(self, op, run_op, case, inputs, i: int, check_determinism: bool, rebuild) -> Tuple[dict, list]:
         """Runs the kernel on one case: (item json, wire tensors)."""
-        args: Dict[str, Any] = {n: inp.tensor for n, inp in inputs.items()}
+        args: Dict[str, Any] = self._with_absent(op, case, {n: inp.tensor for n, inp in inputs.items()})
         args.update(case.get("attrs", {}))
         item: Dict[str, Any] = {"case": case}
         tensors = []
@@ -297,7 +322,7 @@ class Client:
                     contract = f"output {k} is {d}, expected {ed}"
             if not contract and check_determinism:
                 again_inputs = rebuild()
-                args2: Dict[str, Any] = {n: inp.tensor for n, inp in again_inputs.items()}
+                args2: Dict[str, Any] = self._with_absent(op, case, {n: inp.tensor for n, inp in again_inputs.items()})
                 args2.update(case.get("attrs", {}))
                 again = [_output_array(v, want[k]) for k, v in enumerate(_outputs_of(run_op(args2)))]
                 for k, ((_, a), (_, b)) in enumerate(zip(outs, again)):
@@ -326,20 +351,26 @@ class Client:
                             device: Optional[str] = None, dims: Optional[Dict[str, Any]] = None,
                             attrs: Optional[Dict[str, Any]] = None, layouts: bool = True,
                             fail_fast: bool = False, progress: Optional[Callable[[int, int], None]] = None,
-                            check_determinism: bool = False, diagnose_limit: int = 3) -> FuzzResults:
+                            check_determinism: bool = False, diagnose_limit: int = 3,
+                            present: Optional[Dict[str, bool]] = None,
+                            precision: Optional[Dict[str, str]] = None) -> FuzzResults:
         """Fuzzes ``op`` against ``run_op`` run here (docs/python.md). ``run_op`` gets every input by
-        its schema name as a ``framework`` tensor on ``device`` with the case's real strides, and
-        every attr by name; it returns a tensor (or a tuple for multi-output ops). The first
-        ``diagnose_limit`` failures the daemon judged are diagnosed here, by re-running ``run_op``
-        on the engine's probes, and stored with that diagnosis."""
+        its schema name as a ``framework`` tensor on ``device`` with the case's real strides (an
+        optional input the case leaves out as ``None``), and every attr by name; it returns a
+        tensor (or a tuple for multi-output ops). ``present`` pins optional inputs the kernel
+        always (``True``) or never (``False``) takes (``{"weight": True, "bias": True}``);
+        ``precision`` declares reduced-precision GEMM operands (``{"matmul": "tf32"}``). The
+        first ``diagnose_limit`` failures the daemon judged are diagnosed here, by re-running
+        ``run_op`` on the engine's probes, and stored with that diagnosis."""
         fw = self._framework(framework)
-        options = self._options(dtypes, value_distribution, dims, attrs, layouts)
+        options = self._options(dtypes, value_distribution, dims, attrs, layouts, present, precision)
         kernel = _kernel_identity(run_op)
         t0 = time.perf_counter()
         total = passed = 0
         first_failure = -1
         failures: List[ClientFailure] = []
         master = seed
+        worst_ratio, worst_index = 0.0, -1
         budget = max(0, int(diagnose_limit))  # failures still to diagnose here
         while total < iterations:
             n = min(_CHUNK, iterations - total)
@@ -372,6 +403,9 @@ class Client:
                 res, _ = self.request("submit_outputs", params, tensors)
             stop = False
             for (case, inputs), item, r in zip(batch, items, res["results"]):
+                ratio = _envelope_ratio(r)
+                if worst_index < 0 or ratio > worst_ratio:
+                    worst_ratio, worst_index = ratio, total
                 total += 1
                 if r["passed"]:
                     passed += 1
@@ -387,7 +421,8 @@ class Client:
         return FuzzResults(op=op, seed=int(master if master is not None else 0),
                            value_distribution=value_distribution, framework=fw, total=total,
                            passed=passed, elapsed=time.perf_counter() - t0, first_failure=first_failure,
-                           failures=failures)
+                           failures=failures, worst_ratio=worst_ratio if worst_index >= 0 else None,
+                           worst_index=worst_index)
 
     def _local_engine(self) -> Any:
         if "_engine" not in self.__dict__:
@@ -402,7 +437,8 @@ class Client:
         daemon does for kernels it can run itself. None when this process cannot regenerate the
         case (an op only the daemon knows) or judges it passing."""
         kw = {"dtypes": options.get("dtypes"), "strategy": options["distribution"], "dims": options.get("dims"),
-              "attrs": options.get("attrs"), "layouts": bool(options.get("layouts", True))}
+              "attrs": options.get("attrs"), "layouts": bool(options.get("layouts", True)),
+              "present": options.get("present"), "precision": options.get("precision")}
         try:
             engine = self._local_engine()
             c = engine.cases(op, int(case["master_seed"]), 1, start=int(case["index"]), **kw)[0]
@@ -507,11 +543,15 @@ class Client:
                        dtypes: Optional[Sequence[str]] = None, framework: Optional[str] = None,
                        device: Optional[str] = None, dims: Optional[Dict[str, Any]] = None,
                        attrs: Optional[Dict[str, Any]] = None, layouts: bool = True,
-                       value_distribution: str = "adversarial", start_index: int = 0) -> List[Dict[str, Any]]:
+                       value_distribution: str = "adversarial", start_index: int = 0,
+                       present: Optional[Dict[str, bool]] = None,
+                       precision: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
         """``count`` cases as dicts {seed, index, dtype, inputs, attrs, dims, layout}; hand the
-        kernel's output for one back with :meth:`submit_output`."""
+        kernel's output for one back with :meth:`submit_output`. ``inputs`` holds every input of
+        the op by name, ``None`` for an optional one the case leaves out; ``present`` and
+        ``precision`` as in :meth:`fuzz_op_client_side`."""
         fw = self._framework(framework)
-        options = self._options(dtypes, value_distribution, dims, attrs, layouts)
+        options = self._options(dtypes, value_distribution, dims, attrs, layouts, present, precision)
         out = []
         done = 0
         master = seed
@@ -521,7 +561,7 @@ class Client:
             for case, inputs in batch:
                 self._cases[(op, int(case["seed"]))] = (case, options, inputs)
                 out.append({"seed": int(case["seed"]), "index": int(case["index"]), "dtype": case["dtype"],
-                            "inputs": {k: v.tensor for k, v in inputs.items()},
+                            "inputs": self._with_absent(op, case, {k: v.tensor for k, v in inputs.items()}),
                             "attrs": dict(case.get("attrs", {})), "dims": dict(case.get("dims", {})),
                             "layout": {k: v.get("layout") for k, v in case["inputs"].items()},
                             "master_seed": master, "_case": case})
@@ -603,7 +643,8 @@ class Client:
         o = meta.get("options", {})
         kw = {"dtypes": o.get("dtypes") or None, "strategy": o.get("distribution", "adversarial"),
               "dims": o.get("dims") or None, "attrs": o.get("attrs") or None,
-              "vary_attrs": o.get("vary_attrs") or None, "layouts": bool(o.get("layouts", True))}
+              "vary_attrs": o.get("vary_attrs") or None, "layouts": bool(o.get("layouts", True)),
+              "present": o.get("present") or None, "precision": o.get("precision") or None}
         engine = self._local_engine()
         case = engine.case_from_seed(op, int(meta["seed"]), **kw)
         if meta.get("envelope"):
@@ -614,7 +655,8 @@ class Client:
 
         kernel = _Kernel(run_op, fw, device, numpy_bits=False, round_bits=_round_bits, want=want)
         res = engine.minimize(case, kernel, dims=kw["dims"], layouts=kw["layouts"],
-                              max_evaluations=int(max_evaluations))
+                              max_evaluations=int(max_evaluations), present=kw["present"],
+                              precision=kw["precision"])
         if kernel.abort is not None:
             raise kernel.abort
         res["id"] = failure_id

@@ -116,7 +116,10 @@ class Failure:
 class FuzzResults:
     """The outcome of :func:`fuzz_op_in_process`. ``ok`` (and ``bool(results)``) when every case
     passed. ``first_failure`` is the index of the first failing case (-1: none), so
-    ``first_failure + 1`` cases were needed to find the bug."""
+    ``first_failure + 1`` cases were needed to find the bug. ``worst_ratio`` is the largest
+    ``max_error / envelope`` over every case judged, passing or not (below 1 passes; ``inf`` for
+    a kernel error or a non-finite mismatch), at case ``worst_index``: the margin a passing kernel
+    kept (None when the daemon did not report it)."""
 
     op: str
     seed: int
@@ -127,6 +130,8 @@ class FuzzResults:
     elapsed: float
     first_failure: int
     failures: List[Failure]
+    worst_ratio: Optional[float] = None
+    worst_index: int = -1
 
     @property
     def failed(self) -> int:
@@ -261,9 +266,10 @@ def _canonical_dtypes(dtypes: Optional[Iterable[Any]]) -> Optional[List[str]]:
 
 
 def _repro(op: str, case_seed: int, distribution: str, dtypes: Optional[List[str]], dims: Any, attrs: Any,
-           vary_attrs: Any, layouts: bool, framework: str) -> str:
+           vary_attrs: Any, layouts: bool, framework: str, present: Any = None, precision: Any = None) -> str:
     args = [repr(op), "run_op", f"case_seed={case_seed:#x}", f"value_distribution={distribution!r}"]
-    for name, value in (("dtypes", dtypes), ("dims", dims), ("attrs", attrs), ("vary_attrs", vary_attrs)):
+    for name, value in (("dtypes", dtypes), ("dims", dims), ("attrs", attrs), ("vary_attrs", vary_attrs),
+                        ("present", present), ("precision", precision)):
         if value:
             args.append(f"{name}={value!r}")
     if not layouts:
@@ -312,6 +318,8 @@ def fuzz_op_in_process(
     vary_attrs: Optional[Sequence[str]] = None,
     diagnose: bool = True,
     device: Optional[str] = None,
+    present: Optional[Mapping[str, bool]] = None,
+    precision: Optional[Mapping[str, str]] = None,
 ) -> FuzzResults:
     """Fuzz ``run_op`` as an implementation of ``op`` for ``iterations`` cases.
 
@@ -325,6 +333,12 @@ def fuzz_op_in_process(
     (``True``: the first failure; an int n: the first n). ``diagnose``: name the likely bug class
     of each failure (it re-runs the kernel on a few variants of the case). ``framework``: torch,
     numpy, cupy, jax or tensorflow (gpuemu._frameworks); ``device`` where its tensors live.
+    ``present``: pin optional inputs the kernel always (``True``) or never (``False``) takes,
+    e.g. ``{"weight": True, "bias": True}`` for a layer norm whose signature requires both; an
+    optional input not pinned is left out of one case in four and then arrives as ``None``.
+    ``precision``: reduced-precision GEMM operands declared on purpose, per op or op family
+    (``{"matmul": "tf32"}``; policies ieee, tf32, tf32x3, bf16x3, docs/error-model.md): the error
+    model then allows that operand rounding; by default a TF32 fp32 GEMM fails.
     """
     _fw.require(framework)  # unknown or not installed: a ValidationError naming the package
     if value_distribution not in Strategies:
@@ -339,13 +353,14 @@ def fuzz_op_in_process(
     dims_arg = {k: ([int(v)] if isinstance(v, int) else [int(x) for x in v]) for k, v in dims.items()} if dims else None
     attrs_arg = dict(attrs) if attrs else None
     vary_arg = list(vary_attrs) if vary_attrs else None
+    pins = {"present": dict(present) if present else None, "precision": dict(precision) if precision else None}
 
     engine = _engine()
     kernel = _Kernel(run_op, framework, device)
     started = time.perf_counter()
     report = engine.fuzz(
         op, kernel, int(seed), int(iterations), dtypes=dtype_names, strategy=value_distribution, dims=dims_arg,
-        attrs=attrs_arg, vary_attrs=vary_arg, layouts=layouts, fail_fast=fail_fast, diagnose=diagnose,
+        attrs=attrs_arg, vary_attrs=vary_arg, layouts=layouts, fail_fast=fail_fast, diagnose=diagnose, **pins,
     )
     if kernel.abort is not None:
         raise kernel.abort
@@ -353,14 +368,14 @@ def fuzz_op_in_process(
     failures = []
     for f in report["failures"]:
         repro = _repro(op, int(f["seed"]), value_distribution, dtype_names, dims_arg, attrs_arg, vary_arg, layouts,
-                       framework)
+                       framework, **pins)
         failures.append(_failure(op, int(seed), f, kernel, repro))
 
     n_min = int(minimize) if not isinstance(minimize, bool) else (1 if minimize else 0)
     for failure in failures[:n_min]:
         case = engine.cases(op, int(seed), 1, dtypes=dtype_names, strategy=value_distribution, dims=dims_arg,
-                            attrs=attrs_arg, vary_attrs=vary_arg, layouts=layouts, start=failure.index)[0]
-        failure.minimized = engine.minimize(case, kernel, dims=dims_arg, layouts=layouts)
+                            attrs=attrs_arg, vary_attrs=vary_arg, layouts=layouts, start=failure.index, **pins)[0]
+        failure.minimized = engine.minimize(case, kernel, dims=dims_arg, layouts=layouts, **pins)
         if kernel.abort is not None:
             raise kernel.abort
 
@@ -374,6 +389,8 @@ def fuzz_op_in_process(
         elapsed=time.perf_counter() - started,
         first_failure=int(report.get("first_failure", -1)),
         failures=failures,
+        worst_ratio=float(report["worst"]["ratio"]),
+        worst_index=int(report["worst"]["index"]),
     )
 
 
@@ -388,6 +405,8 @@ def replay(
     vary_attrs: Optional[Sequence[str]] = None,
     layouts: bool = True,
     framework: str = "torch",
+    present: Optional[Mapping[str, bool]] = None,
+    precision: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, Any]:
     """Regenerates the case of ``case_seed`` (a failure's ``seed``; the other arguments as in the
     run that found it). With ``run_op``, runs and judges it: returns the engine's verdict
@@ -397,7 +416,9 @@ def replay(
     dims_arg = {k: ([int(v)] if isinstance(v, int) else [int(x) for x in v]) for k, v in dims.items()} if dims else None
     case = engine.case_from_seed(op, int(case_seed), dtypes=_canonical_dtypes(dtypes), strategy=value_distribution,
                                  dims=dims_arg, attrs=dict(attrs) if attrs else None,
-                                 vary_attrs=list(vary_attrs) if vary_attrs else None, layouts=layouts)
+                                 vary_attrs=list(vary_attrs) if vary_attrs else None, layouts=layouts,
+                                 present=dict(present) if present else None,
+                                 precision=dict(precision) if precision else None)
     inputs = case_inputs(case, framework)
     if run_op is None:
         return {"inputs": inputs, "case": case}

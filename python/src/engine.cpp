@@ -45,7 +45,8 @@ py::array array_of(const Tensor& t) {
 }
 
 FuzzOptions options_from(const py::object& dtypes, const std::string& strategy, const py::object& dims,
-                         const py::object& attrs, const py::object& vary_attrs, bool layouts) {
+                         const py::object& attrs, const py::object& vary_attrs, bool layouts,
+                         const py::object& present = py::none(), const py::object& precision = py::none()) {
   FuzzOptions o;
   if (!dtypes.is_none())
     for (auto d : dtypes) o.dtypes.push_back(dtype_from_name(py::str(d)));
@@ -68,6 +69,25 @@ FuzzOptions options_from(const py::object& dtypes, const std::string& strategy, 
   if (!vary_attrs.is_none())
     for (auto a : vary_attrs) o.vary_attrs.push_back(a.cast<std::string>());
   o.layouts = layouts;
+  if (!present.is_none()) {
+    if (!py::isinstance<py::dict>(present)) throw_error(ErrorCode::invalid_argument, "present must be a dict {input: bool}");
+    for (auto [k, v] : present.cast<py::dict>()) {
+      if (!py::isinstance<py::str>(k) || !py::isinstance<py::bool_>(v))
+        throw_error(ErrorCode::invalid_argument, "present must map input names to True or False, got " +
+                                                     std::string(py::repr(k)) + ": " + std::string(py::repr(v)));
+      o.present[k.cast<std::string>()] = v.cast<bool>();
+    }
+  }
+  if (!precision.is_none()) {
+    if (!py::isinstance<py::dict>(precision))
+      throw_error(ErrorCode::invalid_argument, "precision must be a dict {op or family: policy}");
+    for (auto [k, v] : precision.cast<py::dict>()) {
+      if (!py::isinstance<py::str>(k) || !py::isinstance<py::str>(v))
+        throw_error(ErrorCode::invalid_argument, "precision must map op or family names to policy names, got " +
+                                                     std::string(py::repr(k)) + ": " + std::string(py::repr(v)));
+      o.precision[k.cast<std::string>()] = v.cast<std::string>();
+    }
+  }
   return o;
 }
 
@@ -147,25 +167,28 @@ void register_engine(py::module_& m) {
       })
       .def("cases", [](const Engine& e, const std::string& op, std::uint64_t seed, std::int64_t count,
                        py::object dtypes, const std::string& strategy, py::object dims, py::object attrs,
-                       py::object vary_attrs, bool layouts, std::int64_t start) {
+                       py::object vary_attrs, bool layouts, std::int64_t start, py::object present,
+                       py::object precision) {
         const OpSchema* s = unwrap(e.catalogue().get(op));
-        CaseGenerator gen(*s, options_from(dtypes, strategy, dims, attrs, vary_attrs, layouts));
+        CaseGenerator gen(*s, options_from(dtypes, strategy, dims, attrs, vary_attrs, layouts, present, precision));
         if (auto st = gen.validate(); !st) throw GpuemuException(st.error());
         std::vector<TestCase> out;
         for (std::int64_t i = start; i < start + count; ++i) out.push_back(unwrap(gen.generate(seed, i)));
         return out;
       }, py::arg("op"), py::arg("seed"), py::arg("count"), py::arg("dtypes") = py::none(),
          py::arg("strategy") = "adversarial", py::arg("dims") = py::none(), py::arg("attrs") = py::none(),
-         py::arg("vary_attrs") = py::none(), py::arg("layouts") = true, py::arg("start") = 0)
+         py::arg("vary_attrs") = py::none(), py::arg("layouts") = true, py::arg("start") = 0,
+         py::arg("present") = py::none(), py::arg("precision") = py::none())
       .def("case_from_seed", [](const Engine& e, const std::string& op, std::uint64_t case_seed, py::object dtypes,
                                 const std::string& strategy, py::object dims, py::object attrs,
-                                py::object vary_attrs, bool layouts) {
+                                py::object vary_attrs, bool layouts, py::object present, py::object precision) {
         const OpSchema* s = unwrap(e.catalogue().get(op));
-        CaseGenerator gen(*s, options_from(dtypes, strategy, dims, attrs, vary_attrs, layouts));
+        CaseGenerator gen(*s, options_from(dtypes, strategy, dims, attrs, vary_attrs, layouts, present, precision));
+        if (auto st = gen.validate(); !st) throw GpuemuException(st.error());
         return unwrap(gen.generate_from_seed(case_seed));
       }, py::arg("op"), py::arg("case_seed"), py::arg("dtypes") = py::none(), py::arg("strategy") = "adversarial",
          py::arg("dims") = py::none(), py::arg("attrs") = py::none(), py::arg("vary_attrs") = py::none(),
-         py::arg("layouts") = true)
+         py::arg("layouts") = true, py::arg("present") = py::none(), py::arg("precision") = py::none())
       .def("judge", [](const Engine& e, const TestCase& c, py::list outputs) {
         std::vector<Tensor> out;
         for (auto item : outputs) {
@@ -177,10 +200,10 @@ void register_engine(py::module_& m) {
       .def("fuzz", [](const Engine& e, const std::string& op, py::function kernel, std::uint64_t seed,
                       std::int64_t iterations, py::object dtypes, const std::string& strategy, py::object dims,
                       py::object attrs, py::object vary_attrs, bool layouts, bool fail_fast, bool diagnose,
-                      const std::string& repro_prefix) {
+                      const std::string& repro_prefix, py::object present, py::object precision) {
         FuzzRequest req;
         req.op = op;
-        req.options = options_from(dtypes, strategy, dims, attrs, vary_attrs, layouts);
+        req.options = options_from(dtypes, strategy, dims, attrs, vary_attrs, layouts, present, precision);
         req.seed = seed;
         req.iterations = iterations;
         req.fail_fast = fail_fast;
@@ -190,24 +213,27 @@ void register_engine(py::module_& m) {
       }, py::arg("op"), py::arg("kernel"), py::arg("seed"), py::arg("iterations") = 100,
          py::arg("dtypes") = py::none(), py::arg("strategy") = "adversarial", py::arg("dims") = py::none(),
          py::arg("attrs") = py::none(), py::arg("vary_attrs") = py::none(), py::arg("layouts") = true,
-         py::arg("fail_fast") = false, py::arg("diagnose") = true, py::arg("repro_prefix") = "")
+         py::arg("fail_fast") = false, py::arg("diagnose") = true, py::arg("repro_prefix") = "",
+         py::arg("present") = py::none(), py::arg("precision") = py::none())
       .def("minimize", [](const Engine& e, const TestCase& c, py::function kernel, py::object dims,
-                          py::object layouts_flag, int max_evaluations) {
+                          py::object layouts_flag, int max_evaluations, py::object present, py::object precision) {
         FuzzOptions o = options_from(py::none(), std::string(distribution_name(c.distribution)), dims, py::none(),
-                                     py::none(), layouts_flag.is_none() ? true : layouts_flag.cast<bool>());
+                                     py::none(), layouts_flag.is_none() ? true : layouts_flag.cast<bool>(), present,
+                                     precision);
         return py_from_json(unwrap(e.minimize(c.op, o, c, runner_of(kernel), max_evaluations)).to_json());
       }, py::arg("case"), py::arg("kernel"), py::arg("dims") = py::none(), py::arg("layouts") = py::none(),
-         py::arg("max_evaluations") = 200)
+         py::arg("max_evaluations") = 200, py::arg("present") = py::none(), py::arg("precision") = py::none())
       .def("set_envelope", [](Engine& e, const std::string& op, const std::string& dtype, double envelope) {
         e.envelopes().set(op, dtype_from_name(dtype), envelope);
       }, py::arg("op"), py::arg("dtype"), py::arg("envelope"),
          "Overrides the envelope of (op, dtype), e.g. with the one a daemon judged a case against")
       .def("diagnose", [](const Engine& e, const TestCase& c, py::object outputs, py::function kernel,
                           py::object dtypes, const std::string& strategy, py::object dims, py::object attrs,
-                          py::object vary_attrs, bool layouts, const std::string& kernel_error) {
+                          py::object vary_attrs, bool layouts, const std::string& kernel_error, py::object present,
+                          py::object precision) {
         // The failing case judged here (its verdict keeps the per-element errors the static rules
         // read), then the probes: the kernel re-run on variants of the case.
-        FuzzOptions o = options_from(dtypes, strategy, dims, attrs, vary_attrs, layouts);
+        FuzzOptions o = options_from(dtypes, strategy, dims, attrs, vary_attrs, layouts, present, precision);
         CaseResult cr;
         cr.test_case = c;
         cr.kernel_error = kernel_error;
@@ -235,6 +261,7 @@ void register_engine(py::module_& m) {
       }, py::arg("case"), py::arg("outputs"), py::arg("kernel"), py::arg("dtypes") = py::none(),
          py::arg("strategy") = "adversarial", py::arg("dims") = py::none(), py::arg("attrs") = py::none(),
          py::arg("vary_attrs") = py::none(), py::arg("layouts") = true, py::arg("kernel_error") = "",
+         py::arg("present") = py::none(), py::arg("precision") = py::none(),
          "Judges the kernel's outputs for a case and, when they fail, diagnoses the failure by re-running "
          "`kernel` on the engine's probes: {passed, verdict, diagnosis?}")
       .def("calibrate", [](const Engine& e, const std::string& op, const std::string& dtype, std::int64_t cases,

@@ -51,8 +51,7 @@ Result<CalibrationResult> Engine::calibrate(const std::string& op, DType dtype, 
     options.layouts = false;
     CaseGenerator gen(*schema, options);
     GPUEMU_TRY(TestCase c, gen.generate_from_seed(calibration_case_seed(seed, dtype, i)));
-    RefContext ctx = std::move(make_ref_context(*schema, c.inputs, c.attrs, c.dtype)).value();
-    ctx.dims = c.dims;
+    GPUEMU_TRY(RefContext ctx, case_ref_context(*schema, c));
     GPUEMU_TRY(auto ref, run_reference(*schema, ctx));
     for (const auto& [name, kernel] : controls) {
       auto out = kernel(c);

@@ -28,6 +28,13 @@ std::uint64_t case_seed(std::uint64_t master_seed, std::int64_t index) {
   return derive_seed(master_seed, "case:" + std::to_string(index));
 }
 
+Result<RefContext> case_ref_context(const OpSchema& schema, const TestCase& c) {
+  GPUEMU_TRY(RefContext ctx, make_ref_context(schema, c.inputs, c.attrs, c.dtype));
+  ctx.dims = c.dims;
+  ctx.operand_roundoff = policy_operand_roundoff(c.precision, c.dtype);
+  return ctx;
+}
+
 Json TestCase::describe() const {
   Json j;
   j["op"] = op;
@@ -39,6 +46,7 @@ Json TestCase::describe() const {
   j["dims"] = Json::object();
   for (const auto& [k, v] : dims) j["dims"][k] = v;
   j["attrs"] = attrs;
+  if (precision != PrecisionPolicy::ieee) j["precision"] = std::string(precision_name(precision));
   j["inputs"] = Json::object();
   for (const auto& [name, t] : inputs) {
     Json in;
@@ -67,9 +75,40 @@ Status CaseGenerator::validate() const {
                         "op '" + m_schema.name + "' has no dim '" + name + "' (dims: " + known + ")");
     }
     if (sizes.empty()) return make_error(ErrorCode::invalid_argument, "dim '" + name + "' restricted to no sizes");
+    const DimDomain& dd = *m_schema.find_dim(name);
+    // A dim's min is a floor (N=0 would make every case empty: a run that tests nothing); its max
+    // is only the sampler's domain, and pinning past it (a vocabulary-sized row) is legitimate.
+    const std::int64_t floor = dd.expr.empty() && dd.values.empty() ? dd.min : 0;
     for (auto v : sizes)
-      if (v < 0) return make_error(ErrorCode::invalid_argument, "dim '" + name + "' must be >= 0");
+      if (v < floor || v < 0)
+        return make_error(ErrorCode::invalid_argument,
+                          "dim '" + name + "' of op '" + m_schema.name + "' must be >= " +
+                              std::to_string(std::max<std::int64_t>(floor, 0)) + ", got " + std::to_string(v) +
+                              (floor > 0 ? " (the schema's domain starts at " + std::to_string(floor) + ")" : ""));
   }
+  for (const auto& [name, on] : m_options.present) {
+    const InputSpec* in = m_schema.find_input(name);
+    if (!in) {
+      std::string known;
+      for (const auto& i : m_schema.inputs) known += (known.empty() ? "" : ", ") + i.name;
+      return make_error(ErrorCode::invalid_argument,
+                        "op '" + m_schema.name + "' has no input '" + name + "' (inputs: " + known + ")");
+    }
+    if (!in->optional && !on)
+      return make_error(ErrorCode::invalid_argument, "input '" + name + "' of op '" + m_schema.name +
+                                                         "' is required: it cannot be pinned absent");
+  }
+  // Every policy named must exist (keys naming other ops are for their runs: a gpuemu.toml may
+  // share one map); the policy this op resolves to must be one it can take.
+  for (const auto& [key, value] : m_options.precision)
+    if (!parse_precision(value)) {
+      std::string names;
+      for (const auto& [p, _] : precision_policies()) names += (names.empty() ? "" : ", ") + std::string(precision_name(p));
+      return make_error(ErrorCode::invalid_argument,
+                        "precision '" + key + "': unknown policy '" + value + "' (policies: " + names + ")");
+    }
+  GPUEMU_TRY(PrecisionPolicy policy, resolve_precision(m_options.precision, m_schema));
+  (void)policy;
   GPUEMU_TRY(AttrMap resolved, m_schema.resolve_attrs(m_options.attrs));
   GPUEMU_TRY_STATUS(m_schema.check_dim_attrs(resolved, [](const InputSpec& in) {
     return static_cast<std::int64_t>(in.shape.size());  // the fuzzer draws the schema's rank
@@ -170,6 +209,7 @@ Result<TestCase> CaseGenerator::generate_pinned(
   c.seed = seed;
   c.distribution = m_options.distribution;
   c.value_transforms = transforms;
+  GPUEMU_TRY(c.precision, resolve_precision(m_options.precision, m_schema));
 
   // dtype
   std::vector<DType> dtypes = m_options.dtypes.empty() ? m_schema.dtypes : m_options.dtypes;
@@ -191,8 +231,14 @@ Result<TestCase> CaseGenerator::generate_pinned(
   GPUEMU_TRY(c.dims, sampler.sample(seed, c.attrs, pinned));
 
   for (const auto& spec : m_schema.inputs) {
-    Rng presence = Rng::substream(seed, "present:" + spec.name);
-    if (spec.optional && presence.chance(1, 4)) continue;
+    if (spec.optional) {
+      // Drawn from its own substream whether or not the caller pins it, so pinning one input
+      // leaves every other draw of the case unchanged.
+      Rng presence = Rng::substream(seed, "present:" + spec.name);
+      const bool drawn_absent = presence.chance(1, 4);
+      auto pin = m_options.present.find(spec.name);
+      if (pin != m_options.present.end() ? !pin->second : drawn_absent) continue;
+    }
     Shape shape;
     for (const auto& e : spec.shape) {
       GPUEMU_TRY(std::int64_t v, eval_expr(e, c.dims, c.attrs));

@@ -5,6 +5,7 @@
 // is generic: it reads only the schema (dims, roles, reduced dims, attrs, dtypes), the kernel's
 // outputs and pass/fail on the probes, never the kernel's name. The rules and their order are
 // documented in docs/fuzzing.md ("Minimizer and diagnosis").
+#include "engine/signature.hpp"
 #include "gpuemu/engine.hpp"
 #include "gpuemu/rng.hpp"
 
@@ -220,7 +221,7 @@ class Probes {
   // (finite, non-zero reference); nullopt when none fails or the kernel or reference cannot run.
   std::optional<double> failing_deviation(const TestCase& tc) const {
     auto out = m_kernel(tc);
-    auto ctx = make_ref_context(m_schema, tc.inputs, tc.attrs, tc.dtype);
+    auto ctx = case_ref_context(m_schema, tc);
     if (!out || !ctx || out->empty()) return std::nullopt;
     auto ref = run_reference(m_schema, *ctx);
     if (!ref || ref->empty() || (*out)[0].shape() != (*ref)[0].shape) return std::nullopt;
@@ -325,7 +326,7 @@ class Probes {
     };
     auto run_of = [&](const TestCase& tc) -> std::optional<Run> {
       auto out = m_kernel(tc);
-      auto ctx = make_ref_context(m_schema, tc.inputs, tc.attrs, tc.dtype);
+      auto ctx = case_ref_context(m_schema, tc);
       if (!out || !ctx) return std::nullopt;
       return Run{std::move(*out), std::move(*ctx)};
     };
@@ -479,7 +480,7 @@ class Probes {
     auto ratio_of = [&](const TestCase& tc) -> std::optional<Ratio> {
       auto out = m_kernel(tc);
       if (!out || out->empty()) return std::nullopt;
-      auto ctx = make_ref_context(m_schema, tc.inputs, tc.attrs, tc.dtype);
+      auto ctx = case_ref_context(m_schema, tc);
       if (!ctx) return std::nullopt;
       auto ref = run_reference(m_schema, *ctx);
       if (!ref || ref->empty() || (*out)[0].shape() != (*ref)[0].shape) return std::nullopt;
@@ -661,8 +662,11 @@ Diagnosis Engine::diagnose(const std::string& op, const FuzzOptions& options,
                            const CaseResult& failing, const KernelRunner* kernel) const {
   auto schema = m_catalogue->get(op);
   if (!schema) return make("no_pattern", "no pattern (unknown op)");
-  if (!failing.kernel_error.empty())
+  if (!failing.kernel_error.empty()) {
+    if (auto d = signature_diagnosis(*this, **schema, options, failing.test_case, failing.kernel_error, kernel))
+      return *d;
     return make("kernel_error", "the kernel raised an error", {failing.kernel_error});
+  }
   for (const auto& o : failing.verdict.outputs)
     if (o.message.rfind("shape mismatch", 0) == 0 || o.message.rfind("dtype mismatch", 0) == 0)
       return make("contract", o.message);

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace gpuemu {
@@ -17,9 +18,17 @@ Result<Engine> Engine::create_default() {
 namespace {
 
 RefContext context_of(const OpSchema& schema, const TestCase& c) {
-  auto ctx = make_ref_context(schema, c.inputs, c.attrs, c.dtype);
-  ctx->dims = c.dims;
-  return std::move(ctx).value();
+  return case_ref_context(schema, c).value();
+}
+
+// max_error / envelope of a verdict: infinity for a failure without a finite error (the kernel
+// raised, a non-finite mismatch), or a failing verdict whose error alone stays under the envelope.
+double envelope_ratio(const Verdict& v) {
+  const double inf = std::numeric_limits<double>::infinity();
+  if (!std::isfinite(v.max_error)) return inf;
+  const double ratio = v.envelope > 0 ? v.max_error / v.envelope : (v.max_error > 0 ? inf : 0.0);
+  if (!v.passed && !(ratio > 1.0)) return inf;  // failed on what the error does not measure
+  return ratio;
 }
 
 }  // namespace
@@ -112,6 +121,10 @@ Result<FuzzReport> Engine::fuzz(const FuzzRequest& req, const KernelRunner& kern
     GPUEMU_TRY(CaseResult r, run_case(req.op, req.options, c, kernel));
     ++report.total;
     if (req.on_case) req.on_case(r);
+    if (const double ratio = envelope_ratio(r.verdict); report.worst_index < 0 || ratio > report.worst_ratio) {
+      report.worst_ratio = ratio;
+      report.worst_index = i;
+    }
     if (r.verdict.passed) {
       ++report.passed;
     } else {
@@ -119,6 +132,8 @@ Result<FuzzReport> Engine::fuzz(const FuzzRequest& req, const KernelRunner& kern
       // Diagnosis re-runs the kernel on probe cases: the first few failures get one.
       if (req.diagnose && report.failures.size() < static_cast<std::size_t>(req.diagnose_limit))
         r.diagnosis = diagnose(req.op, req.options, r, &kernel);
+      else if (!r.kernel_error.empty())  // only the signature probes (absent_input, ...): a few runs
+        r.diagnosis = diagnose(req.op, req.options, r, req.diagnose ? &kernel : nullptr);
       else
         r.diagnosis = {"not_diagnosed", "not diagnosed (only the first " + std::to_string(req.diagnose_limit) +
                        " failures of a run are)", {}};
@@ -160,6 +175,8 @@ Json CaseResult::to_json(bool with_inputs) const {
 Json FuzzReport::to_json() const {
   Json j{{"op", op}, {"seed", master_seed}, {"total", total}, {"passed", passed},
          {"failed", total - passed}, {"first_failure", first_failure}, {"elapsed", elapsed_s}};
+  // JSON has no infinity: "inf", as the verdict writes max_error.
+  j["worst"] = Json{{"index", worst_index}, {"ratio", std::isfinite(worst_ratio) ? Json(worst_ratio) : Json("inf")}};
   j["failures"] = Json::array();
   for (const auto& f : failures) j["failures"].push_back(f.to_json(true));
   return j;

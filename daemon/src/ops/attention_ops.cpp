@@ -10,6 +10,7 @@
 #include "core/parallel.hpp"
 #include "ops/attention_emulation.hpp"
 #include "ops/attention_reference.hpp"
+#include "ops/gemm_blas.hpp"
 #include "ops/gemm_emulation.hpp"
 #include "ops/op_util.hpp"
 #include "ops/register.hpp"
@@ -128,6 +129,7 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, bool decode) {
     blk.alt = alt.data() + (blk.out - out.data());
     blk.p_min_normal = p_min_normal;
     blk.p_flush_weight = p_flush_weight >= 0x1.0p-60 ? p_flush_weight : 0.0;
+    blk.policy_weight = policy_weight(ctx);
     attention_block_reference(blk);
   };
   for (std::int64_t b = 0; b < p.B; ++b) {

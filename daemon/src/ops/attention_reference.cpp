@@ -29,7 +29,7 @@ void attention_block_reference(const AttentionBlock& blk) {
   // With a causal mask, P's masked zeros meet every value row in a dgemm: an Inf or NaN there
   // would leak (0·Inf). Then the masked products are skipped row by row instead.
   const bool row_wise_pv = blk.causal && !all_finite(blk.v, lk * d);
-  const double root_d = sqrt_len(d), abs_scale = std::fabs(blk.scale);
+  const double root_d = sqrt_len(d) + blk.policy_weight, abs_scale = std::fabs(blk.scale);
   const std::int64_t chunk =
       std::max<std::int64_t>(1, std::min(lq, (1 << 18) / std::max<std::int64_t>(lk, 1)));
   const auto buf = static_cast<std::size_t>(chunk * std::max<std::int64_t>(lk, 1));
@@ -87,7 +87,7 @@ void attention_block_reference(const AttentionBlock& blk) {
         for (std::int64_t j = 0; j < lk; ++j)
           pin[j] = j < n && p[j] < blk.p_min_normal ? p[j] + blk.p_flush_weight : p[j];
       }
-      tail[i] = 2.0 * sqrt_len(n) + e_bar;
+      tail[i] = 2.0 * sqrt_len(n) + blk.policy_weight + e_bar;
       if (blk.alt && !v_finite)
         for (std::int64_t j = 0; j < n; ++j)
           if (p[j] < p_vanish)

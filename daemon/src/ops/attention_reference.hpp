@@ -52,6 +52,10 @@ struct AttentionBlock {
   // infinite or NaN value meets a probability so small that a kernel's fp32 exp underflows it, or
   // its input-dtype P flushes it, to 0 (0·Inf = NaN where the reference has p·Inf = Inf).
   std::uint8_t* alt = nullptr;
+  // policy_weight(ctx) of a precision policy (gemm_blas.hpp): the scores' dot products gain
+  // that weight of |scale|·(|q_i|·|k_j|) beside sqrt(D), and the P·V product that weight of
+  // Σ_j p_ij|v_jd| beside its 2·sqrt(n_i). 0 under IEEE.
+  double policy_weight = 0.0;
 };
 
 // The number of keys row i attends.

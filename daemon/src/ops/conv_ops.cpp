@@ -2,7 +2,8 @@
 // weight[Cout,Cin/groups,Kh,Kw], bias[Cout]]; stride, padding (zeros), dilation, groups as in
 // torch.nn.functional.conv1d / conv2d (cross-correlation, no kernel flip).
 // The reference is im2col + dgemm per (batch, group) in fp64. Error model: each output is a dot
-// product of length R = Cin/groups·Kh·Kw, so c_acc = (|W_g|·|cols|)·sqrt(R) + |bias| as for GEMM.
+// product of length R = Cin/groups·Kh·Kw, so c_acc = (|W_g|·|cols|)·sqrt(R) + |bias| as for GEMM
+// (sqrt(R) gains policy_weight() under a precision policy: cuDNN's TF32 convolutions).
 // Controls: a direct fp32 loop, implicit GEMM over BLOCK_K=32 tiles, a channels-last reduction
 // order with BLOCK_K=64, split-K. Buggy: the padding mishandled two ways, dilation ignored, the
 // group's channel offset forgotten, the tail reduction tile dropped.
@@ -44,7 +45,7 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, int spatial_dims
       for (auto& c : cols) c = std::fabs(c);
       dgemm_rm(false, false, cog, P, R, abs_w[grp].data(), R, cols.data(), P, c_acc.data() + o, P);
     }
-  const double root = sqrt_len(R);
+  const double root = sqrt_len(R) + policy_weight(ctx);  // a precision policy's operand rounding
   for (std::int64_t b = 0; b < g.B; ++b)
     for (std::int64_t c = 0; c < g.Cout; ++c)
       for (std::int64_t p = 0; p < P; ++p) {

@@ -42,6 +42,15 @@ RefVec abs_gemm_condition(const double* A, const double* B, std::int64_t M, std:
 // sqrt(max(n, 1)): the length factor of an fp32 accumulation of n terms.
 double sqrt_len(std::int64_t n);
 
+// The weight of |a|·|b| in c_acc (counted in units of the fp32 roundoff) that a precision policy's
+// operand rounding adds (RefContext::operand_roundoff, gpuemu/precision.hpp): each product of two
+// operands off by u relative is off by 2u + u² of its magnitude, whatever K, so the GEMM's result
+// by at most (2u + u²)·(|a|·|b|). 0 under IEEE.
+inline double policy_weight(const RefContext& ctx) {
+  const double u = ctx.operand_roundoff;
+  return (2.0 * u + u * u) * 0x1.0p24;
+}
+
 // The fp64 value of a[M,K]·b[K,N] (row-major, contiguous) and nothing else: one dgemm into the
 // returned buffer. This is the path the matmul benchmark holds against a bare cblas_dgemm.
 RefVec gemm_reference_value_only(const double* a, const double* b, std::int64_t M, std::int64_t K,

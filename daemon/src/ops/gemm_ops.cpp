@@ -7,6 +7,7 @@
 // errors it grows like sqrt(K) when the partial sums grow linearly (all-positive products), and it
 // is smaller when they cancel. linear adds |bias| (an fp32 add) to c_acc and, with a bias, c_in =
 // |x·Wᵀ|: PyTorch's unfused path rounds the product to the input dtype before adding the bias.
+// Under a precision policy (TF32 operands, ...) c_acc's factor sqrt(K) gains policy_weight().
 #include "ops/gemm_blas.hpp"
 #include "ops/gemm_emulation.hpp"
 #include "ops/op_util.hpp"
@@ -113,7 +114,7 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, std::string_view
     dgemm_rm(false, p.b_transposed, p.M, p.N, p.K, abs_a.data(), p.K, abs_bt, ldb,
              c_acc.data() + t * mn, p.N);
   }
-  const double root_k = sqrt_len(p.K);
+  const double root_k = sqrt_len(p.K) + policy_weight(ctx);
   for (auto& c : c_acc) c *= root_k;
   if (p.bias) {
     c_in = uninit_output(static_cast<std::int64_t>(value.size()));  // written in full below

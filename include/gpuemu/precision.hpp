@@ -1,0 +1,53 @@
+// Reduced-precision arithmetic as a stated policy (docs/error-model.md, "Precision policies").
+//
+// Some kernels compute an fp32 op with reduced-precision GEMM operands on purpose: TF32 tensor
+// cores (Triton's default tl.dot on fp32, torch.backends.cuda.matmul.allow_tf32), or the split
+// bf16x3 / tf32x3 schemes. By default that is a bug for an fp32 op and fails. A caller who means
+// it declares it per op or op family ({"matmul": "tf32"}); the error model then allows the
+// operand rounding the policy implies, and nothing more.
+#pragma once
+
+#include "gpuemu/dtype.hpp"
+#include "gpuemu/error.hpp"
+#include "gpuemu/op_schema.hpp"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace gpuemu {
+
+enum class PrecisionPolicy { ieee, tf32, tf32x3, bf16x3 };
+
+std::string_view precision_name(PrecisionPolicy p);
+std::optional<PrecisionPolicy> parse_precision(std::string_view name);
+// Every policy, with its one-line meaning (ops show, the CLI's help, docs).
+std::vector<std::pair<PrecisionPolicy, std::string_view>> precision_policies();
+
+// The relative error a policy may put on each GEMM operand (a, b; q, k; p, v): a product of two
+// such operands is off by at most 2u + u^2 of its magnitude. 0 for ieee.
+//   tf32:   10 stored mantissa bits; a truncating conversion (tensor cores fed raw fp32) loses
+//           less than 2^-10, a rounding one 2^-11: u = 2^-10.
+//   tf32x3: a = hi + lo in tf32 (22 bits kept: truncation < 2^-21 per operand), the lo*lo
+//           product dropped (2^-22 of the product): per product < 1.25 * 2^-20, u = 2^-20.
+//   bf16x3: a = hi + lo in bf16 (16 bits kept: < 2^-15 per operand), lo*lo dropped (2^-16):
+//           per product < 1.25 * 2^-14, u = 2^-14.
+double operand_roundoff(PrecisionPolicy p);
+
+// Whether an op family has GEMM operands a policy can apply to (gemm, conv, attention).
+bool family_takes_precision(std::string_view family);
+
+// The policy `precision` (op or family name -> policy name) gives `schema`: its own name's entry,
+// else its family's, else ieee. Errors: an unknown policy name, or a policy named for this op
+// although its family has no GEMM operands.
+Result<PrecisionPolicy> resolve_precision(const std::map<std::string, std::string, std::less<>>& precision,
+                                          const OpSchema& schema);
+
+// The operand roundoff a policy adds for inputs of `in_dtype`: 0 when the dtype is no wider than
+// what the policy keeps (fp16 and bf16 operands are exact in tf32), else operand_roundoff(p).
+double policy_operand_roundoff(PrecisionPolicy p, DType in_dtype);
+
+}  // namespace gpuemu

@@ -1,0 +1,138 @@
+"""Reduced precision as a stated policy (issue 13): a TF32 GEMM fails an fp32 op by default, passes
+once the caller declares ``precision={"matmul": "tf32"}``, and a TF32 GEMM with a real bug still
+fails under that policy. Failures record the policy, and replays judge under it."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from daemon_harness import DAEMON, GPUEMU, Daemon, daemon  # noqa: E402,F401 (daemon: the fixture)
+
+import gpuemu  # noqa: E402
+from gpuemu import Client, ValidationError  # noqa: E402
+
+
+def to_tf32(t: torch.Tensor) -> torch.Tensor:
+    """fp32 values rounded to TF32 (10 stored mantissa bits), round to nearest even, as the
+    conversion feeding a tensor core does (cvt.rn.tf32.f32)."""
+    bits = t.float().contiguous().view(torch.int32)
+    lsb = (bits >> 13) & 1
+    rounded = (bits + 0xFFF + lsb) & ~0x1FFF
+    finite = torch.isfinite(t.float())
+    return torch.where(finite, rounded.view(torch.float32), t.float())
+
+
+def tf32_matmul(i):
+    """A correct TF32 GEMM: operands rounded to TF32, products accumulated in fp32 in K tiles."""
+    a, b = to_tf32(i["a"]), to_tf32(i["b"])
+    acc = torch.zeros(a.shape[0], b.shape[1])
+    for k0 in range(0, a.shape[1], 32):
+        acc += a[:, k0:k0 + 32] @ b[k0:k0 + 32, :]
+    return acc.to(i["a"].dtype)
+
+
+def tf32_matmul_dropped_tail(i):
+    """The same TF32 GEMM that skips the last partial K tile (a real bug)."""
+    a, b = to_tf32(i["a"]), to_tf32(i["b"])
+    acc = torch.zeros(a.shape[0], b.shape[1])
+    for k0 in range(0, (a.shape[1] // 32) * 32, 32):
+        acc += a[:, k0:k0 + 32] @ b[k0:k0 + 32, :]
+    return acc.to(i["a"].dtype)
+
+
+FP32 = {"dtypes": ["float32"], "dims": {"K": [64, 257, 1000, 2048]}}
+
+
+def test_tf32_gemm_fails_by_default_and_passes_under_the_tf32_policy():
+    default = gpuemu.fuzz_op_in_process("matmul", tf32_matmul, iterations=20, seed=3, **FP32)
+    assert default.failed > 0, "a TF32 GEMM must fail an fp32 op without a declared policy"
+    declared = gpuemu.fuzz_op_in_process("matmul", tf32_matmul, iterations=60, seed=3,
+                                         precision={"matmul": "tf32"}, **FP32)
+    assert declared.ok, declared.summary()
+    assert declared.worst_ratio is not None and declared.worst_ratio < 1.0
+    # A family key declares it for every GEMM-shaped op.
+    assert gpuemu.fuzz_op_in_process("matmul", tf32_matmul, iterations=20, seed=4,
+                                     precision={"gemm": "tf32"}, **FP32).ok
+
+
+def test_a_tf32_gemm_with_a_real_bug_still_fails_under_the_policy():
+    res = gpuemu.fuzz_op_in_process("matmul", tf32_matmul_dropped_tail, iterations=20, seed=3,
+                                    precision={"matmul": "tf32"}, dtypes=["float32"])
+    assert res.failed > 0
+    assert res.failures[0].max_error > 10 * res.failures[0].envelope
+
+
+def test_the_policy_changes_nothing_for_16_bit_operands():
+    # fp16 and bf16 operands are exact in TF32: the same envelope terms, the same verdicts.
+    for dt in ("float16", "bfloat16"):
+        a = gpuemu.fuzz_op_in_process("matmul", tf32_matmul, iterations=15, seed=9, dtypes=[dt])
+        b = gpuemu.fuzz_op_in_process("matmul", tf32_matmul, iterations=15, seed=9, dtypes=[dt],
+                                      precision={"matmul": "tf32"})
+        assert a.worst_ratio == b.worst_ratio and a.failed == b.failed
+
+
+def test_policy_names_and_ops_are_checked():
+    with pytest.raises(ValidationError, match="unknown policy"):
+        gpuemu.fuzz_op_in_process("matmul", tf32_matmul, iterations=1, seed=1, precision={"matmul": "fp4"})
+    with pytest.raises(ValidationError, match="no GEMM operands"):
+        gpuemu.fuzz_op_in_process("softmax", lambda i: i["x"], iterations=1, seed=1, precision={"softmax": "tf32"})
+
+
+def test_client_side_failures_record_the_policy_and_replay_under_it(daemon):
+    client = Client()
+    ok = client.fuzz_op_client_side("matmul", tf32_matmul, iterations=24, seed=3, framework="torch",
+                                    precision={"matmul": "tf32"}, **FP32)
+    assert ok.ok, ok.summary()
+    bad = client.fuzz_op_client_side("matmul", tf32_matmul, iterations=12, seed=3, framework="torch", **FP32)
+    assert bad.failed > 0
+    bug = client.fuzz_op_client_side("matmul", tf32_matmul_dropped_tail, iterations=12, seed=3,
+                                     framework="torch", precision={"matmul": "tf32"}, dtypes=["float32"])
+    assert bug.failed > 0
+    stored = client.failure(bug.failures[0].id)
+    assert stored["options"]["precision"] == {"matmul": "tf32"}
+    # Replaying the stored case with the correct TF32 kernel passes under the recorded policy.
+    again = client.reproduce(bug.failures[0].id, run_op=tf32_matmul, framework="torch")
+    assert again["passed"], again
+    again = client.reproduce(bug.failures[0].id, run_op=tf32_matmul_dropped_tail, framework="torch")
+    assert not again["passed"]
+
+
+def test_cli_precision_flag_and_repro(daemon, tmp_path):
+    script = tmp_path / "tf32.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np
+
+        def to_tf32(x):
+            b = np.ascontiguousarray(x, dtype=np.float32).view(np.int32)
+            r = (b + 0xFFF + ((b >> 13) & 1)) & ~0x1FFF
+            return np.where(np.isfinite(x), r.view(np.float32), x).astype(np.float32)
+
+        def tf32_matmul(inputs):
+            a, b = to_tf32(inputs["a"]), to_tf32(inputs["b"])
+            return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+
+        def tf32_dropped_tail(inputs):
+            a, b = to_tf32(inputs["a"]), to_tf32(inputs["b"])
+            k = (a.shape[1] // 32) * 32
+            return (a[:, :k].astype(np.float64) @ b[:k].astype(np.float64)).astype(np.float32)
+    """))
+    base = ["fuzz", "matmul", "--dtype", "float32", "--seed", "5", "-n", "12", "--dims", "K=257,1000,2048"]
+    r = daemon.cli(*base, "--script", f"{script}:tf32_matmul")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    r = daemon.cli(*base, "--script", f"{script}:tf32_matmul", "--precision", "tf32")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    rep = daemon.cli_json(*base, "--script", f"{script}:tf32_dropped_tail", "--precision", "gemm=tf32",
+                          expect_rc=1)
+    f = rep["failures"][0]
+    assert "--precision gemm=tf32" in f["replay"], f
+    assert rep["options"]["precision"] == {"gemm": "tf32"}
+    replay = daemon.cli_json("repro", f["id"], expect_rc=1)
+    assert replay["regenerated_identical"], replay
