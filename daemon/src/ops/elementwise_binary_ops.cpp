@@ -3,7 +3,7 @@
 // controls (fused, and unfused with the activation stored in the input dtype), known-buggy kernels.
 //
 // Error model (docs/error-model.md): add c_acc = |a| + |b|, mul c_acc = |a * b|. Gated: the
-// activation's term (|g f'(g)| + |f(g)| [+ 0.5|g| for g < 0 with gelu]) times |up| plus |out| and
+// activation's term (|g f'(g)| + |f(g)| [+ 8 * 0.5|g| with gelu: erf's absolute error, as in gelu]) times |up| plus |out| and
 // |up| * FLT_MIN; c_in = |out| + |up| * the input dtype's smallest normal (unfused kernels round
 // the activation to the input dtype; both tiny terms are the activation's resolution near
 // underflow).

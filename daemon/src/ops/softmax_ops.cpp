@@ -48,17 +48,21 @@ struct SoftmaxRows {
       m = std::max(m, x[k]);
     }
     if (nan) m = std::numeric_limits<double>::quiet_NaN();
-    // Pass 2: s = sum exp(x - m); softmax keeps each exp in `out`.
-    vd4 sv = splat4(0.0);
-    double tail = 0.0;
+    // Pass 2: s = sum exp(x - m); softmax keeps each exp in `out`; log_softmax also sums
+    // exp(x - m)·|x - m| (the spread its exp arguments carry).
+    vd4 sv = splat4(0.0), wv = splat4(0.0);
+    double tail = 0.0, wtail = 0.0;
     for (std::int64_t k = 0; k < n4; k += 4) {
-      const vd4 e = vexp<I>(load4(x + k) - m);
+      const vd4 d = load4(x + k) - m;
+      const vd4 e = vexp<I>(d);
       if (!log) store4(out + k, e);
+      else wv += select4(e > splat4(0.0), e * vabs(d), splat4(0.0));
       sv += e;
     }
     for (std::int64_t k = n4; k < n; ++k) {
       const double e = vexp1(x[k] - m);
       if (!log) out[k] = e;
+      else if (e > 0.0) wtail += e * std::fabs(x[k] - m);
       tail += e;
     }
     const double s = ((sv[0] + sv[1]) + (sv[2] + sv[3])) + tail;
@@ -66,17 +70,20 @@ struct SoftmaxRows {
     if (log) {
       const double lse = m + std::log(s);
       const bool lse_finite = std::isfinite(lse);
+      // The fp32 error of log(sum), in u: exp's and log's own rounding (1), the exp arguments'
+      // rounding u·|x_j - m| weighted by p_j (Σ p_j|x_j - m| <= ln N), the sum of N positive
+      // terms (sqrt N, as softmax's term); plus |max| and |lse| for the subtractions.
+      const double spread = (((wv[0] + wv[1]) + (wv[2] + wv[3])) + wtail) / s;
+      const double row_term = std::fabs(m) + std::fabs(lse) + 1.0 + sqrt_len + (std::isfinite(spread) ? spread : 0.0);
       elementwise(
           n,
           [&](std::int64_t k) __attribute__((always_inline)) {
             out[k] = x[k] - lse;
-            c_acc[k] = lse_finite && std::isfinite(x[k])
-                           ? std::fabs(x[k]) + std::fabs(m) + std::fabs(lse) + 1.0
-                           : 0.0;
+            c_acc[k] = lse_finite && std::isfinite(x[k]) ? std::fabs(x[k]) + row_term : 0.0;
           },
           [&](std::int64_t k) __attribute__((always_inline)) {
             const vd4 v = load4(x + k), av = vabs(v);
-            const vd4 c = ((av + std::fabs(m)) + std::fabs(lse)) + 1.0;
+            const vd4 c = av + row_term;
             store4(out + k, v - lse);
             store4(c_acc + k, lse_finite ? select4(av < k_inf, c, splat4(0.0)) : splat4(0.0));
           });
