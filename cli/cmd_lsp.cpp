@@ -8,8 +8,9 @@ namespace gpuemu::cli {
 
 void register_lsp_commands(CLI::App& app, CliContext& ctx) {
   auto* lsp = app.add_subcommand(
-      "lsp", "The language server (JSON-RPC over stdio) for editors: failures as diagnostics, "
-             "code actions, gpuemu.toml support");
+      "lsp",
+      "The language server (JSON-RPC over stdio) for editors: failures as diagnostics, "
+      "code actions, gpuemu.toml support");
   static lsp::ServerOptions options;
   static bool stdio = true;
   lsp->add_option("--home", options.home, "GPUEMU_HOME of the daemon (default: the environment's)");

@@ -38,7 +38,9 @@ std::string num(double v) {
   return buf;
 }
 
-double log_of(double v) { return v > 0 ? std::max(k_floor_log, std::log10(v)) : k_floor_log; }
+double log_of(double v) {
+  return v > 0 ? std::max(k_floor_log, std::log10(v)) : k_floor_log;
+}
 
 }  // namespace
 
@@ -74,7 +76,8 @@ std::string error_map_svg(const Json& map) {
   std::ostringstream os;
   os << "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"error-map\" width=\"" << width
      << "\" height=\"" << height << "\" viewBox=\"0 0 " << width << " " << height
-     << "\" shape-rendering=\"crispEdges\" font-family=\"sans-serif\" font-size=\"11\" fill=\"#333\">\n";
+     << "\" shape-rendering=\"crispEdges\" font-family=\"sans-serif\" font-size=\"11\" "
+        "fill=\"#333\">\n";
   os << "<title>normalised error of output '" << xml_escape(map.value("output", std::string()))
      << "' over its last two dims (log scale; envelope " << num(envelope) << ")</title>\n";
   // The frame (#112233), then the cells inside it.
@@ -116,8 +119,8 @@ std::string error_map_svg(const Json& map) {
      << "<text x=\"" << env_x << "\" y=\"" << bar_y - 6 << "\" text-anchor=\"middle\">envelope "
      << num(envelope) << "</text>\n"
      << "<text x=\"" << left << "\" y=\"" << bar_y + bar_h + 14 << "\">1e-3</text>\n"
-     << "<text x=\"" << left + bar_w << "\" y=\"" << bar_y + bar_h + 14
-     << "\" text-anchor=\"end\">" << num(std::pow(10.0, hi)) << "</text>\n"
+     << "<text x=\"" << left + bar_w << "\" y=\"" << bar_y + bar_h + 14 << "\" text-anchor=\"end\">"
+     << num(std::pow(10.0, hi)) << "</text>\n"
      << "<rect x=\"" << left + bar_w + 12 << "\" y=\"" << bar_y << "\" width=\"" << bar_h
      << "\" height=\"" << bar_h << "\" fill=\"#d000d0\"/><text x=\"" << left + bar_w + 28
      << "\" y=\"" << bar_y + bar_h - 2 << "\">NaN/Inf</text>\n</svg>\n";

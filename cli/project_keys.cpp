@@ -5,17 +5,20 @@ namespace gpuemu::cli {
 const std::vector<ProjectTable>& project_tables() {
   using V = KeyValue;
   static const std::vector<ProjectTable> k_tables = {
-      {"", "gpuemu.toml: the ops of this project that `gpuemu ci` fuzzes (docs/ci.md)",
+      {"",
+       "gpuemu.toml: the ops of this project that `gpuemu ci` fuzzes (docs/ci.md)",
        {{"project", V::table, "[project]: the project's name", "{ name = \"my-kernels\" }"},
         {"defaults", V::table, "[defaults]: apply to every [[op]] that does not set them", "{}"},
         {"op", V::table, "[[op]]: one per kernel under test", "[]"},
         {"custom_ops", V::table, "[custom_ops.NAME]: your own op (docs/custom-ops.md)", "{}"},
         {"lint", V::table, "[lint]: the policy of `gpuemu lint` (docs/lint.md)", "{}"},
         {"ci", V::table, "[ci]: what `gpuemu ci` runs by default", "{}"}}},
-      {"project", "[project]: the project's name, shown in reports and the JUnit suite name",
+      {"project",
+       "[project]: the project's name, shown in reports and the JUnit suite name",
        {{"name", V::string, "the project's name, shown in reports and the JUnit suite name",
          "\"my-kernels\""}}},
-      {"defaults", "[defaults]: apply to every [[op]] that does not set them",
+      {"defaults",
+       "[defaults]: apply to every [[op]] that does not set them",
        {{"iterations", V::positive_int, "cases per op and dtype (default 100)", "100"},
         {"strategy", V::strategy,
          "how values are drawn: regular | boundary | adversarial | special (docs/fuzzing.md)",
@@ -27,7 +30,8 @@ const std::vector<ProjectTable>& project_tables() {
          "1234"},
         {"framework", V::framework, "what script kernels receive: numpy | torch", "\"numpy\""},
         {"timeout_s", V::positive_number, "seconds a script kernel may take per case", "60.0"}}},
-      {"op", "[[op]]: one kernel under test, fuzzed once per dtype by `gpuemu ci`",
+      {"op",
+       "[[op]]: one kernel under test, fuzzed once per dtype by `gpuemu ci`",
        {{"name", V::op_name, "a catalogue op (gpuemu ops list) or a [custom_ops.NAME] - required",
          "\"softmax\""},
         {"script", V::script_ref,
@@ -55,9 +59,11 @@ const std::vector<ProjectTable>& project_tables() {
          "override the envelope of this op: X for all dtypes or { float16 = X } (floor 2; "
          "prefer gpuemu calibrate)",
          "6.0"}}},
-      {"custom_ops.*", "[custom_ops.NAME]: your own op, a schema plus a float64 reference "
-                       "(docs/custom-ops.md)",
-       {{"schema", V::string, "the op's JSON schema (schemas/op.schema.json format), checked on load",
+      {"custom_ops.*",
+       "[custom_ops.NAME]: your own op, a schema plus a float64 reference "
+       "(docs/custom-ops.md)",
+       {{"schema", V::string,
+         "the op's JSON schema (schemas/op.schema.json format), checked on load",
          "\"ops/my_op.json\""},
         {"reference", V::script_ref,
          "the float64 reference FILE.py:FUNC (default: the schema's \"script:FILE.py:FUNC\")",
@@ -68,22 +74,24 @@ const std::vector<ProjectTable>& project_tables() {
         {"python", V::string, "the interpreter of the reference and the control",
          "\"/usr/bin/python3\""},
         {"timeout_s", V::positive_number, "seconds the reference may take per case", "60.0"}}},
-      {"ci", "[ci]: what `gpuemu ci` runs by default",
+      {"ci",
+       "[ci]: what `gpuemu ci` runs by default",
        {{"preset", V::string, "the preset without --quick/--thorough/--preset", "\"default\""},
-        {"minimize", V::boolean, "minimise the first failure of each op x dtype (slower)",
-         "false"},
+        {"minimize", V::boolean, "minimise the first failure of each op x dtype (slower)", "false"},
         {"presets", V::table, "[ci.presets.NAME]: your own presets", "{}"},
         {"lint_paths", V::string_list,
-         "gpuemu ci also runs gpuemu lint on these (relative to this file)",
-         "[\"build/kernels\"]"},
+         "gpuemu ci also runs gpuemu lint on these (relative to this file)", "[\"build/kernels\"]"},
         {"lint_baseline", V::string, "... against this baseline file", "\"lint-baseline.json\""},
         {"lint_baseline_tag", V::string,
          "... or against a baseline stored in the daemon (gpuemu lint --save-baseline-tag)",
          "\"main\""}}},
-      {"ci.presets.*", "[ci.presets.NAME]: a preset: iterations x scale, at least min_iterations",
+      {"ci.presets.*",
+       "[ci.presets.NAME]: a preset: iterations x scale, at least min_iterations",
        {{"scale", V::positive_number, "iterations x scale (rounded)", "10.0"},
         {"min_iterations", V::positive_int, "but at least this many", "50"}}},
-      {"lint", "[lint]: the policy of `gpuemu lint` (docs/lint.md), checked by the lint reader", {}},
+      {"lint",
+       "[lint]: the policy of `gpuemu lint` (docs/lint.md), checked by the lint reader",
+       {}},
   };
   return k_tables;
 }
@@ -104,10 +112,14 @@ const ProjectKey* find_project_key(std::string_view table, std::string_view key)
 
 std::vector<std::string_view> key_value_choices(KeyValue value) {
   switch (value) {
-    case KeyValue::strategy: return {"regular", "boundary", "adversarial", "special"};
-    case KeyValue::framework: return {"numpy", "torch"};
-    case KeyValue::boolean: return {"true", "false"};
-    default: return {};
+    case KeyValue::strategy:
+      return {"regular", "boundary", "adversarial", "special"};
+    case KeyValue::framework:
+      return {"numpy", "torch"};
+    case KeyValue::boolean:
+      return {"true", "false"};
+    default:
+      return {};
   }
 }
 

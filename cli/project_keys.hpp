@@ -16,16 +16,16 @@ enum class KeyValue {
   positive_number,
   non_negative_int,  // seed
   boolean,
-  strategy,        // regular | boundary | adversarial | special
-  framework,       // numpy | torch
-  dtype_list,      // an array of dtype names
+  strategy,    // regular | boundary | adversarial | special
+  framework,   // numpy | torch
+  dtype_list,  // an array of dtype names
   string_list,
-  script_ref,      // "FILE.py:FUNC"
-  op_name,         // a catalogue op (or a [custom_ops.NAME])
-  kernel_name,     // a built-in kernel of the op
-  table,           // an inline table (dims, attrs)
-  envelope,        // a positive number or { dtype = number }
-  any,             // checked elsewhere ([lint] keys: the lint policy reader)
+  script_ref,   // "FILE.py:FUNC"
+  op_name,      // a catalogue op (or a [custom_ops.NAME])
+  kernel_name,  // a built-in kernel of the op
+  table,        // an inline table (dims, attrs)
+  envelope,     // a positive number or { dtype = number }
+  any,          // checked elsewhere ([lint] keys: the lint policy reader)
 };
 
 struct ProjectKey {

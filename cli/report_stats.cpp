@@ -17,13 +17,13 @@ struct Tally {
 Json rows_of(const std::map<std::pair<std::string, std::string>, Tally>& tally) {
   Json out = Json::array();
   for (const auto& [key, t] : tally)
-    out.push_back({{"op", key.first},
-                   {"dtype", key.second},
-                   {"runs", t.runs},
-                   {"cases", t.cases},
-                   {"passed", t.passed},
-                   {"rate", t.cases ? static_cast<double>(t.passed) / static_cast<double>(t.cases)
-                                    : 0.0}});
+    out.push_back(
+        {{"op", key.first},
+         {"dtype", key.second},
+         {"runs", t.runs},
+         {"cases", t.cases},
+         {"passed", t.passed},
+         {"rate", t.cases ? static_cast<double>(t.passed) / static_cast<double>(t.cases) : 0.0}});
   return out;
 }
 
@@ -36,8 +36,8 @@ std::string kernel_label(const Json& kernel) {
   if (!kernel.is_object()) return "";
   std::string label = kernel.value("name", kernel.value("kind", std::string()));
   if (kernel.contains("file") && kernel["file"].is_string())
-    label = std::filesystem::path(kernel["file"].get<std::string>()).filename().string() + ":" +
-            label;
+    label =
+        std::filesystem::path(kernel["file"].get<std::string>()).filename().string() + ":" + label;
   return label;
 }
 
@@ -82,9 +82,10 @@ Json first_failures_from_runs(const Json& runs) {
   Json out = Json::array();
   for (const auto& run : runs) {
     if (!run.is_object()) continue;
-    const std::int64_t first = run.contains("first_failure") && run["first_failure"].is_number_integer()
-                                   ? run["first_failure"].get<std::int64_t>()
-                                   : -1;
+    const std::int64_t first =
+        run.contains("first_failure") && run["first_failure"].is_number_integer()
+            ? run["first_failure"].get<std::int64_t>()
+            : -1;
     if (first < 0) continue;
     out.push_back({{"id", run.value("id", Json())},
                    {"time_ms", run.value("started_ms", run.value("time_ms", Json()))},

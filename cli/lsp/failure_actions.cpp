@@ -2,7 +2,6 @@
 
 #include "lsp/repro_script.hpp"
 
-
 namespace gpuemu::lsp {
 namespace {
 
@@ -40,8 +39,8 @@ Json failure_code_actions(const Json& diagnostics) {
       continue;
     const std::string id = d["data"].value("failure_id", "");
     if (id.empty()) continue;
-    const std::string label = " (" + d["data"].value("op", "") + " " + d["data"].value("dtype", "") +
-                              ", " + id + ")";
+    const std::string label =
+        " (" + d["data"].value("op", "") + " " + d["data"].value("dtype", "") + ", " + id + ")";
     actions.push_back({{"title", "Reproduce failure" + label},
                        {"kind", "quickfix"},
                        {"diagnostics", Json::array({d})},
@@ -65,10 +64,10 @@ Result<Json> reproduce_failure(DaemonSession& daemon, const std::string& id,
   GPUEMU_TRY(Json record, daemon.call("failures", {{"action", "get"}, {"id", id}}, true));
   if (kind_of(record) == "client") {
     GPUEMU_TRY(ReproScript script, script_for(daemon, record));
-    Json j = {{"id", id}, {"kind", "script"}, {"script", script.path},
-              {"uri", path_to_uri(script.path)}};
-    auto run = run_repro_script(options.python, script.path, {}, daemon.home(),
-                                options.script_timeout_s);
+    Json j = {
+        {"id", id}, {"kind", "script"}, {"script", script.path}, {"uri", path_to_uri(script.path)}};
+    auto run =
+        run_repro_script(options.python, script.path, {}, daemon.home(), options.script_timeout_s);
     if (!run) {
       j["error"] = run.error().message;
       j["summary"] = "wrote " + script.path + " (running it failed: " + run.error().message + ")";
@@ -95,8 +94,8 @@ Result<Json> minimize_failure(DaemonSession& daemon, const std::string& id,
   GPUEMU_TRY(Json record, daemon.call("failures", {{"action", "get"}, {"id", id}}, true));
   if (kind_of(record) == "client") {
     GPUEMU_TRY(ReproScript script, script_for(daemon, record));
-    GPUEMU_TRY(Json r, run_repro_script(options.python, script.path, {"--minimize"},
-                                        daemon.home(), options.script_timeout_s));
+    GPUEMU_TRY(Json r, run_repro_script(options.python, script.path, {"--minimize"}, daemon.home(),
+                                        options.script_timeout_s));
     Json j = r;
     j["id"] = id;
     j["kind"] = "client";
@@ -107,9 +106,10 @@ Result<Json> minimize_failure(DaemonSession& daemon, const std::string& id,
   GPUEMU_TRY(Json r, daemon.call("minimize", {{"id", id}}, true));
   Json j = r;
   j["kind"] = "daemon";
-  j["summary"] = id + " minimized: " + r.value("summary", std::string()) +
-                 (r.contains("minimized_id") ? " (stored as " + r["minimized_id"].get<std::string>() + ")"
-                                             : std::string());
+  j["summary"] =
+      id + " minimized: " + r.value("summary", std::string()) +
+      (r.contains("minimized_id") ? " (stored as " + r["minimized_id"].get<std::string>() + ")"
+                                  : std::string());
   return j;
 }
 

@@ -38,8 +38,8 @@ std::string shapes_text(const Json& shapes) {
 
 // The [[op]] line (0-based) of gpuemu.toml that registers a built-in kernel of `op`.
 std::optional<std::pair<std::string, Range>> builtin_place(const Json& kernel,
-                                                            const std::string& op,
-                                                            const Workspace& ws) {
+                                                           const std::string& op,
+                                                           const Workspace& ws) {
   auto cfg = ws.config();
   if (!cfg) return std::nullopt;
   for (const auto& o : cfg->ops)
@@ -79,7 +79,8 @@ std::vector<PlacedGroup> place_groups(std::vector<FailureGroup> groups, const Wo
       if (name.empty()) name = str(k, "name");
       if (!file.empty()) {
         p.path = file;
-        const int line = k.contains("line") && k["line"].is_number_integer() ? k["line"].get<int>() : 0;
+        const int line =
+            k.contains("line") && k["line"].is_number_integer() ? k["line"].get<int>() : 0;
         p.range = locate_def(ws.text(file), name, line);
         if (!p.range && line > 0) p.range = Range{{line - 1, 0}, {line - 1, 1000}};
         if (!p.range) p.range = Range{{0, 0}, {0, 1000}};
@@ -103,7 +104,8 @@ Diagnostic failure_diagnostic(const PlacedGroup& p) {
   msg << "\ndiagnosis: " << (d.code.empty() ? "no_pattern" : d.code)
       << (summary.empty() ? "" : ": " + summary);
   const std::size_t n = p.group.failures.size();
-  msg << "\n" << n << " failing case" << (n == 1 ? "" : "s") << " of "
+  msg << "\n"
+      << n << " failing case" << (n == 1 ? "" : "s") << " of "
       << p.group.kernel.value("name", p.group.kernel.value("function", std::string("kernel")))
       << "; repro: gpuemu repro " << str(f, "id");
   d.message = msg.str();

@@ -24,7 +24,7 @@ std::string kernel_key(const Json& kernel);
 // The current failures of one kernel, op and dtype.
 struct FailureGroup {
   std::string kernel_key;
-  Json kernel;               // the identity (kind, name, file, line, script, function)
+  Json kernel;  // the identity (kind, name, file, line, script, function)
   std::string op, dtype;
   std::vector<Json> failures;  // list items of `failures list`, the representative first
   const Json& representative() const { return failures.front(); }

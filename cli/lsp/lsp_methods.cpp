@@ -38,9 +38,11 @@ Result<Json> LspServer::initialize(const Json& params) {
   m_workspace.set_root(root);
   const Json init = params.value("initializationOptions", Json::object());
   if (init.is_object()) {
-    if (init.contains("home") && init["home"].is_string() && !init["home"].get<std::string>().empty())
+    if (init.contains("home") && init["home"].is_string() &&
+        !init["home"].get<std::string>().empty())
       m_options.home = init["home"].get<std::string>();
-    if (init.contains("python") && init["python"].is_string() && !init["python"].get<std::string>().empty())
+    if (init.contains("python") && init["python"].is_string() &&
+        !init["python"].get<std::string>().empty())
       m_actions.python = init["python"].get<std::string>();
     if (init.contains("pollIntervalMs") && init["pollIntervalMs"].is_number_integer())
       m_options.poll_ms = std::max(50, init["pollIntervalMs"].get<int>());
@@ -52,14 +54,14 @@ Result<Json> LspServer::initialize(const Json& params) {
                         .value("support", false);
   m_daemon = std::make_unique<DaemonSession>(m_options.home, m_options.daemon_path);
   m_initialized = true;
-  return Json{
-      {"capabilities",
-       {{"textDocumentSync", {{"openClose", true}, {"change", 1}, {"save", {{"includeText", false}}}}},
-        {"codeActionProvider", {{"codeActionKinds", {"quickfix"}}}},
-        {"executeCommandProvider", {{"commands", {k_cmd_reproduce, k_cmd_minimize}}}},
-        {"completionProvider", {{"triggerCharacters", {"[", "=", "\"", " ", ","}}}},
-        {"hoverProvider", true}}},
-      {"serverInfo", {{"name", "gpuemu lsp"}, {"version", GPUEMU_VERSION_STRING}}}};
+  return Json{{"capabilities",
+               {{"textDocumentSync",
+                 {{"openClose", true}, {"change", 1}, {"save", {{"includeText", false}}}}},
+                {"codeActionProvider", {{"codeActionKinds", {"quickfix"}}}},
+                {"executeCommandProvider", {{"commands", {k_cmd_reproduce, k_cmd_minimize}}}},
+                {"completionProvider", {{"triggerCharacters", {"[", "=", "\"", " ", ","}}}},
+                {"hoverProvider", true}}},
+              {"serverInfo", {{"name", "gpuemu lsp"}, {"version", GPUEMU_VERSION_STRING}}}};
 }
 
 void LspServer::handle_request(const std::string& method, const Json& id, const Json& params) {
@@ -84,7 +86,8 @@ void LspServer::handle_request(const std::string& method, const Json& id, const 
     if (!is_project_file(*path)) return m_transport.reply(id, nullptr);
     const std::string text = m_workspace.text(*path);
     if (method == "textDocument/completion")
-      return m_transport.reply(id, {{"isIncomplete", false}, {"items", toml_completion(text, *pos, catalogue())}});
+      return m_transport.reply(
+          id, {{"isIncomplete", false}, {"items", toml_completion(text, *pos, catalogue())}});
     auto hover = toml_hover(text, *pos, catalogue());
     return m_transport.reply(id, hover ? *hover : Json());
   }
@@ -100,12 +103,14 @@ void LspServer::handle_request(const std::string& method, const Json& id, const 
       auto r = reproduce ? reproduce_failure(*m_daemon, f, m_actions)
                          : minimize_failure(*m_daemon, f, m_actions);
       if (r) {
-        m_transport.notify("window/showMessage",
-                           {{"type", 3}, {"message", "gpuemu: " + r->value("summary", std::string())}});
+        m_transport.notify(
+            "window/showMessage",
+            {{"type", 3}, {"message", "gpuemu: " + r->value("summary", std::string())}});
         if (r->contains("uri") && m_show_document)
           m_transport.request("window/showDocument", {{"uri", (*r)["uri"]}, {"takeFocus", true}});
       } else {
-        m_transport.notify("window/showMessage", {{"type", 1}, {"message", "gpuemu: " + r.error().message}});
+        m_transport.notify("window/showMessage",
+                           {{"type", 1}, {"message", "gpuemu: " + r.error().message}});
       }
       reply_result(id, r);
       if (refresh(false)) publish();
@@ -151,12 +156,14 @@ void LspServer::handle_request(const std::string& method, const Json& id, const 
   if (method == "gpuemu/daemon") {
     const std::string action = params.value("action", "status");
     return post([this, id, action] {
-      Result<Json> r = make_error(ErrorCode::invalid_argument,
-                                  "params.action: expected status, start or stop");
+      Result<Json> r =
+          make_error(ErrorCode::invalid_argument, "params.action: expected status, start or stop");
       if (action == "status") {
         r = m_daemon->call("stats", Json::object(), false);
-        if (r) (*r)["running"] = true;
-        else r = Json{{"running", false}, {"home", m_daemon->home()}};
+        if (r)
+          (*r)["running"] = true;
+        else
+          r = Json{{"running", false}, {"home", m_daemon->home()}};
       } else if (action == "start") {
         r = m_daemon->call("stats", Json::object(), true);
         if (r) (*r)["running"] = true;
@@ -219,7 +226,8 @@ void LspServer::did_save(const std::string& path) {
     const auto entries = entries_for_script(*cfg, path);
     if (entries.empty()) return;
     Json results = Json::array();
-    for (std::size_t i : entries) results.push_back(run_entry(*m_daemon, *cfg, i, RunOptions{true}));
+    for (std::size_t i : entries)
+      results.push_back(run_entry(*m_daemon, *cfg, i, RunOptions{true}));
     if (refresh(true)) publish();
     m_transport.notify("gpuemu/validated", {{"uri", path_to_uri(path)}, {"results", results}});
   });

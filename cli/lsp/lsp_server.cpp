@@ -68,7 +68,8 @@ void LspServer::reply_result(const Json& id, const Result<Json>& r) {
     return;
   }
   const ErrorCode code = r.error().code;
-  m_transport.reply_error(id, code == ErrorCode::invalid_argument ? k_invalid_params : k_request_failed,
+  m_transport.reply_error(id,
+                          code == ErrorCode::invalid_argument ? k_invalid_params : k_request_failed,
                           r.error().message);
 }
 
@@ -152,8 +153,8 @@ bool LspServer::refresh(bool autostart) {
   if (!failures) return false;
   auto runs = m_daemon->call("runs", {{"limit", 5000}}, autostart);
   if (!runs) return false;
-  std::vector<FailureGroup> groups =
-      current_failure_groups(failures->value("failures", Json::array()), runs->value("runs", Json::array()));
+  std::vector<FailureGroup> groups = current_failure_groups(
+      failures->value("failures", Json::array()), runs->value("runs", Json::array()));
   std::lock_guard lock(m_state);
   m_raw_groups = std::move(groups);
   m_runs = runs->value("runs", Json::array());

@@ -28,7 +28,7 @@ struct ServerOptions {
   std::string home;         // GPUEMU_HOME ("" = the environment's); initializationOptions.home wins
   std::string daemon_path;  // gpuemu-daemon to start ("" = next to gpuemu, then PATH)
   std::string python = "python3";  // runs client kernels' repro scripts
-  int poll_ms = 1000;       // how often the daemon is asked whether failures changed
+  int poll_ms = 1000;              // how often the daemon is asked whether failures changed
 };
 
 class LspServer {

@@ -5,9 +5,13 @@
 
 namespace gpuemu::lsp {
 
-Json to_json(const Position& p) { return {{"line", p.line}, {"character", p.character}}; }
+Json to_json(const Position& p) {
+  return {{"line", p.line}, {"character", p.character}};
+}
 
-Json to_json(const Range& r) { return {{"start", to_json(r.start)}, {"end", to_json(r.end)}}; }
+Json to_json(const Range& r) {
+  return {{"start", to_json(r.start)}, {"end", to_json(r.end)}};
+}
 
 Json to_json(const Diagnostic& d) {
   Json j = {{"range", to_json(d.range)},
@@ -22,28 +26,30 @@ Json to_json(const Diagnostic& d) {
 namespace {
 
 Error field_error(const std::string& path, const char* key, const char* expected) {
-  return make_error(ErrorCode::invalid_argument,
-                    path + "." + key + ": expected " + expected);
+  return make_error(ErrorCode::invalid_argument, path + "." + key + ": expected " + expected);
 }
 
 }  // namespace
 
 Result<const Json*> object_at(const Json& parent, const char* key, const std::string& path) {
-  if (!parent.is_object()) return make_error(ErrorCode::invalid_argument, path + ": expected an object");
+  if (!parent.is_object())
+    return make_error(ErrorCode::invalid_argument, path + ": expected an object");
   auto it = parent.find(key);
   if (it == parent.end() || !it->is_object()) return field_error(path, key, "an object");
   return &*it;
 }
 
 Result<std::string> string_at(const Json& object, const char* key, const std::string& path) {
-  if (!object.is_object()) return make_error(ErrorCode::invalid_argument, path + ": expected an object");
+  if (!object.is_object())
+    return make_error(ErrorCode::invalid_argument, path + ": expected an object");
   auto it = object.find(key);
   if (it == object.end() || !it->is_string()) return field_error(path, key, "a string");
   return it->get<std::string>();
 }
 
 Result<int> int_at(const Json& object, const char* key, const std::string& path) {
-  if (!object.is_object()) return make_error(ErrorCode::invalid_argument, path + ": expected an object");
+  if (!object.is_object())
+    return make_error(ErrorCode::invalid_argument, path + ": expected an object");
   auto it = object.find(key);
   if (it == object.end() || !it->is_number_integer() || it->get<long long>() < 0 ||
       it->get<long long>() > (1LL << 30))
@@ -65,7 +71,8 @@ std::string uri_to_path(const std::string& uri) {
   if (rest.rfind("file://", 0) == 0) rest = rest.substr(7);
   std::string out;
   for (std::size_t i = 0; i < rest.size(); ++i) {
-    if (rest[i] == '%' && i + 2 < rest.size() && std::isxdigit(static_cast<unsigned char>(rest[i + 1])) &&
+    if (rest[i] == '%' && i + 2 < rest.size() &&
+        std::isxdigit(static_cast<unsigned char>(rest[i + 1])) &&
         std::isxdigit(static_cast<unsigned char>(rest[i + 2]))) {
       out.push_back(static_cast<char>(std::stoi(rest.substr(i + 1, 2), nullptr, 16)));
       i += 2;

@@ -28,9 +28,9 @@ struct Diagnostic {
   Range range;
   Severity severity = Severity::error;
   std::string source = "gpuemu";
-  std::string code;     // a bug class, or a gpuemu.toml problem kind
+  std::string code;  // a bug class, or a gpuemu.toml problem kind
   std::string message;
-  Json data;            // failure diagnostics: {failure_id, op, dtype, seed, kernel, ...}
+  Json data;  // failure diagnostics: {failure_id, op, dtype, seed, kernel, ...}
 };
 
 Json to_json(const Position& p);

@@ -16,18 +16,20 @@ std::string entry_id(const cli::ProjectOp& op, std::size_t index) {
 Json fuzz_params(const cli::ProjectConfig& cfg, const cli::ProjectOp& op, const RunOptions& o) {
   std::int64_t iterations = op.iterations;
   if (o.quick)
-    iterations = std::max<std::int64_t>(10, std::llround(static_cast<double>(op.iterations) * 0.25));
-  Json params = {{"op", op.op},
-                 {"kernel", op.kernel_spec()},
-                 {"options", protocol::options_to_json(op.fuzz_options(""))},
-                 {"iterations", iterations},
-                 {"fail_fast", false},
-                 {"minimize", false},
-                 {"diagnose_limit", 1},
-                 {"repro_prefix", "gpuemu fuzz " + op.op +
-                                      (op.script.empty() ? " --kernel " + op.builtin
-                                                         : " --script " + op.script + ":" + op.function)},
-                 {"client", {{"name", "gpuemu-lsp"}, {"config", cfg.file.string()}}}};
+    iterations =
+        std::max<std::int64_t>(10, std::llround(static_cast<double>(op.iterations) * 0.25));
+  Json params = {
+      {"op", op.op},
+      {"kernel", op.kernel_spec()},
+      {"options", protocol::options_to_json(op.fuzz_options(""))},
+      {"iterations", iterations},
+      {"fail_fast", false},
+      {"minimize", false},
+      {"diagnose_limit", 1},
+      {"repro_prefix", "gpuemu fuzz " + op.op +
+                           (op.script.empty() ? " --kernel " + op.builtin
+                                              : " --script " + op.script + ":" + op.function)},
+      {"client", {{"name", "gpuemu-lsp"}, {"config", cfg.file.string()}}}};
   if (op.seed) params["seed"] = *op.seed;
   if (const cli::CustomOp* custom = cfg.custom_op(op.op)) params["custom_op"] = custom->spec();
   if (!op.envelope.empty()) {
@@ -64,7 +66,8 @@ Json run_entry(DaemonSession& daemon, const cli::ProjectConfig& cfg, std::size_t
   return r;
 }
 
-std::vector<std::size_t> entries_for_script(const cli::ProjectConfig& cfg, const std::string& path) {
+std::vector<std::size_t> entries_for_script(const cli::ProjectConfig& cfg,
+                                            const std::string& path) {
   std::vector<std::size_t> out;
   std::error_code ec;
   const fs::path want = fs::weakly_canonical(path, ec);

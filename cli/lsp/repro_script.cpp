@@ -17,7 +17,9 @@ namespace fs = std::filesystem;
 namespace {
 
 // A Python string literal (JSON's escaping is valid Python for these texts).
-std::string py(const std::string& s) { return Json(s).dump(); }
+std::string py(const std::string& s) {
+  return Json(s).dump();
+}
 
 }  // namespace
 
@@ -42,8 +44,10 @@ Result<ReproScript> write_repro_script(const Json& record, const std::vector<std
      << "\"\"\"Reproduces gpuemu failure " << id << " (" << record.value("op", "") << ", "
      << record.value("dtype", "") << ", seed " << record.value("seed", Json()).dump() << ").\n\n"
      << "Written by `gpuemu lsp` (\"Reproduce failure\"). Run it with the Python that has gpuemu:\n"
-     << "    python " << "gpuemu_repro_" << id << ".py              # replay the stored case\n"
-     << "    python " << "gpuemu_repro_" << id << ".py --minimize   # shrink it\n"
+     << "    python "
+     << "gpuemu_repro_" << id << ".py              # replay the stored case\n"
+     << "    python "
+     << "gpuemu_repro_" << id << ".py --minimize   # shrink it\n"
      << "The kernel is called as " << name << "(" << args << "); edit run_op if yours differs.\n"
      << "\"\"\"\n"
      << "import importlib.util\nimport json\nimport os\nimport sys\n\n"

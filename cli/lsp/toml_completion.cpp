@@ -50,7 +50,8 @@ Json value_items(const cli::ProjectKey& key, const std::vector<TomlLine>& lines,
   auto q = [&](const std::string& s) { return quoted ? s : "\"" + s + "\""; };
   switch (key.value) {
     case KeyValue::op_name:
-      for (const auto& [op, summary] : cat.summaries) items.push_back(item(op, k_kind_module, "op", summary, q(op)));
+      for (const auto& [op, summary] : cat.summaries)
+        items.push_back(item(op, k_kind_module, "op", summary, q(op)));
       for (const auto& l : lines)
         if (l.header && normalise_table(l.header_name) == "custom_ops.*") {
           const std::string name = l.header_name.substr(l.header_name.find('.') + 1);
@@ -61,7 +62,8 @@ Json value_items(const cli::ProjectKey& key, const std::vector<TomlLine>& lines,
       const std::string op = string_value_in_block(lines, line, "name");
       auto it = cat.kernels.find(op);
       if (it != cat.kernels.end())
-        for (const auto& k : it->second) items.push_back(item(k, k_kind_value, "built-in kernel of " + op, "", q(k)));
+        for (const auto& k : it->second)
+          items.push_back(item(k, k_kind_value, "built-in kernel of " + op, "", q(k)));
       break;
     }
     case KeyValue::dtype_list:
@@ -71,20 +73,24 @@ Json value_items(const cli::ProjectKey& key, const std::vector<TomlLine>& lines,
       if (names.empty())
         for (DType d : all_dtypes()) names.emplace_back(dtype_name(d));
       for (const auto& n : names)
-        items.push_back(item(n, k_kind_enum, "dtype", "", key.value == KeyValue::envelope ? n + " = " : q(n)));
+        items.push_back(
+            item(n, k_kind_enum, "dtype", "", key.value == KeyValue::envelope ? n + " = " : q(n)));
       break;
     }
     case KeyValue::strategy:
     case KeyValue::framework:
       for (auto c : cli::key_value_choices(key.value))
-        items.push_back(item(std::string(c), k_kind_enum, std::string(key.name), std::string(key.meaning), q(std::string(c))));
+        items.push_back(item(std::string(c), k_kind_enum, std::string(key.name),
+                             std::string(key.meaning), q(std::string(c))));
       break;
     case KeyValue::boolean:
       for (auto c : cli::key_value_choices(key.value))
-        items.push_back(item(std::string(c), k_kind_keyword, std::string(key.name), std::string(key.meaning)));
+        items.push_back(
+            item(std::string(c), k_kind_keyword, std::string(key.name), std::string(key.meaning)));
       break;
     default:
-      items.push_back(item(std::string(key.example), k_kind_value, "example", std::string(key.meaning)));
+      items.push_back(
+          item(std::string(key.example), k_kind_value, "example", std::string(key.meaning)));
   }
   return items;
 }
@@ -95,14 +101,16 @@ Json toml_completion(const std::string& text, Position pos, const OpCatalogue& c
   const std::vector<TomlLine> lines = scan_toml(text);
   Json items = Json::array();
   const TomlLine empty{};
-  const TomlLine& l = pos.line < static_cast<int>(lines.size()) ? lines[static_cast<std::size_t>(pos.line)] : empty;
-  const std::string before = l.text.substr(0, std::min<std::size_t>(l.text.size(), static_cast<std::size_t>(pos.character)));
+  const TomlLine& l =
+      pos.line < static_cast<int>(lines.size()) ? lines[static_cast<std::size_t>(pos.line)] : empty;
+  const std::string before = l.text.substr(
+      0, std::min<std::size_t>(l.text.size(), static_cast<std::size_t>(pos.character)));
   const std::size_t first = before.find_first_not_of(" \t");
   // A table header being typed.
   if (first != std::string::npos && before[first] == '[') {
     const Range replace{{pos.line, static_cast<int>(first)}, {pos.line, pos.character}};
-    for (const char* h : {"[project]", "[defaults]", "[[op]]", "[custom_ops.NAME]", "[lint]", "[ci]",
-                          "[ci.presets.NAME]"}) {
+    for (const char* h : {"[project]", "[defaults]", "[[op]]", "[custom_ops.NAME]", "[lint]",
+                          "[ci]", "[ci.presets.NAME]"}) {
       const std::string header = h;
       const std::size_t open = header.rfind('[') + 1;
       const cli::ProjectTable* t =
@@ -115,7 +123,8 @@ Json toml_completion(const std::string& text, Position pos, const OpCatalogue& c
     return items;
   }
   const std::string table = pos.line < static_cast<int>(lines.size()) ? l.table
-                            : lines.empty() ? "" : lines.back().table;
+                            : lines.empty()                           ? ""
+                                                                      : lines.back().table;
   // A value after "key =".
   const std::size_t eq = before.find('=');
   if (eq != std::string::npos) {

@@ -4,8 +4,8 @@
 #include "project_config.hpp"
 #include "project_keys.hpp"
 
-#include <gpuemu/dtype.hpp>
 #include <toml++/toml.h>
+#include <gpuemu/dtype.hpp>
 
 #include <algorithm>
 #include <cstdlib>
@@ -43,11 +43,13 @@ class Checker {
       if (pk == nullptr) {
         std::string list;
         if (known)
-          for (const auto& kk : known->keys) list += (list.empty() ? "" : ", ") + std::string(kk.name);
+          for (const auto& kk : known->keys)
+            list += (list.empty() ? "" : ", ") + std::string(kk.name);
         add(key.source(), "unknown-key",
-            k == "tolerance" ? "'tolerance' is not a key: override the envelope with envelope = 6.0 "
-                               "or envelope = { float16 = 8.0 } (docs/ci.md)"
-                             : "unknown key '" + k + "' in " + where + " (known: " + list + ")",
+            k == "tolerance"
+                ? "'tolerance' is not a key: override the envelope with envelope = 6.0 "
+                  "or envelope = { float16 = 8.0 } (docs/ci.md)"
+                : "unknown key '" + k + "' in " + where + " (known: " + list + ")",
             static_cast<int>(k.size()));
         continue;
       }
@@ -57,7 +59,9 @@ class Checker {
 
   void check_value(const toml::node& n, const cli::ProjectKey& key, const std::string& op) {
     const std::string k(key.name);
-    auto bad = [&](const std::string& what) { add(n.source(), "bad-value", "'" + k + "' " + what); };
+    auto bad = [&](const std::string& what) {
+      add(n.source(), "bad-value", "'" + k + "' " + what);
+    };
     switch (key.value) {
       case KeyValue::string:
       case KeyValue::script_ref:
@@ -108,7 +112,8 @@ class Checker {
           else if (key.value == KeyValue::dtype_list && !op.empty() && m_cat.known) {
             const auto allowed = m_cat.dtypes_of(op);
             if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), s) == allowed.end())
-              add(item.source(), "unknown-dtype", "op '" + op + "' does not take dtype '" + s + "'");
+              add(item.source(), "unknown-dtype",
+                  "op '" + op + "' does not take dtype '" + s + "'");
           }
         }
         return;
@@ -117,8 +122,8 @@ class Checker {
         if (!n.is_string()) return bad("must be a string");
         const std::string s = *n.value<std::string>();
         if (m_cat.known && !m_cat.summaries.count(s) && !m_custom.count(s))
-          add(n.source(), "unknown-op", "unknown op '" + s + "' (gpuemu ops list; or a [custom_ops." +
-                                            s + "])");
+          add(n.source(), "unknown-op",
+              "unknown op '" + s + "' (gpuemu ops list; or a [custom_ops." + s + "])");
         return;
       }
       case KeyValue::kernel_name: {
@@ -141,15 +146,18 @@ class Checker {
         if (const toml::table* per = n.as_table()) {
           for (auto&& [dt, v] : *per) {
             if (!parse_dtype(std::string(dt.str())))
-              add(dt.source(), "unknown-dtype", "envelope: unknown dtype '" + std::string(dt.str()) + "'");
+              add(dt.source(), "unknown-dtype",
+                  "envelope: unknown dtype '" + std::string(dt.str()) + "'");
             else if (!(v.is_integer() || v.is_floating_point()) || !(*v.value<double>() > 0))
-              add(v.source(), "bad-value", "envelope." + std::string(dt.str()) + " must be a positive number");
+              add(v.source(), "bad-value",
+                  "envelope." + std::string(dt.str()) + " must be a positive number");
           }
         } else if (!(n.is_integer() || n.is_floating_point()) || !(*n.value<double>() > 0)) {
           bad("must be a positive number or { dtype = number }");
         }
         return;
-      case KeyValue::any: return;
+      case KeyValue::any:
+        return;
     }
   }
 
@@ -199,7 +207,8 @@ std::vector<Diagnostic> toml_diagnostics(const std::string& text, const std::str
   Checker check(catalogue, custom);
   check.check_table(root, "", "gpuemu.toml");
   for (const char* t : {"project", "defaults", "ci"})
-    if (const toml::table* tt = root[t].as_table()) check.check_table(*tt, t, std::string("[") + t + "]");
+    if (const toml::table* tt = root[t].as_table())
+      check.check_table(*tt, t, std::string("[") + t + "]");
   if (const toml::table* ci = root["ci"].as_table())
     if (const toml::table* presets = (*ci)["presets"].as_table())
       for (auto&& [name, body] : *presets)

@@ -60,7 +60,8 @@ std::string string_value_in_block(const std::vector<TomlLine>& lines, int line,
   if (line < 0 || line >= static_cast<int>(lines.size())) return "";
   int begin = line, end = line;
   while (begin > 0 && !lines[static_cast<std::size_t>(begin)].header) --begin;
-  while (end + 1 < static_cast<int>(lines.size()) && !lines[static_cast<std::size_t>(end + 1)].header)
+  while (end + 1 < static_cast<int>(lines.size()) &&
+         !lines[static_cast<std::size_t>(end + 1)].header)
     ++end;
   for (int i = begin; i <= end; ++i) {
     const TomlLine& t = lines[static_cast<std::size_t>(i)];

@@ -11,12 +11,12 @@ namespace gpuemu::lsp {
 
 struct TomlLine {
   std::string text;
-  std::string table;   // the normalised table this line belongs to
-  bool header = false; // "[...]" or "[[...]]"
+  std::string table;        // the normalised table this line belongs to
+  bool header = false;      // "[...]" or "[[...]]"
   std::string header_name;  // as written, without brackets
   std::string key;          // "" when the line has no "key ="
   int key_begin = -1, key_end = -1;
-  int equals = -1;          // column of '=' (-1: none)
+  int equals = -1;  // column of '=' (-1: none)
 };
 
 std::vector<TomlLine> scan_toml(const std::string& text);

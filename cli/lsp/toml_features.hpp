@@ -17,7 +17,7 @@ namespace gpuemu::lsp {
 // What the daemon's catalogue says (list_ops), plus the file's own [custom_ops.NAME].
 struct OpCatalogue {
   bool known = false;  // false: no daemon answered; op and kernel names are not checked
-  std::map<std::string, std::string> summaries;              // op -> summary
+  std::map<std::string, std::string> summaries;             // op -> summary
   std::map<std::string, std::vector<std::string>> kernels;  // op -> built-in kernels
   std::vector<std::string> dtypes_of(const std::string& op) const;
   std::map<std::string, std::vector<std::string>> op_dtypes;

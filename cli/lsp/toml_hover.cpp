@@ -21,13 +21,16 @@ std::optional<Json> toml_hover(const std::string& text, Position pos, const OpCa
       return hover("`[" + l.header_name + "]` is not a table gpuemu.toml knows (docs/ci.md)",
                    {{pos.line, 0}, {pos.line, len}});
     std::string keys;
-    for (const auto& k : t->keys) keys += (keys.empty() ? "" : ", ") + std::string("`") + std::string(k.name) + "`";
+    for (const auto& k : t->keys)
+      keys += (keys.empty() ? "" : ", ") + std::string("`") + std::string(k.name) + "`";
     return hover(std::string(t->meaning) + (keys.empty() ? "" : "\n\nkeys: " + keys),
                  {{pos.line, 0}, {pos.line, len}});
   }
   if (l.key.empty()) return std::nullopt;
   const cli::ProjectKey* key = cli::find_project_key(l.table, l.key);
-  const std::string where = l.table.empty() ? "gpuemu.toml" : l.table == "op" ? "[[op]]" : "[" + l.table + "]";
+  const std::string where = l.table.empty()   ? "gpuemu.toml"
+                            : l.table == "op" ? "[[op]]"
+                                              : "[" + l.table + "]";
   if (pos.character >= l.key_begin && pos.character <= l.key_end) {
     if (key == nullptr)
       return hover("`" + l.key + "` is not a key of " + where + " (docs/ci.md lists every key)",
@@ -37,7 +40,8 @@ std::optional<Json> toml_hover(const std::string& text, Position pos, const OpCa
                  {{pos.line, l.key_begin}, {pos.line, l.key_end}});
   }
   // On the value: an op's summary.
-  if (key != nullptr && key->value == cli::KeyValue::op_name && l.equals >= 0 && pos.character > l.equals) {
+  if (key != nullptr && key->value == cli::KeyValue::op_name && l.equals >= 0 &&
+      pos.character > l.equals) {
     const std::string op = string_value_in_block(lines, pos.line, l.key);
     auto it = cat.summaries.find(op);
     if (it != cat.summaries.end()) {

@@ -19,9 +19,9 @@
 namespace gpuemu {
 
 struct ErrorMap {
-  std::string output;              // the output's name
-  Shape shape;                     // the output's full shape
-  std::int64_t rows = 1, cols = 1;  // the last two dims (rank 1: rows = 1; rank 0: 1 x 1)
+  std::string output;                         // the output's name
+  Shape shape;                                // the output's full shape
+  std::int64_t rows = 1, cols = 1;            // the last two dims (rank 1: rows = 1; rank 0: 1 x 1)
   std::int64_t cell_rows = 1, cell_cols = 1;  // elements per cell of the map
   std::int64_t map_rows = 1, map_cols = 1;    // the map's size: ceil(rows / cell_rows), ...
   std::vector<double> cells;  // row-major, map_rows * map_cols: max normalised error per cell

@@ -13,23 +13,36 @@
 namespace gpuemu::lsp {
 namespace {
 
-Json client_kernel() { return {{"kind", "client"}, {"name", "my_softmax"}, {"file", "/p/k.py"}, {"line", 3}}; }
+Json client_kernel() {
+  return {{"kind", "client"}, {"name", "my_softmax"}, {"file", "/p/k.py"}, {"line", 3}};
+}
 
 Json failure(const std::string& id, std::int64_t created, const std::string& dtype = "float32",
              Json kernel = client_kernel()) {
-  return {{"id", id}, {"op", "softmax"}, {"dtype", dtype}, {"created_ms", created}, {"kernel", kernel}, {"index", 0}};
+  return {{"id", id},         {"op", "softmax"}, {"dtype", dtype}, {"created_ms", created},
+          {"kernel", kernel}, {"index", 0}};
 }
 
 Json run(const std::string& id, std::int64_t started, Json failure_ids, std::string kind = "client",
-         Json seed = 7, std::int64_t first_index = 0, Json dtypes = Json::array(), Json kernel = client_kernel()) {
-  return {{"id", id},       {"op", "softmax"},      {"kind", kind},       {"kernel", kernel},
-          {"seed", seed},   {"first_index", first_index}, {"started_ms", started}, {"failure_ids", failure_ids},
-          {"dtypes", dtypes}, {"total", 10},        {"passed", 10 - static_cast<int>(failure_ids.size())}};
+         Json seed = 7, std::int64_t first_index = 0, Json dtypes = Json::array(),
+         Json kernel = client_kernel()) {
+  return {{"id", id},
+          {"op", "softmax"},
+          {"kind", kind},
+          {"kernel", kernel},
+          {"seed", seed},
+          {"first_index", first_index},
+          {"started_ms", started},
+          {"failure_ids", failure_ids},
+          {"dtypes", dtypes},
+          {"total", 10},
+          {"passed", 10 - static_cast<int>(failure_ids.size())}};
 }
 
 TEST(FailureIndex, LaterBatchesOfTheSameClientSessionKeepFailures) {
   const Json failures = {failure("f1", 100)};
-  const Json runs = {run("r1", 101, {"f1"}, "client", 7, 0), run("r2", 200, Json::array(), "client", 7, 64)};
+  const Json runs = {run("r1", 101, {"f1"}, "client", 7, 0),
+                     run("r2", 200, Json::array(), "client", 7, 64)};
   auto groups = current_failure_groups(failures, runs);
   ASSERT_EQ(groups.size(), 1u);
   EXPECT_EQ(groups[0].representative()["id"], "f1");
@@ -70,7 +83,8 @@ TEST(FailureIndex, GroupsByKernelOpAndDtypeNewestFirst) {
 }
 
 TEST(FailureIndex, LastStatusAddsUpTheNewestClientSession) {
-  const Json runs = {run("r3", 300, Json::array(), "client", 9, 64), run("r2", 250, {"f2"}, "client", 9, 0),
+  const Json runs = {run("r3", 300, Json::array(), "client", 9, 64),
+                     run("r2", 250, {"f2"}, "client", 9, 0),
                      run("r1", 100, Json::array(), "client", 7, 0)};
   auto s = last_statuses(runs);
   ASSERT_EQ(s.size(), 1u);
@@ -117,7 +131,8 @@ TEST(TomlDiagnostics, EveryUnknownKeyAndBadValueAtItsLine) {
   EXPECT_NE(by_line[2].find("unknown key 'foo' in [project]"), std::string::npos) << by_line[2];
   EXPECT_NE(by_line[5].find("unknown key 'itrations' in [defaults]"), std::string::npos);
   EXPECT_NE(by_line[6].find("'strategy' must be one of regular, boundary, adversarial, special"),
-            std::string::npos) << by_line[6];
+            std::string::npos)
+      << by_line[6];
   EXPECT_NE(by_line[9].find("unknown op 'softmx'"), std::string::npos) << by_line[9];
   EXPECT_NE(by_line[11].find("unknown dtype 'float99'"), std::string::npos) << by_line[11];
   EXPECT_NE(by_line[12].find("'tolerance' is not a key"), std::string::npos) << by_line[12];
@@ -131,8 +146,8 @@ TEST(TomlDiagnostics, SyntaxErrorAndCleanFile) {
   ASSERT_EQ(bad.size(), 1u);
   EXPECT_EQ(bad[0].code, "syntax");
   EXPECT_EQ(bad[0].range.start.line, 0);
-  auto clean = toml_diagnostics("[[op]]\nname = \"softmax\"\nkernel = \"tail_leak\"\n", "/tmp/gpuemu.toml",
-                                softmax_catalogue());
+  auto clean = toml_diagnostics("[[op]]\nname = \"softmax\"\nkernel = \"tail_leak\"\n",
+                                "/tmp/gpuemu.toml", softmax_catalogue());
   EXPECT_TRUE(clean.empty()) << clean[0].message;
 }
 
@@ -165,23 +180,27 @@ TEST(TomlHover, KeyMeaningTableMeaningAndOpSummary) {
   const auto cat = softmax_catalogue();
   auto key = toml_hover(text, {1, 3}, cat);
   ASSERT_TRUE(key);
-  EXPECT_NE((*key)["contents"]["value"].get<std::string>().find("cases per op and dtype"), std::string::npos);
+  EXPECT_NE((*key)["contents"]["value"].get<std::string>().find("cases per op and dtype"),
+            std::string::npos);
   auto table = toml_hover(text, {2, 2}, cat);
   ASSERT_TRUE(table);
-  EXPECT_NE((*table)["contents"]["value"].get<std::string>().find("one kernel under test"), std::string::npos);
+  EXPECT_NE((*table)["contents"]["value"].get<std::string>().find("one kernel under test"),
+            std::string::npos);
   auto op = toml_hover(text, {3, 10}, cat);
   ASSERT_TRUE(op);
-  EXPECT_NE((*op)["contents"]["value"].get<std::string>().find("softmax along dim"), std::string::npos);
+  EXPECT_NE((*op)["contents"]["value"].get<std::string>().find("softmax along dim"),
+            std::string::npos);
   auto unknown = toml_hover(text, {4, 1}, cat);
   ASSERT_TRUE(unknown);
-  EXPECT_NE((*unknown)["contents"]["value"].get<std::string>().find("not a key"), std::string::npos);
+  EXPECT_NE((*unknown)["contents"]["value"].get<std::string>().find("not a key"),
+            std::string::npos);
 }
 
 TEST(JsonRpcTransport, FramesBothWaysAndReportsMalformedInput) {
   std::FILE* in = std::tmpfile();
   const std::string body = R"({"jsonrpc":"2.0","id":1,"method":"x"})";
-  std::fprintf(in, "Content-Length: %zu\r\nContent-Type: application/vscode-jsonrpc\r\n\r\n%s", body.size(),
-               body.c_str());
+  std::fprintf(in, "Content-Length: %zu\r\nContent-Type: application/vscode-jsonrpc\r\n\r\n%s",
+               body.size(), body.c_str());
   std::fprintf(in, "Content-Length: 5\r\n\r\n{bad}");
   std::fprintf(in, "Content-Length: 100\r\n\r\n{}");
   std::rewind(in);
@@ -202,7 +221,8 @@ TEST(JsonRpcTransport, FramesBothWaysAndReportsMalformedInput) {
   const std::size_t n = std::fread(buf, 1, sizeof buf - 1, out);
   const std::string written(buf, n);
   EXPECT_EQ(written.rfind("Content-Length: ", 0), 0u);
-  EXPECT_NE(written.find("\r\n\r\n{\"id\":1,\"jsonrpc\":\"2.0\",\"result\":{\"ok\":true}}"), std::string::npos)
+  EXPECT_NE(written.find("\r\n\r\n{\"id\":1,\"jsonrpc\":\"2.0\",\"result\":{\"ok\":true}}"),
+            std::string::npos)
       << written;
   std::fclose(in);
   std::fclose(out);

@@ -207,11 +207,37 @@ def test_client_kernel_diagnostic_on_its_def_and_standalone_repro(lsp, daemon, p
     assert standalone.returncode == 0, standalone.stderr
     assert json.loads(standalone.stdout.splitlines()[-1])["passed"] is False
 
+    # Minimize: the repro script's --minimize (the in-process minimizer re-runs the kernel here).
+    mini = lsp.result("workspace/executeCommand", {"command": "gpuemu.minimize",
+                                                   "arguments": [rec["id"]]}, timeout=300)
+    assert mini["kind"] == "client" and mini["script"] == str(script), mini
+    assert mini["summary"].startswith(rec["id"] + " minimized: fails at ") and mini.get("dims"), mini
+
     # The kernel fixed and fuzzed again (another session): its diagnostic goes.
     kernel.write_text(CLIENT_KERNEL)
     out = drive_client(project, daemon, 12)
     assert out.split() == ["20", "20"], out
     lsp.wait_diagnostics(kernel, lambda d: d == [])
+
+
+def test_builtin_kernel_failures_sit_on_their_op_line_and_go_when_deleted(lsp, daemon, project):  # noqa: F811
+    toml = project / "gpuemu.toml"
+    config = CONFIG + '\n[[op]]\nname = "softmax"\nkernel = "tail_leak"\n'
+    toml.write_text(config)
+    op_line = config.splitlines().index('kernel = "tail_leak"') - 2  # its [[op]] header
+    r = daemon.cli("fuzz", "softmax", "--kernel", "tail_leak", "--seed", "3", "--iterations", "3",
+                   "--dims", "N=129", "--strategy", "regular", "--no-minimize")
+    assert r.returncode == 1, r.stderr
+    diags = lsp.wait_diagnostics(toml, lambda d: any(x["source"] == "gpuemu" and "data" in x for x in d))
+    d = [x for x in diags if "data" in x][0]
+    assert d["range"]["start"]["line"] == op_line, (d, op_line)
+    assert d["data"]["kernel"] == {"kind": "builtin", "name": "tail_leak"} and "diagnosis: " in d["message"]
+    # Removed from the store (gpuemu failures rm): the diagnostic goes at the next poll.
+    ids = [f["id"] for f in stored(daemon)]
+    assert ids
+    rm = daemon.cli("failures", "rm", *ids)
+    assert rm.returncode == 0, rm.stderr
+    lsp.wait_diagnostics(toml, lambda d: not any("data" in x for x in d))
 
 
 TOML_BAD = textwrap.dedent('''\

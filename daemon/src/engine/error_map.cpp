@@ -27,7 +27,8 @@ std::optional<ErrorMap> make_error_map(const OutputVerdict& output, double envel
   for (std::int64_t e = 0; e < numel; ++e) {
     const std::int64_t within = e % plane;
     const std::int64_t r = within / m.cols, c = within % m.cols;
-    double& cell = m.cells[static_cast<std::size_t>((r / m.cell_rows) * m.map_cols + c / m.cell_cols)];
+    double& cell =
+        m.cells[static_cast<std::size_t>((r / m.cell_rows) * m.map_cols + c / m.cell_cols)];
     const double err = output.errors[static_cast<std::size_t>(e)];
     if (err > cell || std::isnan(err)) cell = std::isnan(err) ? INFINITY : err;
   }
