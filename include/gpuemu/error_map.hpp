@@ -1,6 +1,6 @@
 // The error map of a failing output: the normalised error (docs/error-model.md) of every output
-// element laid over the output's last two dims, so the failing region shows at a glance (a
-// tail-mask bug lights its last columns, an online-softmax bug its rows past the first block).
+// element laid over the output's last two dims, so the failing region shows at a glance (whole
+// rows for a softmax whose normalisation is wrong, one column for a kernel that writes it wrong).
 //
 // Leading dims are folded by max (a batch of matrices shows the worst of each position); outputs
 // larger than the map are max-pooled into cells of `cell_rows` x `cell_cols` elements, so a single
