@@ -303,3 +303,22 @@ def test_bad_input_gets_errors_and_the_server_keeps_serving(lsp):
                                                        "arguments": ["f0000000000000000"]})
     assert missing["error"]["code"] == -32803 and "f0000000000000000" in missing["error"]["message"]
     assert lsp.result("gpuemu/ops")["ops"]
+
+
+def test_server_starts_the_workspace_daemon_and_reports_its_status(daemon, project):  # noqa: F811
+    from daemon_harness import alive
+    c = LspClient([GPUEMU, "lsp", "--home", str(daemon.home)], dict(daemon.env))
+    try:
+        c.initialize(project, pollIntervalMs=100)  # no daemon runs yet: the server starts one
+        up = c.wait_note("gpuemu/daemonStatus", lambda p: p["running"])
+        assert up["pid"] == daemon.pid and up["home"] == str(daemon.home), up
+        n = c.count("gpuemu/daemonStatus")
+        stop = c.result("gpuemu/daemon", {"action": "stop"})
+        assert stop["stopping"] is True
+        c.wait_note("gpuemu/daemonStatus", lambda p: not p["running"], after=n)
+        assert c.result("gpuemu/daemon", {"action": "status"})["running"] is False
+        started = c.result("gpuemu/daemon", {"action": "start"})
+        assert started["running"] is True and alive(started["pid"])
+        c.wait_note("gpuemu/daemonStatus", lambda p: p["running"] and p["pid"] == started["pid"], after=n)
+    finally:
+        assert c.close() == 0, "".join(c.stderr_lines)
