@@ -12,6 +12,11 @@ for tool in node npm; do
     exit 1
   fi
 done
+major="$(node -p 'process.versions.node.split(".")[0]')"
+if [ "$major" -lt 20 ]; then
+  echo "test-ext: Node.js $(node --version) is too old: vsce 3 needs 20 or later (Debian 12's nodejs is 18)" >&2
+  exit 1
+fi
 npm ci --no-audit --no-fund --loglevel=error
 npm test
 test -s dist/gpuemu.vsix || { echo "test-ext: dist/gpuemu.vsix was not produced" >&2; exit 1; }
