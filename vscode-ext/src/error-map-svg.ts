@@ -67,6 +67,8 @@ export function errorMapSvg(map: ErrorMap): string {
   out.push(`<text x="${envX}" y="${barY - 6}" text-anchor="middle">envelope ${map.envelope}</text>`);
   out.push(`<text x="${left}" y="${barY + barH + 14}">1e-3</text>`);
   out.push(`<text x="${left + barW}" y="${barY + barH + 14}" text-anchor="end">${(10 ** hi).toPrecision(3)}</text>`);
+  out.push(`<rect x="${left + barW + 12}" y="${barY}" width="${barH}" height="${barH}" fill="#d000d0"/>`);
+  out.push(`<text x="${left + barW + 28}" y="${barY + barH - 2}">NaN/Inf</text>`);
   out.push("</svg>");
   return out.join("\n");
 }

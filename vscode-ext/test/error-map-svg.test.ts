@@ -43,6 +43,7 @@ describe("error map", () => {
     assert.match(svg, /class="envelope"/);
     assert.match(svg, /envelope 2</);
     assert.match(svg, /fill="#112233"/);
+    assert.match(svg, /fill="#d000d0"\/>\s*<text[^>]*>NaN\/Inf</);
   });
 
   it("says when cells pool elements or leading dims are folded, and refuses a malformed map", () => {
