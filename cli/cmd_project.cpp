@@ -4,6 +4,7 @@
 #include "progress.hpp"
 #include "project_config.hpp"
 #include "report_signing.hpp"
+#include "report_stats.hpp"
 #include "report_writers.hpp"
 
 #include <gpuemu/protocol.hpp>
@@ -286,6 +287,8 @@ int run_ci(const CiOptions& o) {
               {"preset", preset_name},
               {"results", results},
               {"summary", summarize(results)},
+              {"pass_rates", pass_rates_from_results(results)},
+              {"first_failures", first_failures_from_results(results)},
               {"runs", Json::array()}};
   const Json& s = doc["summary"];
   record_run({{"time_ms", doc["generated_ms"]},
@@ -327,11 +330,15 @@ Json daemon_runs(DaemonClient& client, const std::string& op, std::size_t limit)
                    {"total", total},
                    {"passed", passed},
                    {"failed", total - passed},
+                   {"first_failure", run.value("first_failure", Json())},
                    {"elapsed", run.value("elapsed", Json())},
                    {"failure_ids", run.value("failure_ids", Json::array())}});
   }
   return out;
 }
+
+// How many of the newest daemon runs the pass rates of a failures report are computed over.
+constexpr std::size_t k_stats_runs = 1000;
 
 // The report document of the failures stored by the daemon, and the recent runs: `runs` = "ci"
 // (gpuemu ci's client-side history), "daemon" (the store's run records) or "all".
@@ -371,6 +378,8 @@ Json stored_failures_report(const std::string& op, std::size_t limit, const std:
                 {"seed", item.value("seed", Json())},
                 {"index", item.value("index", Json())},
                 {"repro", "gpuemu repro " + item.value("id", std::string())}}}};
+    if (rec.contains("error_map")) r["failure"]["error_map"] = rec["error_map"];
+    if (rec.contains("shapes")) r["shapes"] = rec["shapes"];
     if (kernel.contains("file") && kernel["file"].is_string()) {
       r["file"] = kernel["file"];
       r["line"] = kernel.value("line", 0) > 0
@@ -379,6 +388,11 @@ Json stored_failures_report(const std::string& op, std::size_t limit, const std:
     }
     results.push_back(r);
   }
+  // Pass rates and cases-to-first-failure come from the daemon's run history, whatever --runs says.
+  const Json history =
+      call_daemon(*client, "runs", {{"op", op}, {"limit", k_stats_runs}}).value("runs", Json::array());
+  Json first_failures = first_failures_from_runs(history);
+  if (first_failures.size() > runs_limit) first_failures.erase(first_failures.begin() + static_cast<std::ptrdiff_t>(runs_limit), first_failures.end());
   return {{"tool", "gpuemu"},
           {"version", GPUEMU_VERSION_STRING},
           {"kind", "failures"},
@@ -388,6 +402,8 @@ Json stored_failures_report(const std::string& op, std::size_t limit, const std:
           {"filter", {{"op", op}, {"limit", limit}}},
           {"results", results},
           {"summary", summarize(results)},
+          {"pass_rates", pass_rates_from_runs(history)},
+          {"first_failures", first_failures},
           {"runs", runs == "daemon" ? Json::array() : recent_runs(runs_limit)},
           {"daemon_runs",
            runs == "ci" ? Json::array() : daemon_runs(*client, op, runs_limit)}};

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   register_failure_commands(app, ctx);
   register_coverage_commands(app, ctx);
   register_project_commands(app, ctx);
+  register_lsp_commands(app, ctx);
   auto* version = app.add_subcommand("version", "Print gpuemu's version (and the protocol's)");
   static bool version_json = false;
   version->add_flag("--json", version_json, "JSON output");

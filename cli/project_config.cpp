@@ -1,6 +1,8 @@
 // Reading gpuemu.toml (see project_config.hpp and docs/ci.md).
 #include "project_config.hpp"
 
+#include "project_keys.hpp"
+
 #include <toml++/toml.h>
 #include <gpuemu/lint/policy.hpp>
 #include <gpuemu/op_schema.hpp>
@@ -28,9 +30,12 @@ class Reader {
     return at(node.source(), what);
   }
 
-  // Every key of `table` must be one of `known`.
+  // Every key of `table` must be one of the keys project_keys.cpp lists for `table_name`.
   Status check_keys(const toml::table& table, const std::string& where,
-                    std::initializer_list<std::string_view> known) const {
+                    std::string_view table_name) const {
+    std::vector<std::string_view> known;
+    if (const ProjectTable* t = find_project_table(table_name))
+      for (const auto& k : t->keys) known.push_back(k.name);
     for (auto&& [key, value] : table) {
       if (std::find(known.begin(), known.end(), key.str()) != known.end()) continue;
       if (key.str() == "tolerance")
@@ -117,8 +122,7 @@ struct Defaults {
 };
 
 Status read_defaults(const Reader& r, const toml::table& t, Defaults& d) {
-  GPUEMU_TRY_STATUS(r.check_keys(
-      t, "[defaults]", {"iterations", "strategy", "dtypes", "seed", "framework", "timeout_s"}));
+  GPUEMU_TRY_STATUS(r.check_keys(t, "[defaults]", "defaults"));
   for (auto&& [key, n] : t) {
     const std::string k(key.str());
     if (k == "iterations") {
@@ -141,10 +145,7 @@ Status read_defaults(const Reader& r, const toml::table& t, Defaults& d) {
 Result<ProjectOp> read_op(const Reader& r, const toml::table& t, const Defaults& d,
                           const fs::path& base_dir) {
   GPUEMU_TRY_STATUS(
-      r.check_keys(t, "[[op]]",
-                   {"name", "script", "kernel", "framework", "python", "timeout_s", "dtypes",
-                    "iterations", "strategy", "seed", "dims", "attrs", "vary_attrs", "layouts",
-                    "envelope", "with", "without", "precision"}));
+      r.check_keys(t, "[[op]]", "op"));
   ProjectOp op;
   op.line = static_cast<int>(t.source().begin.line);
   op.framework = d.framework;
@@ -272,7 +273,7 @@ Result<CustomOp> read_custom_op(const Reader& r, const std::string& name, const 
                                 const Defaults& d, const fs::path& base_dir) {
   const std::string where = "[custom_ops." + name + "]";
   GPUEMU_TRY_STATUS(
-      r.check_keys(t, where, {"schema", "reference", "control", "python", "timeout_s"}));
+      r.check_keys(t, where, "custom_ops.*"));
   CustomOp op;
   op.name = name;
   op.line = static_cast<int>(t.source().begin.line);
@@ -317,9 +318,7 @@ Result<CustomOp> read_custom_op(const Reader& r, const std::string& name, const 
 }
 
 Status read_ci(const Reader& r, const toml::table& t, ProjectConfig& c) {
-  GPUEMU_TRY_STATUS(r.check_keys(t, "[ci]",
-                                 {"preset", "minimize", "presets", "lint_paths", "lint_baseline",
-                                  "lint_baseline_tag"}));
+  GPUEMU_TRY_STATUS(r.check_keys(t, "[ci]", "ci"));
   const fs::path base_dir = c.file.parent_path();
   for (auto&& [key, n] : t) {
     const std::string k(key.str());
@@ -350,7 +349,7 @@ Status read_ci(const Reader& r, const toml::table& t, ProjectConfig& c) {
         const toml::table* p = body.as_table();
         const std::string where = "[ci.presets." + std::string(name.str()) + "]";
         if (p == nullptr) return r.at(body, where + " must be a table");
-        GPUEMU_TRY_STATUS(r.check_keys(*p, where, {"scale", "min_iterations"}));
+        GPUEMU_TRY_STATUS(r.check_keys(*p, where, "ci.presets.*"));
         CiPreset preset = c.presets.count(std::string(name.str()))
                               ? c.presets[std::string(name.str())]
                               : CiPreset{};
@@ -440,13 +439,12 @@ Result<ProjectConfig> parse_project_config(const std::string& text, const fs::pa
   c.presets["default"] = {1.0, 1};
   c.presets["quick"] = {0.25, 10};
   c.presets["thorough"] = {4.0, 1};
-  GPUEMU_TRY_STATUS(r.check_keys(root, "gpuemu.toml",
-                                 {"project", "defaults", "op", "custom_ops", "lint", "ci"}));
+  GPUEMU_TRY_STATUS(r.check_keys(root, "gpuemu.toml", ""));
   Defaults d;
   if (const toml::node* n = root.get("project")) {
     const toml::table* t = n->as_table();
     if (t == nullptr) return r.at(*n, "[project] must be a table");
-    GPUEMU_TRY_STATUS(r.check_keys(*t, "[project]", {"name"}));
+    GPUEMU_TRY_STATUS(r.check_keys(*t, "[project]", "project"));
     if (const toml::node* name = t->get("name")) {
       GPUEMU_TRY(c.name, r.string(*name, "name"));
     }

@@ -1,6 +1,8 @@
 // Report formats (report_writers.hpp).
 #include "report_writers.hpp"
 
+#include "error_map_svg.hpp"
+
 #include <gpuemu/error.hpp>
 
 #include <algorithm>
@@ -215,7 +217,9 @@ std::string report_html(const Json& doc) {
      << "<style>body{font-family:system-ui,sans-serif;margin:2em;color:#222}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;"
         "text-align:left}th{background:#f3f3f3}.passed{color:#176f2c}.failed,.error{color:#b00020;"
-        "font-weight:bold}pre{background:#f7f7f7;padding:8px;overflow:auto}</style>\n"
+        "font-weight:bold}pre{background:#f7f7f7;padding:8px;overflow:auto}"
+        ".rate{display:inline-block;height:10px;background:#176f2c}"
+        ".rate.low{background:#b00020}figure{margin:1em 0}</style>\n"
      << "</head><body>\n<h1>gpuemu " << xml_escape(doc.value("kind", std::string())) << " report"
      << (str(doc, "project").empty() ? "" : ": " + xml_escape(str(doc, "project"))) << "</h1>\n"
      << "<p>generated " << iso_time(doc.value("generated_ms", std::int64_t{0})) << " by gpuemu "
@@ -238,6 +242,42 @@ std::string report_html(const Json& doc) {
     if (r.value("status", "") == "passed") continue;
     os << "<h2>" << xml_escape(str(r, "name")) << "</h2>\n<pre>" << xml_escape(failure_detail(r))
        << "</pre>\n";
+    const Json f = r.value("failure", Json::object());
+    if (const std::string svg = error_map_svg(f.value("error_map", Json())); !svg.empty())
+      os << "<figure class=\"error-map\">" << svg << "<figcaption>error map of output '"
+         << xml_escape(str(f["error_map"], "output")) << "' " << xml_escape(str(f["error_map"], "shape"))
+         << ": normalised error per element, log scale; " << str(f["error_map"], "over")
+         << " cell(s) over the envelope</figcaption></figure>\n";
+  }
+  const Json rates = doc.value("pass_rates", Json::array());
+  if (!rates.empty()) {
+    os << "<h2>Pass rates per op and dtype</h2>\n<table class=\"pass-rates\"><tr><th>op</th>"
+          "<th>dtype</th><th>runs</th><th>cases passed</th><th>rate</th></tr>\n";
+    for (const auto& row : rates) {
+      const double rate = row.value("rate", 0.0);
+      os << "<tr><td>" << xml_escape(str(row, "op")) << "</td><td>" << xml_escape(str(row, "dtype"))
+         << "</td><td>" << xml_escape(str(row, "runs")) << "</td><td>"
+         << xml_escape(str(row, "passed")) << "/" << xml_escape(str(row, "cases")) << "</td><td>"
+         << "<span class=\"rate" << (rate < 1.0 ? " low" : "") << "\" style=\"width:"
+         << static_cast<int>(rate * 100) << "px\"></span> " << std::fixed << std::setprecision(1)
+         << rate * 100 << std::defaultfloat << "%</td></tr>\n";
+    }
+    os << "</table>\n";
+  }
+  const Json firsts = doc.value("first_failures", Json::array());
+  if (!firsts.empty()) {
+    os << "<h2>Cases to the first failure</h2>\n<table class=\"first-failures\"><tr><th>run</th>"
+          "<th>op</th><th>kernel</th><th>first failing case</th><th>cases run</th></tr>\n";
+    for (const auto& row : firsts)
+      os << "<tr><td>" << xml_escape(str(row, "id"))
+         << (row.value("time_ms", Json()).is_number()
+                 ? " " + iso_time(row["time_ms"].get<std::int64_t>())
+                 : std::string())
+         << "</td><td>" << xml_escape(str(row, "op")) << (str(row, "dtype").empty() ? "" : "[" + xml_escape(str(row, "dtype")) + "]")
+         << "</td><td>" << xml_escape(str(row, "kernel")) << "</td><td>"
+         << xml_escape(str(row, "cases_to_first_failure")) << "</td><td>"
+         << xml_escape(str(row, "total")) << "</td></tr>\n";
+    os << "</table>\n";
   }
   const Json runs = doc.value("runs", Json::array());
   if (!runs.empty()) {
@@ -254,13 +294,18 @@ std::string report_html(const Json& doc) {
   const Json druns = doc.value("daemon_runs", Json::array());
   if (!druns.empty()) {
     os << "<h2>Daemon runs</h2>\n<table><tr><th>time</th><th>id</th><th>kind</th><th>op</th>"
-          "<th>kernel</th><th>passed</th></tr>\n";
+          "<th>kernel</th><th>passed</th><th>first failure at case</th></tr>\n";
     for (const auto& run : druns)
       os << "<tr><td>" << iso_time(run.value("time_ms", std::int64_t{0})) << "</td><td>"
          << xml_escape(str(run, "id")) << "</td><td>" << xml_escape(str(run, "kind"))
          << "</td><td>" << xml_escape(str(run, "op")) << "</td><td>"
          << xml_escape(str(run, "kernel")) << "</td><td>" << xml_escape(str(run, "passed")) << "/"
-         << xml_escape(str(run, "total")) << "</td></tr>\n";
+         << xml_escape(str(run, "total")) << "</td><td>"
+         << (run.contains("first_failure") && run["first_failure"].is_number_integer() &&
+                     run["first_failure"].get<std::int64_t>() >= 0
+                 ? std::to_string(run["first_failure"].get<std::int64_t>())
+                 : std::string("-"))
+         << "</td></tr>\n";
     os << "</table>\n";
   }
   os << "</body></html>\n";

@@ -6,8 +6,11 @@
 //    results: [{name, op, dtype, kernel, file?, line?, status: "passed" | "failed" | "error",
 //               cases, failed_cases, seed, elapsed, error?,
 //               failure?: {id, message, bug_class, summary, max_error, envelope, seed, index,
-//                          repro, replay}}],
-//    runs: [{time_ms, project, preset, total, passed, failed, errors}]}
+//                          repro, replay, error_map?}}],
+//    runs: [{time_ms, project, preset, total, passed, failed, errors}],
+//    pass_rates: [{op, dtype, runs, cases, passed, rate}]       (report_stats.hpp)
+//    first_failures: [{id, op, kernel, total, first_failure, cases_to_first_failure}]}
+// HTML draws each failure's error_map (error_map_svg.hpp), the pass rates and the first failures.
 #pragma once
 
 #include <gpuemu/xml_escape.hpp>

@@ -10,7 +10,14 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv python3-dev python3-pybind11 pybind11-dev
   python3-numpy python3-pytest python3-hypothesis python3-jsonschema python3-torch
+  # the editor side: the HTML report is checked in a real browser (screenshot pixels via PIL);
+  # the VS Code extension is built with Node.js and npm: the Node 20 these machines come with is
+  # kept; Debian's nodejs (18) is only a fallback, and scripts/test-ext.sh says when it is too old
+  chromium python3-pil
 )
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(nodejs npm)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

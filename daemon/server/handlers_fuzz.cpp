@@ -58,6 +58,14 @@ std::function<void(std::int64_t, std::int64_t)> progress_reporter(DaemonContext&
   return [board, token](std::int64_t done, std::int64_t total) { board->set(token, done, total); };
 }
 
+// Cases and passes per dtype of a run (the run record's `by_dtype`: pass rates per op and dtype).
+void count_case(Json& by_dtype, const TestCase& c, bool passed) {
+  Json& d = by_dtype[std::string(dtype_name(c.dtype))];
+  if (!d.is_object()) d = {{"total", 0}, {"passed", 0}};
+  d["total"] = d["total"].get<std::int64_t>() + 1;
+  d["passed"] = d["passed"].get<std::int64_t>() + (passed ? 1 : 0);
+}
+
 std::uint64_t random_seed() {
   std::random_device rd;
   return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
@@ -105,7 +113,11 @@ Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
                       "a client-side kernel cannot be fuzzed by the daemon: use get_test_batch and "
                       "submit_outputs");
   Json cov = Json::object();
-  fr.on_case = [&cov](const CaseResult& r) { coverage_add(cov, r.test_case); };
+  Json by_dtype = Json::object();
+  fr.on_case = [&cov, &by_dtype](const CaseResult& r) {
+    coverage_add(cov, r.test_case);
+    count_case(by_dtype, r.test_case, r.verdict.passed && r.kernel_error.empty());
+  };
   ProgressEntry progress_entry;
   GPUEMU_TRY(FuzzReport report,
              re.engine().fuzz(fr, *runner, progress_reporter(ctx, p, progress_entry)));
@@ -140,6 +152,9 @@ Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
                 {"passed", report.passed},
                 {"elapsed", report.elapsed_s},
                 {"failure_ids", ids},
+                {"first_failure", report.first_failure},
+                {"dtypes", j["options"].value("dtypes", Json::array())},
+                {"by_dtype", by_dtype},
                 {"coverage", cov},
                 {"envelope", j["envelope"]}};
     if (!re.custom_op().is_null()) run["custom_op"] = true;
@@ -251,6 +266,10 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
   std::vector<std::size_t> failure_item;
   std::vector<Json> failure_kernels;
   Json cov = Json::object();
+  Json by_dtype = Json::object();
+  std::int64_t first_failure = -1;  // the smallest failing case index of the batch
+  std::optional<std::uint64_t> master_seed;
+  std::int64_t first_index = -1;  // the smallest case index of the batch
   Json results = Json::array();
   bool undiagnosed = false;  // a judged failure without a client diagnosis (hold_for_diagnosis)
   for (std::size_t i = 0; i < items.size(); ++i) {
@@ -259,6 +278,8 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
     GPUEMU_TRY(auto from_client, client_diagnosis(item));
     GPUEMU_TRY(TestCase c, regenerate(gen, item.value("case", Json())));
     coverage_add(cov, c);
+    if (!master_seed) master_seed = c.master_seed;
+    if (first_index < 0 || c.index < first_index) first_index = c.index;
     CaseResult r;
     r.test_case = c;
     const std::string kernel_error = item.value("kernel_error", "");
@@ -301,7 +322,9 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
                        {"message", r.verdict.message},
                        {"seed", c.seed},
                        {"index", c.index}});
+    count_case(by_dtype, c, r.verdict.passed);
     if (!r.verdict.passed) {
+      if (first_failure < 0 || c.index < first_failure) first_failure = c.index;
       results.back()["diagnosis"] = r.diagnosis.to_json();
       Json k = kernel;  // the request's kernel identity, refined per item (file, line)
       if (item.contains("kernel") && item["kernel"].is_object()) k.update(item["kernel"]);
@@ -323,10 +346,15 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
   if (store && ctx.store) {
     Json run = {{"kind", "client"},
                 {"op", op},
+                {"seed", master_seed ? Json(*master_seed) : Json()},
+                {"first_index", first_index},
                 {"kernel", kernel_identity(kernel)},
                 {"total", items.size()},
                 {"passed", items.size() - failures.size()},
                 {"failure_ids", ids},
+                {"first_failure", first_failure},
+                {"dtypes", protocol::options_to_json(options).value("dtypes", Json::array())},
+                {"by_dtype", by_dtype},
                 {"coverage", cov}};
     (void)ctx.store->put_run(run);
   }

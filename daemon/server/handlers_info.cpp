@@ -28,8 +28,12 @@ Result<Frame> hello(DaemonContext& ctx, const Frame&) {
 }
 
 Result<Frame> ping(DaemonContext& ctx, const Frame&) {
-  return make_reply(
-      {{"pong", true}, {"uptime_s", ctx.uptime_s()}, {"stopping", ctx.stopping.load()}});
+  Json j = {{"pong", true}, {"uptime_s", ctx.uptime_s()}, {"stopping", ctx.stopping.load()}};
+  // Failures or runs stored or deleted since the daemon started: editors poll this (cheap) and
+  // list failures again only when it moves (with started_ms, which tells a restarted daemon).
+  if (ctx.store) j["changes"] = ctx.store->changes();
+  j["started_ms"] = ctx.started_ms;
+  return make_reply(j);
 }
 
 Result<Frame> stats(DaemonContext& ctx, const Frame&) {

@@ -4,7 +4,39 @@
 #include "server/request_engine.hpp"
 #include "server/script_kernel.hpp"
 
+#include <gpuemu/error_map.hpp>
+
+#include <cmath>
+#include <cstdio>
+
 namespace gpuemu::server {
+
+namespace {
+
+// A cell's error with three significant digits (the map is for the eye); null for infinity.
+Json cell_json(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return std::strtod(buf, nullptr);
+}
+
+}  // namespace
+
+Json error_map_json(const ErrorMap& m) {
+  Json cells = Json::array();
+  for (double v : m.cells) cells.push_back(cell_json(v));
+  return {{"output", m.output},
+          {"shape", m.shape},
+          {"rows", m.rows},
+          {"cols", m.cols},
+          {"cell", {m.cell_rows, m.cell_cols}},
+          {"size", {m.map_rows, m.map_cols}},
+          {"envelope", m.envelope},
+          {"max_error", cell_json(m.max_error)},
+          {"over", m.over},
+          {"cells", std::move(cells)}};
+}
 
 Result<std::optional<KernelRunner>> resolve_kernel(const DaemonContext& ctx, const std::string& op,
                                                    const Json& kernel, const RequestEngine* re) {
@@ -74,6 +106,7 @@ FailureRecord make_failure_record(const DaemonContext& ctx, const CaseResult& f,
   m["message"] = f.verdict.message;
   if (!f.kernel_error.empty()) m["kernel_error"] = f.kernel_error;
   m["diagnosis"] = f.diagnosis.to_json();
+  if (auto map = make_error_map(f.verdict)) m["error_map"] = error_map_json(*map);
   m["kernel"] = kernel_identity(kernel);
   m["client"] = client.is_object() ? client : Json::object();
   m["gpuemu_version"] = GPUEMU_VERSION;
@@ -98,6 +131,9 @@ Json failure_list_item(const FailureSummary& s) {
           {"message", m.value("message", Json())},
           {"bug_class", m.contains("diagnosis") ? m["diagnosis"].value("bug_class", "") : ""},
           {"kernel", m.value("kernel", Json::object())},
+          {"shapes", m.value("shapes", Json::object())},
+          {"diagnosis", m.value("diagnosis", Json::object())},
+          {"minimized_from", m.value("minimized_from", Json())},
           {"input_bytes", s.input_bytes}};
 }
 

@@ -4,6 +4,8 @@
 
 #include "server/daemon_context.hpp"
 
+#include <gpuemu/error_map.hpp>
+
 #include <optional>
 
 namespace gpuemu::server {
@@ -23,7 +25,11 @@ Json kernel_identity(const Json& kernel);
 FailureRecord make_failure_record(const DaemonContext& ctx, const CaseResult& failure,
                                   const FuzzOptions& options, const Json& kernel,
                                   const Json& client, const RequestEngine* re = nullptr);
-// A list item: id, op, seed, dtype, created_ms, max_error, bug_class, kernel.
+// The error map of a failure as stored in its meta (docs/store.md): `cells` row-major, each the
+// largest normalised error of its cell with three significant digits, null for a non-finite
+// mismatch.
+Json error_map_json(const ErrorMap& map);
+// A list item: id, op, seed, dtype, created_ms, max_error, bug_class, kernel, shapes, diagnosis.
 Json failure_list_item(const FailureSummary& s);
 // The stored case and the options it was generated under.
 struct StoredCase {

@@ -157,7 +157,7 @@ Result<std::vector<std::string>> Store::put_failures(std::vector<FailureRecord> 
       values.push_back(std::move(value));
     }
     Impl& impl = *m_impl;
-    return impl.write([&](lmdb::Txn& txn) -> Result<std::vector<std::string>> {
+    auto written = impl.write([&](lmdb::Txn& txn) -> Result<std::vector<std::string>> {
       std::vector<std::string> ids;  // rebuilt on every attempt (growth retries the txn)
       for (std::size_t i = 0; i < records.size(); ++i) {
         std::string id = records[i].id;
@@ -182,6 +182,8 @@ Result<std::vector<std::string>> Store::put_failures(std::vector<FailureRecord> 
       }
       return ids;
     });
+    if (written && !records.empty()) ++impl.changes;
+    return written;
   });
 }
 
@@ -256,7 +258,7 @@ Result<std::vector<FailureSummary>> Store::list_failures(const FailureQuery& que
 
 Status Store::delete_failure(const std::string& id) {
   Impl& impl = *m_impl;
-  return impl.write([&](lmdb::Txn& txn) -> Status {
+  Status done = impl.write([&](lmdb::Txn& txn) -> Status {
     GPUEMU_TRY(auto value, txn.get(impl.failures, id));
     if (!value) return failure_not_found(id, impl.dir);
     GPUEMU_TRY(FailureSummary summary, store_codec::decode_failure_summary(id, *value));
@@ -265,6 +267,10 @@ Status Store::delete_failure(const std::string& id) {
     GPUEMU_TRY_STATUS(txn.del(impl.failures, id));
     return {};
   });
+  if (done) ++impl.changes;
+  return done;
 }
+
+std::uint64_t Store::changes() const { return m_impl->changes.load(); }
 
 }  // namespace gpuemu

@@ -14,6 +14,8 @@
 #include "map_gate.hpp"
 #include "store_codec.hpp"
 
+#include <atomic>
+#include <cstdint>
 #include <exception>
 #include <mutex>
 #include <shared_mutex>
@@ -30,6 +32,7 @@ struct Store::Impl {
   mutable store_detail::MapGate gate;
   std::mutex write_mutex;
   store_codec::IdGenerator ids;  // drawn from only under write_mutex
+  std::atomic<std::uint64_t> changes{0};  // committed writes of failures and runs (changes())
 
   // Runs `body` (a callable returning Result<T> or Status) and turns any exception it lets out
   // into ErrorCode::internal: nothing throws across the Store's API.

@@ -141,7 +141,7 @@ Result<std::string> Store::put_run(Json run) {
                         "a run's started_ms must be a non-negative integer");
     const std::int64_t started = run["started_ms"].get<std::int64_t>();
 
-    return impl.write([&](lmdb::Txn& txn) -> Result<std::string> {
+    auto written = impl.write([&](lmdb::Txn& txn) -> Result<std::string> {
       Json stored = run;  // the id is drawn afresh on each attempt
       for (int attempt = 0; attempt < 16; ++attempt) {
         if (!has_id) stored["id"] = impl.ids.next('r');
@@ -155,6 +155,8 @@ Result<std::string> Store::put_run(Json run) {
       }
       return make_error(ErrorCode::internal, "could not draw an unused run id");
     });
+    if (written) ++impl.changes;
+    return written;
   });
 }
 

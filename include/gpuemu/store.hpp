@@ -90,6 +90,9 @@ class Store {
   Result<std::vector<Json>> list_runs(std::size_t limit) const;  // newest first
 
   Result<StoreStats> stats() const;
+  // How many writes of failures (put, delete) and runs this Store committed since it was opened:
+  // a watcher that sees it change lists again (the daemon's `ping` reports it as `changes`).
+  std::uint64_t changes() const;
   const std::string& dir() const;
 
  private:

@@ -14,6 +14,7 @@ namespace gpuemu {
 
 struct OutputVerdict {
   std::string name;
+  Shape shape;                         // the reference's shape (the output judged against it)
   bool passed = true;
   double max_error = 0.0;              // max normalised error over finite, comparable elements
   std::int64_t worst_index = -1;       // row-major index of the worst element
@@ -24,7 +25,8 @@ struct OutputVerdict {
   std::int64_t indeterminate = 0;      // elements whose intermediates overflow legitimately
   std::int64_t alternative = 0;        // non-finite results another correct formulation gives
   std::string message;
-  std::vector<double> errors;          // per-element normalised error (kept for diagnosis)
+  std::vector<double> errors;          // per-element normalised error, row-major (diagnosis and
+                                       // the error map, gpuemu/error_map.hpp); inf: mismatch
 };
 
 struct Verdict {

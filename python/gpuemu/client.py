@@ -96,8 +96,12 @@ def _kernel_identity(run_op: Callable) -> Dict[str, Any]:
                 scope[name] = cell.cell_contents
             except ValueError:
                 pass
-        for name in code.co_names + code.co_freevars:
+        names = code.co_names + code.co_freevars
+        for name in names:
             cand = scope.get(name)
+            if inspect.ismodule(cand):  # lambda inputs: kernels.softmax(...): the module's function
+                cand = next((getattr(cand, a) for a in code.co_names
+                             if inspect.isfunction(getattr(cand, a, None))), None)
             if inspect.isfunction(cand) or inspect.ismethod(cand):
                 target = inspect.unwrap(cand)
                 break
@@ -365,6 +369,7 @@ class Client:
         fw = self._framework(framework)
         options = self._options(dtypes, value_distribution, dims, attrs, layouts, present, precision)
         kernel = _kernel_identity(run_op)
+        kernel["framework"] = fw  # what the kernel was handed (an editor's repro script needs it)
         t0 = time.perf_counter()
         total = passed = 0
         first_failure = -1

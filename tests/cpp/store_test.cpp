@@ -186,6 +186,27 @@ TEST_F(StoreTest, DeleteRemovesRecordAndIndexEntry) {
   EXPECT_EQ(store->stats()->failures, 1u);
 }
 
+TEST_F(StoreTest, ChangesCountsCommittedFailureAndRunWritesOnly) {
+  auto store = open();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->changes(), 0u);
+  auto id = store->put_failure(make_record("softmax", 0, 16, 1));
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(store->changes(), 1u);
+  FailureRecord dup = make_record("softmax", 0, 16, 2);
+  dup.id = *id;
+  EXPECT_EQ(store->put_failure(dup).error().code, ErrorCode::conflict);
+  EXPECT_EQ(store->changes(), 1u);  // a refused write changes nothing
+  ASSERT_TRUE(store->put_run({{"op", "softmax"}}).ok());
+  EXPECT_EQ(store->changes(), 2u);
+  ASSERT_TRUE(store->put_calibration("softmax", "float32", {{"envelope", 3.0}}).ok());
+  EXPECT_EQ(store->changes(), 2u);  // calibrations are not failures or runs
+  ASSERT_TRUE(store->delete_failure(*id).ok());
+  EXPECT_EQ(store->changes(), 3u);
+  EXPECT_EQ(store->delete_failure(*id).error().code, ErrorCode::not_found);
+  EXPECT_EQ(store->changes(), 3u);
+}
+
 TEST_F(StoreTest, CalibrationsBaselinesAndRunsRoundTrip) {
   auto store = open();
   ASSERT_TRUE(store);

@@ -532,3 +532,23 @@ def test_run_registered_runs_the_scripts_of_gpuemu_toml(daemon, tmp_path, monkey
     (tmp_path / "bad.toml").write_text('[[op]]\nname = "softmax"\nscript = "k.py:f"\ncolour = 1\n')
     with pytest.raises(gpuemu.ValidationError, match="unknown key 'colour'"):
         client.run_registered("softmax", config=tmp_path / "bad.toml")
+
+
+def test_kernel_identity_follows_a_lambda_to_its_function(tmp_path):
+    """Where editors put a failure: the def of the function run_op calls, directly or through a
+    module (gpuemu.client._kernel_identity)."""
+    from gpuemu.client import _kernel_identity
+
+    mod = tmp_path / "kernels_for_identity.py"
+    mod.write_text("import numpy as np\n\n\ndef softmax(x):\n    return x\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import kernels_for_identity as kernels
+    finally:
+        sys.path.remove(str(tmp_path))
+    via_module = _kernel_identity(lambda inputs: kernels.softmax(inputs["x"]))
+    assert via_module == {"kind": "client", "name": "softmax", "file": str(mod), "line": 4}
+    direct = _kernel_identity(kernels.softmax)
+    assert direct == via_module
+    here = _kernel_identity(lambda inputs: inputs["x"])
+    assert here["name"].endswith("<lambda>") and here["file"] == __file__

@@ -58,6 +58,7 @@ void judge_argmax(const RefContext& ctx, const RefOutput& ref, const std::vector
   std::int64_t outer = 1, len = 1, inner = 1;
   for (std::int64_t d = 0; d < rank; ++d) (d < dim ? outer : d == dim ? len : inner) *= x.shape[d];
   const double u_in = dtype_info(x.dtype).unit_roundoff;
+  v.errors.assign(out.size(), 0.0);  // a wrong index: infinitely wrong
   for (std::size_t e = 0; e < out.size(); ++e) {
     const auto o = static_cast<std::int64_t>(e) / inner, i = static_cast<std::int64_t>(e) % inner;
     const auto chosen = static_cast<std::int64_t>(out[e]);
@@ -75,10 +76,10 @@ void judge_argmax(const RefContext& ctx, const RefOutput& ref, const std::vector
         v.worst_ref = ref.value[e];
       }
       ++v.failing;
+      v.errors[e] = std::numeric_limits<double>::infinity();
     }
   }
   v.max_error = v.failing ? std::numeric_limits<double>::infinity() : 0.0;
-  v.errors.assign(out.size(), 0.0);
   if (v.failing)
     v.message = std::to_string(v.failing) +
                 " index(es) point at a value that is not the maximum (first at " +
@@ -105,6 +106,7 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx,
     const Tensor& got = outputs[k];
     OutputVerdict v;
     v.name = ref.name;
+    v.shape = ref.shape;
     if (got.shape() != ref.shape) {
       v.passed = false;
       v.max_error = std::numeric_limits<double>::infinity();
