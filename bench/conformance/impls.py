@@ -1,0 +1,293 @@
+"""The implementations a user already trusts, for every op of the catalogue (the Conformance sweep).
+
+For each op: the PyTorch call a user would make (torch 1.13, CPU), in the two styles kernels use —
+
+- ``native``: the op run in the case dtype itself, where torch has a CPU kernel for that dtype
+  (what that kernel does inside, e.g. accumulating in fp32, is torch's business);
+- ``upcast``: floating inputs cast to float32, the op computed, floating outputs cast back to the
+  case dtype ("upcast to fp32, compute, cast back");
+
+and, where torch 1.13 has no such op (rms_norm, rope, SDPA-style attention, decode attention, fp8),
+``composition``: the plain fp32 composition a kernel author writes (inputs upcast, fp32 math,
+output cast back). For float32 cases the styles coincide and only ``native`` runs.
+
+Every ``fn`` takes what ``run_op`` receives (each input by its schema name as a torch tensor with
+the case's real strides, absent optional inputs as ``None``, every attr by name) and returns the
+op's output(s).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+ALL_DTYPES: Tuple[str, ...] = ("float32", "float16", "bfloat16")
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+Args = Dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Impl:
+    """One trusted implementation of ``op``: ``name`` (what the user calls), ``fn`` (args -> output),
+    ``styles`` it runs in (``native``/``upcast``, or ``composition``), the ``dtypes`` it serves."""
+
+    op: str
+    name: str
+    fn: Callable[[Args], Any]
+    styles: Tuple[str, ...] = ("native", "upcast")
+    dtypes: Tuple[str, ...] = ALL_DTYPES
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """An implementation in one style for one case dtype: what the sweep fuzzes."""
+
+    impl: Impl
+    style: str
+    dtype: str
+
+    @property
+    def op(self) -> str:
+        return self.impl.op
+
+    @property
+    def label(self) -> str:
+        return f"{self.impl.name} [{self.style}]"
+
+    def run_op(self) -> Callable[[Args], Any]:
+        fn = self.impl.fn
+        dt = TORCH_DTYPES.get(self.dtype)
+        if self.style != "upcast":
+            return fn  # native: as is; composition: the function upcasts and casts back itself
+        return lambda args: _cast_outputs(fn(_upcast(args)), dt)
+
+
+def _upcast(args: Args) -> Args:
+    return {k: (v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in args.items()}
+
+
+def _cast_outputs(out: Any, dt: torch.dtype) -> Any:
+    if isinstance(out, (tuple, list)):
+        return type(out)(_cast_outputs(o, dt) for o in out)
+    if isinstance(out, torch.Tensor) and out.is_floating_point():
+        return out.to(dt)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Compositions of ops torch 1.13 does not have
+
+
+def _scale(args: Args, d: int) -> float:
+    return args["scale"] if args.get("scale") is not None else 1.0 / math.sqrt(d)
+
+
+def sdpa_fp32(args: Args) -> torch.Tensor:
+    """softmax(q @ k^T * scale [+ causal mask, top-left]) @ v, GQA by repeating k and v heads."""
+    q, k, v = args["q"].float(), args["k"].float(), args["v"].float()
+    h, hkv = q.shape[-3], k.shape[-3]
+    if h != hkv:
+        k = k.repeat_interleave(h // hkv, dim=-3)
+        v = v.repeat_interleave(h // hkv, dim=-3)
+    s = (q @ k.transpose(-1, -2)) * _scale(args, q.shape[-1])
+    if args.get("causal"):
+        lq, lk = s.shape[-2:]
+        s = s.masked_fill(torch.ones(lq, lk, dtype=torch.bool).triu(1), float("-inf"))
+    return (torch.softmax(s, dim=-1) @ v).to(args["q"].dtype)
+
+
+def decode_attention_fp32(args: Args) -> torch.Tensor:
+    """One decode step: q[B,H,D] against the first seq_lens[b] positions of the KV cache."""
+    q, kc, vc = args["q"].float(), args["k_cache"].float(), args["v_cache"].float()
+    lens = args["seq_lens"].long()
+    h, hkv, length = q.shape[1], kc.shape[1], kc.shape[2]
+    if h != hkv:
+        kc = kc.repeat_interleave(h // hkv, dim=1)
+        vc = vc.repeat_interleave(h // hkv, dim=1)
+    s = torch.einsum("bhd,bhld->bhl", q, kc) * _scale(args, q.shape[-1])
+    masked = torch.arange(length)[None, :] >= lens[:, None]
+    s = s.masked_fill(masked[:, None, :], float("-inf"))
+    return torch.einsum("bhl,bhld->bhd", torch.softmax(s, dim=-1), vc).to(args["q"].dtype)
+
+
+def rms_norm_hf(args: Args) -> torch.Tensor:
+    """HF LlamaRMSNorm: fp32 statistics, x_hat cast back to the input dtype, then times weight."""
+    x = args["x"]
+    xf = x.float()
+    y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + args["eps"])).to(x.dtype)
+    return y if args.get("weight") is None else args["weight"] * y
+
+
+def rms_norm_fp32(args: Args) -> torch.Tensor:
+    """fp32 throughout: x * rsqrt(mean(x^2) + eps) * weight, cast back once."""
+    x = args["x"]
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + args["eps"])
+    if args.get("weight") is not None:
+        y = y * args["weight"].float()
+    return y.to(x.dtype)
+
+
+def _rope_angles(args: Args, length: int, d: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """HF's cache: inv_freq and positions in fp32, angles = outer(t, inv_freq), cos/sin in fp32."""
+    inv_freq = 1.0 / (args["theta"] ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    t = torch.arange(length, dtype=torch.float32) + float(args["offset"])
+    freqs = torch.outer(t, inv_freq)  # [L, D/2]
+    return freqs.cos(), freqs.sin()
+
+
+def rope_hf(args: Args) -> torch.Tensor:
+    """HF apply_rotary_pos_emb (style half: rotate_half) or GPT-J's interleaved pairs, cos/sin
+    cast to the input dtype as HF's module does, products and sums in the input dtype."""
+    x = args["x"]
+    length, d = x.shape[1], x.shape[-1]
+    cos, sin = _rope_angles(args, length, d)
+    if args["style"] == "interleaved":
+        c = cos[None, :, None, :].to(x.dtype)
+        s = sin[None, :, None, :].to(x.dtype)
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
+    c = torch.cat((cos, cos), dim=-1)[None, :, None, :].to(x.dtype)
+    s = torch.cat((sin, sin), dim=-1)[None, :, None, :].to(x.dtype)
+    rot = torch.cat((-x[..., d // 2:], x[..., : d // 2]), dim=-1)
+    return x * c + rot * s
+
+
+def rope_fp32(args: Args) -> torch.Tensor:
+    """The same rotation computed in fp32 and cast back once (vLLM-style fused kernels)."""
+    x = args["x"]
+    xf = x.float()
+    length, d = x.shape[1], x.shape[-1]
+    cos, sin = _rope_angles(args, length, d)
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    if args["style"] == "interleaved":
+        x1, x2 = xf[..., 0::2], xf[..., 1::2]
+        out = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
+    else:
+        x1, x2 = xf[..., : d // 2], xf[..., d // 2:]
+        out = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+    return out.to(x.dtype)
+
+
+def fp8_quantize_fp32(args: Args) -> Any:
+    """clamp(x / scale, -448, 448) in fp32, then the cast to float8_e4m3fn (round to nearest even;
+    torch 1.13 has no fp8 dtype, so the cast is gpuemu.dtypes.to_bits, docs/dtypes.md)."""
+    from gpuemu.dtypes import to_bits
+
+    q = torch.clamp(args["x"].float() / args["scale"].float(), -448.0, 448.0)
+    return (to_bits(q.double().numpy(), "float8_e4m3fn"), "float8_e4m3fn")
+
+
+def scaled_fp8_matmul_fp32(args: Args) -> torch.Tensor:
+    """(a @ b) * scale_a * scale_b with fp32 accumulation over the e4m3 values, cast to out_dtype."""
+    a, b = args["a"].float(), args["b"].float()
+    out = (a @ b) * (args["scale_a"].float() * args["scale_b"].float())
+    return out.to(TORCH_DTYPES[args["out_dtype"]])
+
+
+def _conv_kwargs(args: Args) -> Dict[str, Any]:
+    return {"stride": tuple(args["stride"]), "padding": tuple(args["padding"]),
+            "dilation": tuple(args["dilation"]), "groups": int(args["groups"])}
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+
+COMPOSITION = ("composition",)
+
+IMPLS: Tuple[Impl, ...] = (
+    Impl("add", "a + b", lambda a: a["a"] + a["b"]),
+    Impl("mul", "a * b", lambda a: a["a"] * a["b"]),
+    Impl("amax", "torch.amax", lambda a: torch.amax(a["x"], dim=a["dim"], keepdim=a["keepdim"])),
+    Impl("argmax", "torch.argmax", lambda a: torch.argmax(a["x"], dim=a["dim"], keepdim=a["keepdim"])),
+    Impl("batch_norm", "F.batch_norm(training=False)",
+         lambda a: F.batch_norm(a["x"], a["running_mean"], a["running_var"], a["weight"], a["bias"],
+                                training=False, eps=a["eps"])),
+    Impl("bmm", "torch.bmm", lambda a: torch.bmm(a["a"], a["b"])),
+    Impl("conv1d", "F.conv1d", lambda a: F.conv1d(a["x"], a["weight"], a["bias"], **_conv_kwargs(a))),
+    Impl("conv2d", "F.conv2d", lambda a: F.conv2d(a["x"], a["weight"], a["bias"], **_conv_kwargs(a))),
+    Impl("cross_entropy", "F.cross_entropy",
+         lambda a: F.cross_entropy(a["logits"], a["target"], ignore_index=a["ignore_index"],
+                                   reduction=a["reduction"], label_smoothing=a["label_smoothing"])),
+    Impl("cumsum", "torch.cumsum", lambda a: torch.cumsum(a["x"], dim=a["dim"])),
+    Impl("decode_attention", "softmax(q.k^T * scale) @ v over seq_lens", decode_attention_fp32, COMPOSITION),
+    Impl("elu", "F.elu", lambda a: F.elu(a["x"], alpha=a["alpha"])),
+    Impl("embedding", "F.embedding", lambda a: F.embedding(a["indices"], a["weight"]), ("native",)),
+    Impl("exp", "torch.exp", lambda a: torch.exp(a["x"])),
+    Impl("flash_attention", "softmax(q @ k^T * scale) @ v (SDPA math)", sdpa_fp32, COMPOSITION),
+    Impl("fp8_quantize", "clamp(x / scale, -448, 448).to(e4m3fn)", fp8_quantize_fp32, COMPOSITION),
+    Impl("geglu", "F.gelu(gate) * up", lambda a: F.gelu(a["gate"], approximate=a["approximate"]) * a["up"]),
+    Impl("gelu", "F.gelu", lambda a: F.gelu(a["x"], approximate=a["approximate"])),
+    Impl("group_norm", "F.group_norm",
+         lambda a: F.group_norm(a["x"], a["num_groups"], a["weight"], a["bias"], a["eps"])),
+    Impl("l2norm", "F.normalize", lambda a: F.normalize(a["x"], p=2.0, dim=a["dim"], eps=a["eps"])),
+    Impl("layer_norm", "F.layer_norm",
+         lambda a: F.layer_norm(a["x"], (a["x"].shape[-1],), a["weight"], a["bias"], a["eps"])),
+    Impl("leaky_relu", "F.leaky_relu", lambda a: F.leaky_relu(a["x"], a["negative_slope"])),
+    Impl("linear", "F.linear", lambda a: F.linear(a["x"], a["weight"], a["bias"])),
+    Impl("log", "torch.log", lambda a: torch.log(a["x"])),
+    Impl("log_softmax", "torch.log_softmax", lambda a: torch.log_softmax(a["x"], dim=a["dim"])),
+    Impl("logsumexp", "torch.logsumexp", lambda a: torch.logsumexp(a["x"], dim=a["dim"], keepdim=a["keepdim"])),
+    Impl("matmul", "a @ b", lambda a: a["a"] @ a["b"]),
+    Impl("mean", "torch.mean", lambda a: torch.mean(a["x"], dim=a["dim"], keepdim=a["keepdim"])),
+    Impl("relu", "torch.relu", lambda a: torch.relu(a["x"])),
+    Impl("rms_norm", "HF LlamaRMSNorm (x_hat cast back, then * weight)", rms_norm_hf, COMPOSITION),
+    Impl("rms_norm", "x * rsqrt(mean(x^2) + eps) * weight in fp32", rms_norm_fp32, COMPOSITION),
+    Impl("rope", "HF apply_rotary_pos_emb (cos/sin in the input dtype)", rope_hf, COMPOSITION),
+    Impl("rope", "rotation in fp32, cast back once", rope_fp32, COMPOSITION),
+    Impl("rsqrt", "torch.rsqrt", lambda a: torch.rsqrt(a["x"])),
+    Impl("scaled_fp8_matmul", "(a @ b) * scale_a * scale_b in fp32", scaled_fp8_matmul_fp32, COMPOSITION,
+         ("float8_e4m3fn",)),
+    Impl("sigmoid", "torch.sigmoid", lambda a: torch.sigmoid(a["x"])),
+    Impl("silu", "F.silu", lambda a: F.silu(a["x"])),
+    Impl("softmax", "torch.softmax", lambda a: torch.softmax(a["x"], dim=a["dim"])),
+    Impl("softplus", "F.softplus", lambda a: F.softplus(a["x"], beta=a["beta"], threshold=a["threshold"])),
+    Impl("sqrt", "torch.sqrt", lambda a: torch.sqrt(a["x"])),
+    Impl("sum", "torch.sum", lambda a: torch.sum(a["x"], dim=a["dim"], keepdim=a["keepdim"])),
+    Impl("swiglu", "F.silu(gate) * up", lambda a: F.silu(a["gate"]) * a["up"]),
+    Impl("tanh", "torch.tanh", lambda a: torch.tanh(a["x"])),
+)
+
+
+def variants(ops: Optional[Sequence[str]] = None, dtypes: Optional[Sequence[str]] = None) -> List[Variant]:
+    """Every (implementation, style, dtype) of the table, in table order, for the schema's dtypes."""
+    from gpuemu import op_schema
+
+    out: List[Variant] = []
+    for impl in IMPLS:
+        if ops and impl.op not in ops:
+            continue
+        schema_dtypes = op_schema(impl.op)["dtypes"]
+        for dt in impl.dtypes:
+            if dt not in schema_dtypes or (dtypes and dt not in dtypes):
+                continue
+            for style in impl.styles:
+                if style == "upcast" and dt == "float32":
+                    continue
+                out.append(Variant(impl, style, dt))
+    return out
+
+
+def varied_attrs(op: str) -> List[str]:
+    """The attrs the sweep varies: every attr whose schema lists values."""
+    from gpuemu import op_schema
+
+    return [name for name, a in op_schema(op).get("attrs", {}).items() if a.get("values")]
+
+
+def catalogue_ops() -> List[str]:
+    from gpuemu import ops
+
+    return sorted(o["name"] if isinstance(o, dict) else str(o) for o in ops())
+
+
+def uncovered_ops() -> List[str]:
+    """Catalogue ops with no implementation in the table (the sweep fails on any)."""
+    covered = {i.op for i in IMPLS}
+    return [o for o in catalogue_ops() if o not in covered]

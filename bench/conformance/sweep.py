@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""The Conformance sweep: the implementations users already trust must pass gpuemu's judgement.
+
+    .venv/bin/python bench/conformance/sweep.py                       # the full sweep
+    .venv/bin/python bench/conformance/sweep.py --ops softmax gelu --seeds 1 --cases 20
+    .venv/bin/python bench/conformance/sweep.py --markdown --json sweep.json
+
+For every catalogue op, every dtype it lists and every implementation of bench/conformance/impls.py
+(PyTorch's own op, native in the case dtype and upcast to fp32; or the plain fp32 composition where
+torch 1.13 has none), under each value strategy (regular, boundary, adversarial, special) and
+``--seeds`` master seeds: ``gpuemu.fuzz_op_in_process`` with ``--cases`` cases, layouts on, every
+attr with schema values varied, the shipped envelopes. Each row: cases, failures, the worst
+normalised error over the envelope (below 1 passes). Exit status 0 only when nothing failed, every
+catalogue op has an implementation, and no native variant was skipped for a reason other than
+torch lacking that dtype's CPU kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+STRATEGIES = ("regular", "boundary", "adversarial", "special")
+MASTER_SEED_BASE = 20261201  # master seed i of the sweep is MASTER_SEED_BASE + i
+
+
+def _unsupported(tb: Optional[str]) -> bool:
+    """torch has no CPU kernel for this dtype (e.g. "not implemented for 'Half'")."""
+    return bool(tb) and "not implemented for" in tb
+
+
+def run_variant(key: Tuple[int, str, str], cases: int, seed: int, strategy: str) -> Dict[str, Any]:
+    """One fuzz run of one variant: the row of the table (JSON-able)."""
+    import torch
+
+    torch.set_num_threads(1)
+    import gpuemu
+    from impls import variants, varied_attrs
+
+    index, op, dtype = key
+    v = [x for x in variants([op], [dtype])][index]
+    t0 = time.perf_counter()
+    res = gpuemu.fuzz_op_in_process(v.op, v.run_op(), iterations=cases, value_distribution=strategy,
+                                    dtypes=[dtype], seed=seed, framework="torch",
+                                    vary_attrs=varied_attrs(v.op) or None, diagnose=False)
+    row: Dict[str, Any] = {"op": v.op, "impl": v.impl.name, "style": v.style, "dtype": dtype,
+                           "strategy": strategy, "seed": seed, "cases": res.total, "failed": res.failed,
+                           "worst_ratio": res.worst_ratio, "worst_case": res.worst_index,
+                           "seconds": round(time.perf_counter() - t0, 2)}
+    if res.failures and all(_unsupported(f.traceback) for f in res.failures) and res.failed == res.total:
+        row["unsupported"] = res.failures[0].traceback.strip().splitlines()[-1]
+    row["failures"] = [{"index": f.index, "seed": f.seed, "dims": f.dims, "attrs": f.attrs, "layout": f.layout,
+                        "max_error": f.max_error, "envelope": f.envelope, "message": f.message[:300],
+                        "repro": f.repro, "traceback": (f.traceback or "").strip().splitlines()[-1:]}
+                       for f in res.failures[:5]]
+    return row
+
+
+def _job(args: Tuple[Tuple[int, str, str], int, int, str]) -> Dict[str, Any]:
+    return run_variant(*args)
+
+
+def plan(ops: Optional[Sequence[str]], dtypes: Optional[Sequence[str]], strategies: Sequence[str],
+         seeds: int, cases: int) -> List[Tuple[Tuple[int, str, str], int, int, str]]:
+    from impls import variants
+
+    jobs = []
+    per_key: Dict[Tuple[str, str], int] = {}
+    for v in variants(ops, dtypes):
+        i = per_key.get((v.op, v.dtype), 0)
+        per_key[(v.op, v.dtype)] = i + 1
+        for strategy in strategies:
+            for s in range(seeds):
+                jobs.append(((i, v.op, v.dtype), cases, MASTER_SEED_BASE + s, strategy))
+    return jobs
+
+
+def summarize(rows: List[Dict[str, Any]]) -> Dict[Tuple[str, str, str, str, str], Dict[str, Any]]:
+    """(op, impl, style, dtype, strategy) -> cases, failed, worst ratio over the seeds."""
+    table: Dict[Tuple[str, str, str, str, str], Dict[str, Any]] = {}
+    for r in rows:
+        k = (r["op"], r["impl"], r["style"], r["dtype"], r["strategy"])
+        t = table.setdefault(k, {"cases": 0, "failed": 0, "worst": 0.0, "runs": 0, "unsupported": None})
+        t["runs"] += 1
+        if r.get("unsupported"):
+            t["unsupported"] = r["unsupported"]
+            continue
+        t["cases"] += r["cases"]
+        t["failed"] += r["failed"]
+        t["worst"] = max(t["worst"], r["worst_ratio"] if r["worst_ratio"] is not None else float("inf"))
+    return table
+
+
+def markdown(table: Dict[Tuple[str, str, str, str, str], Dict[str, Any]], strategies: Sequence[str]) -> str:
+    lines = ["| op | implementation | style | dtype | " + " | ".join(strategies) + " |",
+             "|---|---|---|---|" + "---|" * len(strategies)]
+    keys = sorted({k[:4] for k in table}, key=lambda k: (k[0], k[1], k[2], ("float32", "float16", "bfloat16",
+                                                                             "float8_e4m3fn").index(k[3])))
+    for k in keys:
+        cells = []
+        for s in strategies:
+            t = table.get(k + (s,))
+            if t is None:
+                cells.append("-")
+            elif t["unsupported"]:
+                cells.append("n/a")
+            else:
+                cells.append(f"{t['failed']}/{t['cases']} ({t['worst']:.2f})")
+        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ops", nargs="*", help="only these ops (default: all)")
+    ap.add_argument("--dtypes", nargs="*", help="only these dtypes")
+    ap.add_argument("--strategies", nargs="*", default=list(STRATEGIES), choices=STRATEGIES)
+    ap.add_argument("--seeds", type=int, default=5, help="master seeds per variant and strategy (default 5)")
+    ap.add_argument("--cases", type=int, default=100, help="cases per run (default 100)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    ap.add_argument("--json", help="write every run (JSON lines) here")
+    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    a = ap.parse_args(argv)
+
+    from impls import uncovered_ops
+
+    missing = [] if a.ops else uncovered_ops()
+    jobs = plan(a.ops, a.dtypes, a.strategies, a.seeds, a.cases)
+    print(f"conformance sweep: {len(jobs)} runs of {a.cases} cases, {a.jobs} processes, "
+          f"envelopes: {os.environ.get('GPUEMU_ENVELOPES', 'schemas/envelopes.json')}", file=sys.stderr)
+    t0 = time.perf_counter()
+    rows: List[Dict[str, Any]] = []
+    out = open(a.json, "w") if a.json else None
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(max(1, a.jobs)) as pool:
+        for n, row in enumerate(pool.imap_unordered(_job, jobs), 1):
+            rows.append(row)
+            if out:
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+            if row["failed"] and not row.get("unsupported"):
+                f = row["failures"][0]
+                print(f"FAIL {row['op']} {row['impl']} [{row['style']}] {row['dtype']} {row['strategy']} "
+                      f"seed {row['seed']}: {row['failed']}/{row['cases']}, case {f['index']}: {f['message'][:160]}",
+                      file=sys.stderr)
+            if n % 50 == 0:
+                print(f"  {n}/{len(jobs)} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    if out:
+        out.close()
+    table = summarize(rows)
+    print(markdown(table, a.strategies) if a.markdown else
+          "\n".join(f"{k}: {v}" for k, v in sorted(table.items())))
+    failed = sum(t["failed"] for t in table.values())
+    cases = sum(t["cases"] for t in table.values())
+    unsupported = sorted({(k[0], k[1], k[3]) for k, t in table.items() if t["unsupported"]})
+    bad_skips = [k for k, t in table.items() if t["unsupported"] and k[2] != "native"]
+    print(f"\n{cases} cases, {failed} failed, {len(unsupported)} native variants without a torch CPU kernel, "
+          f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    if missing:
+        print(f"ops with no implementation: {', '.join(missing)}", file=sys.stderr)
+    return 1 if failed or missing or bad_skips else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
