@@ -64,6 +64,79 @@ TEST(Cases, BadOptionsAreClearErrors) {
   EXPECT_FALSE(CaseGenerator(softmax(), o3).validate().ok());
 }
 
+TEST(Cases, RestrictionsAreCheckedAgainstTheSchema) {
+  const OpSchema& ln = *engine().catalogue().find("layer_norm");
+  auto error_of = [&](const OpSchema& s, FuzzOptions o) {
+    auto st = CaseGenerator(s, std::move(o)).validate();
+    EXPECT_FALSE(st.ok());
+    return st.ok() ? std::string() : st.error().message;
+  };
+  FuzzOptions below_min;
+  below_min.dims["N"] = {0};
+  EXPECT_NE(error_of(softmax(), below_min).find("must be >= 1, got 0"), std::string::npos);
+  FuzzOptions unknown_input;
+  unknown_input.present["gamma"] = true;
+  EXPECT_NE(error_of(ln, unknown_input).find("has no input 'gamma'"), std::string::npos);
+  FuzzOptions required_absent;
+  required_absent.present["x"] = false;
+  EXPECT_NE(error_of(ln, required_absent).find("is required"), std::string::npos);
+  FuzzOptions bad_policy;
+  bad_policy.precision["matmul"] = "fp4";
+  EXPECT_NE(error_of(ln, bad_policy).find("unknown policy 'fp4'"), std::string::npos);
+  FuzzOptions not_gemm;
+  not_gemm.precision["layer_norm"] = "tf32";
+  EXPECT_NE(error_of(ln, not_gemm).find("no GEMM operands"), std::string::npos);
+  // Past a dim's max is a pinned size, not an error (a vocabulary-sized row).
+  FuzzOptions past_max;
+  past_max.dims["N"] = {20000};
+  past_max.dims["R"] = {1};
+  EXPECT_TRUE(CaseGenerator(softmax(), past_max).validate().ok());
+}
+
+TEST(Cases, PinnedOptionalInputsAndNothingElseChanges) {
+  const OpSchema& ln = *engine().catalogue().find("layer_norm");
+  FuzzOptions both, none;
+  both.present = {{"weight", true}, {"bias", true}};
+  none.present = {{"weight", false}, {"bias", false}};
+  CaseGenerator pinned(ln, both), absent(ln, none), free(ln, FuzzOptions{});
+  int free_absent = 0;
+  for (std::int64_t i = 0; i < 40; ++i) {
+    auto a = pinned.generate(5, i), b = absent.generate(5, i), c = free.generate(5, i);
+    ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+    EXPECT_EQ(a->inputs.size(), 3u);
+    EXPECT_EQ(b->inputs.size(), 1u);
+    free_absent += c->inputs.size() < 3;
+    EXPECT_EQ(tensor_digest(a->inputs.at("x")), tensor_digest(c->inputs.at("x")));
+    EXPECT_EQ(a->dims, c->dims);
+    if (c->inputs.count("weight"))
+      EXPECT_EQ(tensor_digest(a->inputs.at("weight")), tensor_digest(c->inputs.at("weight")));
+  }
+  EXPECT_GT(free_absent, 5);
+}
+
+TEST(Precision, PoliciesResolvePerOpThenFamilyAndOnlyWidenWideOperands) {
+  const OpSchema& mm = *engine().catalogue().find("matmul");
+  const OpSchema& attn = *engine().catalogue().find("flash_attention");
+  EXPECT_EQ(resolve_precision({}, mm).value(), PrecisionPolicy::ieee);
+  EXPECT_EQ(resolve_precision({{"gemm", "tf32"}}, mm).value(), PrecisionPolicy::tf32);
+  EXPECT_EQ(resolve_precision({{"gemm", "tf32"}, {"matmul", "bf16x3"}}, mm).value(), PrecisionPolicy::bf16x3);
+  EXPECT_EQ(resolve_precision({{"gemm", "tf32"}}, attn).value(), PrecisionPolicy::ieee);
+  EXPECT_EQ(resolve_precision({{"attention", "tf32x3"}}, attn).value(), PrecisionPolicy::tf32x3);
+  EXPECT_EQ(policy_operand_roundoff(PrecisionPolicy::tf32, DType::float32), 0x1.0p-10);
+  EXPECT_EQ(policy_operand_roundoff(PrecisionPolicy::tf32, DType::float16), 0.0);  // exact in TF32
+  EXPECT_EQ(policy_operand_roundoff(PrecisionPolicy::tf32, DType::bfloat16), 0.0);
+  EXPECT_EQ(policy_operand_roundoff(PrecisionPolicy::ieee, DType::float32), 0.0);
+  // The case carries its policy, and the reference context the operand roundoff.
+  FuzzOptions o;
+  o.precision["matmul"] = "tf32";
+  o.dtypes = {DType::float32};
+  auto c = CaseGenerator(mm, o).generate(1, 0);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->precision, PrecisionPolicy::tf32);
+  EXPECT_EQ(c->describe()["precision"], "tf32");
+  EXPECT_EQ(case_ref_context(mm, *c).value().operand_roundoff, 0x1.0p-10);
+}
+
 TEST(Cases, ShapesHitTileBoundariesAndLongReductions) {
   CaseGenerator gen(softmax(), FuzzOptions{});
   int past_block = 0, long_rows = 0;

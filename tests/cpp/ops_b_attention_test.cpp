@@ -124,6 +124,44 @@ TEST(OpsBAttention, MaskedKeysAndValuesDoNotLeak) {
   EXPECT_TRUE(std::isfinite((*o2)[0].value[4]));
 }
 
+TEST(OpsBAttention, TheMathFormulationsNaNOnMaskedNonFiniteKeysIsAnAlternative) {
+  // softmax(QKᵀ + mask)·V: a masked Inf value times its probability 0 is NaN in its column; a
+  // masked NaN key's score plus -Inf makes its row NaN. The reference ignores masked keys and
+  // accepts those NaNs, only there.
+  RefContext ctx = flash_ctx(DType::float32, 1, 1, 1, 4, 4, 2, flash_attrs(true, false), 5,
+                             normal(1), normal(1), normal(1));
+  ctx.inputs["v"].data[3 * 2] = std::numeric_limits<double>::infinity();  // key 3, column 0
+  auto out = builtin("flash_attention").reference(ctx);
+  ASSERT_TRUE(out.ok());
+  const auto& alt = (*out)[0].alt_nonfinite;
+  ASSERT_EQ(alt.size(), 8u);
+  for (int i = 0; i < 3; ++i) {  // rows 0-2 mask key 3: column 0 may be NaN, column 1 not
+    EXPECT_EQ(alt[i * 2] & k_alt_nan, k_alt_nan) << i;
+    EXPECT_EQ(alt[i * 2 + 1] & k_alt_nan, 0) << i;
+  }
+  EXPECT_EQ(alt[6] & k_alt_nan, 0);  // row 3 attends key 3: its Inf is the reference's business
+  ctx.inputs["v"].data[3 * 2] = 0.5;
+  ctx.inputs["k"].data[3 * 2 + 1] = k_nan;  // key 3's score is NaN
+  auto o2 = builtin("flash_attention").reference(ctx);
+  ASSERT_TRUE(o2.ok());
+  for (int c = 0; c < 6; ++c) EXPECT_EQ((*o2)[0].alt_nonfinite[c] & k_alt_nan, k_alt_nan) << c;
+  // decode: the cache past seq_lens takes no part, and the same NaNs are alternatives there.
+  Rng rng(3);
+  RefContext d;
+  d.case_dtype = DType::float32;
+  d.attrs = Json{{"scale", nullptr}};
+  d.inputs["q"] = make_arg(DType::float32, {1, 2, 2}, rng, normal(1));
+  d.inputs["k_cache"] = make_arg(DType::float32, {1, 1, 4, 2}, rng, normal(1));
+  d.inputs["v_cache"] = make_arg(DType::float32, {1, 1, 4, 2}, rng, normal(1));
+  d.inputs["seq_lens"] = make_arg(DType::int64, {1}, rng, [](Rng&, std::int64_t) { return 2.0; });
+  d.inputs["v_cache"].data[3 * 2 + 1] = std::numeric_limits<double>::infinity();  // position 3
+  auto o3 = builtin("decode_attention").reference(d);
+  ASSERT_TRUE(o3.ok());
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(std::isfinite((*o3)[0].value[i])) << i;
+  EXPECT_EQ((*o3)[0].alt_nonfinite[1] & k_alt_nan, k_alt_nan);
+  EXPECT_EQ((*o3)[0].alt_nonfinite[0] & k_alt_nan, 0);
+}
+
 TEST(OpsBAttention, UnresolvableScoresAllowAnyConvexCombination) {
   // Scores 1e12 and 1e12 - 1000: fp64 gives key 1 weight e^-1000 = 0, fp32 cannot tell the two
   // apart (ulp 65536) and weighs them equally. Both are correct for an fp32 kernel.

@@ -111,6 +111,26 @@ TEST(OpsBConv, ReferenceMatchesDirectLoops) {
   }
 }
 
+TEST(OpsBConv, PaddingTakesNoPartAndTheExplicitZerosNaNIsAnAlternative) {
+  // conv1d over x[1,1,4] with padding 1 and weight [1,1,3] = {Inf, 1, 1}: output 0 puts the Inf
+  // tap on the padding (explicit zeros: 0·Inf = NaN; implicit padding: x0 + x1); output 1 puts it
+  // on x0 (Inf for every formulation).
+  ConvSpec s{1, 1, 1, 4, 1, 1, 3, {1}, {1}, {1}, 1, false, "normal"};
+  RefContext ctx = conv_ctx(DType::float32, 1, s, 9);
+  auto& x = ctx.inputs["x"].data;
+  x = {1.0, 2.0, 3.0, 4.0};
+  ctx.inputs["weight"].data = {std::numeric_limits<double>::infinity(), 1.0, 1.0};
+  auto out = builtin("conv1d").reference(ctx);
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  const RefOutput& r = (*out)[0];
+  EXPECT_DOUBLE_EQ(r.value[0], 3.0);  // x0 + x1, the padded tap left out
+  EXPECT_TRUE(std::isinf(r.value[1]));
+  ASSERT_EQ(r.alt_nonfinite.size(), 4u);
+  EXPECT_EQ(r.alt_nonfinite[0], k_alt_nan);
+  EXPECT_EQ(r.alt_nonfinite[1], 0);
+  EXPECT_TRUE(std::isfinite(r.c_acc[0]));
+}
+
 TEST(OpsBConv, ShapeErrors) {
   ConvSpec s{1, 4, 1, 5, 4, 1, 7, {1}, {0}, {1}, 1, false, "normal"};
   RefContext ctx = conv_ctx(DType::float32, 1, s, 1);  // kernel 7 > input 5

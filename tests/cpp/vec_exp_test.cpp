@@ -224,7 +224,8 @@ void plain_norm(const std::vector<double>& x, std::int64_t len, const std::vecto
     const double rstd = 1.0 / std::sqrt(ssq / n + eps);
     const double intermediate = std::max(abs_sum, ssq);
     const double mean_abs = centered ? abs_sum / n : 0.0;
-    const double amp = rstd * sqrt_len, c_base = mean_abs * amp + 0x1p-126;
+    const double amp = rstd * sqrt_len,
+                 c_base = mean_abs * amp + 0x1p-126 * (centered ? 1.0 + rstd : 1.0);
     const double floor_c =
         intermediate >= k_fp32_max / 4 && std::isfinite(intermediate) ? intermediate : 0.0;
     for (std::int64_t k = 0; k < len; ++k) {

@@ -115,6 +115,25 @@ const double* kv_block(const AttnProblem& p, const double* base, std::int64_t b,
   return base + (b * p.Hkv + hk) * p.Lk * p.D;
 }
 
+// The cache past seq_lens[b] takes no part in a decode step; a kernel that scores the whole cache
+// and masks by adding -Inf (softmax(q·Kᵀ + mask)·V) gives NaN where a key there holds a
+// non-finite value (its score +Inf or NaN plus -Inf: the whole row) or a value there does (0·Inf:
+// that column). Those NaNs are accepted alternatives, on the group's rows at `alt`.
+void beyond_length_alternatives(const AttnProblem& p, std::int64_t b, std::int64_t hk, std::uint8_t* alt) {
+  const double* k = kv_block(p, p.k, b, hk);
+  const double* v = kv_block(p, p.v, b, hk);
+  bool row_nan = false;
+  std::vector<char> col_nan(static_cast<std::size_t>(p.D), 0);
+  for (std::int64_t j = p.seq_lens[b]; j < p.Lk; ++j)
+    for (std::int64_t c = 0; c < p.D; ++c) {
+      row_nan |= !std::isfinite(k[j * p.D + c]);
+      col_nan[static_cast<std::size_t>(c)] |= !std::isfinite(v[j * p.D + c]);
+    }
+  for (std::int64_t h = 0; h < p.group(); ++h)
+    for (std::int64_t c = 0; c < p.D; ++c)
+      if (row_nan || col_nan[static_cast<std::size_t>(c)]) alt[h * p.D + c] |= k_alt_nan;
+}
+
 Result<std::vector<RefOutput>> reference(const RefContext& ctx, bool decode) {
   GPUEMU_TRY(AttnProblem p, decode ? decode_problem(ctx) : flash_problem(ctx));
   const auto n = static_cast<std::size_t>(shape_numel(p.out_shape));
@@ -139,6 +158,7 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, bool decode) {
         block({p.q + row0, kv_block(p, p.k, b, hk), kv_block(p, p.v, b, hk), p.group(),
                p.seq_lens[b], p.D, p.scale, false, out.data() + row0, c_acc.data() + row0,
                c_in.data() + row0});
+        beyond_length_alternatives(p, b, hk, alt.data() + row0);
       }
     } else {
       for (std::int64_t h = 0; h < p.H; ++h) {

@@ -35,6 +35,13 @@ void attention_block_reference(const AttentionBlock& blk) {
   const auto buf = static_cast<std::size_t>(chunk * std::max<std::int64_t>(lk, 1));
   std::vector<double> S(buf), E(buf), P(buf), W(buf), tail(static_cast<std::size_t>(chunk));
   const bool v_finite = all_finite(blk.v, lk * d);
+  // Per column of v, the last key holding a non-finite value (-1: none): the masked keys j >= n_i
+  // of row i hold one when this is >= n_i.
+  std::vector<std::int64_t> last_nonfinite_v(static_cast<std::size_t>(d), -1);
+  if (!v_finite)
+    for (std::int64_t j = 0; j < lk; ++j)
+      for (std::int64_t c = 0; c < d; ++c)
+        if (!std::isfinite(blk.v[j * d + c])) last_nonfinite_v[c] = j;
   std::vector<double> sum_abs_v(static_cast<std::size_t>(d), 0.0);
   for (std::int64_t j = 0; j < lk; ++j)
     for (std::int64_t c = 0; c < d; ++c) sum_abs_v[c] += abs_v[j * d + c];
@@ -46,6 +53,9 @@ void attention_block_reference(const AttentionBlock& blk) {
   // Rows fp32 cannot resolve (see the header), and their largest score condition.
   std::vector<char> unresolved(static_cast<std::size_t>(chunk));
   std::vector<double> e_max_row(static_cast<std::size_t>(chunk));
+  // max_j |q_i|·|k_j| over the attended keys, unscaled: kernels that scale after the dot product
+  // (s = (q·k)·scale: SDPA's math backend, compositions) form it in fp32 first.
+  std::vector<double> dot_max_row(static_cast<std::size_t>(chunk));
   RefVec prefix_max_v;  // [lk, d]: max_{j' <= j} |v_j'd|, built on first need
   for (std::int64_t r0 = 0; r0 < lq; r0 += chunk) {
     const std::int64_t rows = std::min(chunk, lq - r0);
@@ -69,9 +79,10 @@ void attention_block_reference(const AttentionBlock& blk) {
       if (nan) m = std::numeric_limits<double>::quiet_NaN();
       double sum = 0;
       for (std::int64_t j = 0; j < n; ++j) sum += std::exp(s[j] - m);
-      double e_bar = 0, e_max = 0, spread_max = 0;
+      double e_bar = 0, e_max = 0, spread_max = 0, dot_max = 0;
       for (std::int64_t j = 0; j < n; ++j) {
         p[j] = std::exp(s[j] - m) / sum;
+        dot_max = std::max(dot_max, e[j]);
         const double e_j = abs_scale * e[j] * root_d;
         w[j] = p[j] * (std::fabs(s[j] - m) + e_j);
         e_bar += p[j] * e_j;
@@ -80,6 +91,7 @@ void attention_block_reference(const AttentionBlock& blk) {
       }
       unresolved[i] = k_u_fp32 * spread_max > 2.0;
       e_max_row[i] = e_max;
+      dot_max_row[i] = dot_max;
       std::fill(p + n, p + lk, 0.0);
       std::fill(w + n, w + lk, 0.0);
       if (flush) {
@@ -93,6 +105,17 @@ void attention_block_reference(const AttentionBlock& blk) {
           if (p[j] < p_vanish)
             for (std::int64_t c = 0; c < d; ++c)
               if (!std::isfinite(blk.v[j * d + c])) blk.alt[(r0 + i) * d + c] = k_alt_any_nonfinite;
+      if (blk.alt && n < lk) {
+        // Masked keys take no part here; the math formulation (softmax(QKᵀ + mask)·V, SDPA's math
+        // backend, a plain composition) gives NaN where one does: a masked score of +Inf or NaN
+        // plus the -Inf mask makes the whole row NaN, and a masked non-finite value times its
+        // probability 0 makes that column NaN.
+        bool row_nan = false;
+        for (std::int64_t j = n; j < lk && !row_nan; ++j)
+          row_nan = std::isnan(s[j] * blk.scale) || s[j] * blk.scale == std::numeric_limits<double>::infinity();
+        for (std::int64_t c = 0; c < d; ++c)
+          if (row_nan || last_nonfinite_v[c] >= n) blk.alt[(r0 + i) * d + c] |= k_alt_nan;
+      }
     }
     double* out = blk.out + r0 * d;
     double* c_in = blk.c_in + r0 * d;
@@ -124,7 +147,9 @@ void attention_block_reference(const AttentionBlock& blk) {
         c_acc[i * d + c] += tail[i] * c_in[i * d + c];
         // Before the final rescale the fp32 accumulator holds Σ_j exp(s_ij − m)·v_jd with m the
         // running max, each weight at most 1: up to Σ_j |v_jd| (all keys: an upper bound).
-        c_acc[i * d + c] = overflow_guard(c_acc[i * d + c], sum_abs_v[c]);
+        // The unscaled scores of kernels that scale after the dot may overflow where the scaled
+        // ones do not.
+        c_acc[i * d + c] = overflow_guard(c_acc[i * d + c], std::max(sum_abs_v[c], dot_max_row[i]));
       }
     for (std::int64_t i = 0; i < rows; ++i) {
       if (!unresolved[i]) continue;

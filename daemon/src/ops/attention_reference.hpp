@@ -5,7 +5,8 @@
 // keys [0, n_i): n_i = min(i + 1, Lk) under a (top-left aligned, as in SDPA) causal mask, else Lk.
 // Masked keys take no part at all (they are not "multiplied by zero": an Inf or NaN in a masked
 // key or value does not reach the output, as in flash kernels and as a decode step must ignore
-// the cache beyond its length). A NaN among the attended scores makes the row NaN; so does an
+// the cache beyond its length); the NaN that the math formulation softmax(QKᵀ + mask)·V gives there
+// (0·Inf, +Inf − Inf) is an accepted alternative result. A NaN among the attended scores makes the row NaN; so does an
 // all -Inf row (exp(-inf - -inf)), as torch.softmax does.
 //
 // Condition terms (docs/error-model.md), with p the fp64 probabilities, s the scaled scores,
@@ -16,7 +17,9 @@
 //   c_acc[i,d] = Σ_j p_ij·|v_jd|·(2·sqrt(n_i) + |s_ij − m_i| + e_ij + ē_i),  ē_i = Σ_j p_ij·e_ij
 // A flash kernel accumulates Σ_j exp(s_ij − m)·v_jd before dividing by l_i = Σ_j exp(s_ij − m),
 // m the running max, so each weight is at most 1: where Σ_j |v_jd| reaches a quarter of fp32's
-// range, c_acc becomes it (overflow_guard; the verdict reads it as indeterminate).
+// range, c_acc becomes it (overflow_guard; the verdict reads it as indeterminate); so it does where
+// an unscaled dot product max_j |q_i|·|k_j| reaches it (kernels that apply the scale after the dot
+// overflow there although the scaled score fits).
 // A score error δ_ij moves p_ij by p_ij·(δ_ij − Σ_k p_ik δ_ik), so out moves by at most
 // Σ_j p_ij|v_jd|(|δ_ij| + Σ_k p_ik|δ_ik|); δ_ij is u_fp32·e_ij from the fp32 dot, plus
 // u_fp32·|s_ij − m_i| from exp's argument (online rescaling at most doubles it); the fp32 sums of

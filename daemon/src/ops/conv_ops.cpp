@@ -4,6 +4,8 @@
 // The reference is im2col + dgemm per (batch, group) in fp64. Error model: each output is a dot
 // product of length R = Cin/groups·Kh·Kw, so c_acc = (|W_g|·|cols|)·sqrt(R) + |bias| as for GEMM
 // (sqrt(R) gains policy_weight() under a precision policy: cuDNN's TF32 convolutions).
+// Padding takes no part (padded_taps_take_no_part): an infinite weight meeting a padded zero does
+// not make the element NaN, and the NaN of kernels that multiply loaded zeros is the alternative.
 // Controls: a direct fp32 loop, implicit GEMM over BLOCK_K=32 tiles, a channels-last reduction
 // order with BLOCK_K=64, split-K. Buggy: the padding mishandled two ways, dilation ignored, the
 // group's channel offset forgotten, the tail reduction tile dropped.
@@ -22,6 +24,52 @@ using KernelOut = Result<std::vector<std::vector<double>>>;
 
 Shape out_shape(const ConvGeom& g, int spatial_dims) {
   return spatial_dims == 2 ? Shape{g.B, g.Cout, g.Hout, g.Wout} : Shape{g.B, g.Cout, g.Wout};
+}
+
+bool all_finite(const double* v, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(v[i])) return false;
+  return true;
+}
+
+// Padding takes no part, as masked keys take none in attention: out = Σ over the taps inside the
+// input only. im2col's explicit zeros give the same sum except where a padded tap meets a non-finite
+// weight (0·Inf = NaN): such an element is recomputed over its in-bounds taps (value and |W|·|x|),
+// and a NaN is accepted as the alternative result, since kernels that load padding as 0 and
+// multiply it (Triton's masked loads with other=0) return that NaN while implicit-padding ones
+// (cuDNN, oneDNN) return the in-bounds sum.
+void padded_taps_take_no_part(const ConvGeom& g, const double* x, const double* weight, RefVec& value,
+                              RefVec& c_acc, std::vector<std::uint8_t>& alt) {
+  const std::int64_t P = g.pixels(), R = g.red(), cog = g.cout_g(), cin_g = g.cin_g();
+  for (std::int64_t b = 0; b < g.B; ++b)
+    for (std::int64_t c = 0; c < g.Cout; ++c) {
+      const std::int64_t grp = c / cog;
+      const double* w = weight + c * R;  // [cin_g, Kh, Kw]
+      for (std::int64_t oh = 0; oh < g.Hout; ++oh)
+        for (std::int64_t ow = 0; ow < g.Wout; ++ow) {
+          bool touched = false;  // a padded tap with a non-finite weight
+          double v = 0.0, m = 0.0;
+          for (std::int64_t ci = 0; ci < cin_g; ++ci)
+            for (std::int64_t kh = 0; kh < g.Kh; ++kh)
+              for (std::int64_t kw = 0; kw < g.Kw; ++kw) {
+                const double wt = w[(ci * g.Kh + kh) * g.Kw + kw];
+                const std::int64_t ih = oh * g.sh - g.ph + kh * g.dh, iw = ow * g.sw - g.pw + kw * g.dw;
+                if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) {
+                  touched |= !std::isfinite(wt);
+                  continue;
+                }
+                const double xv = x[((b * g.Cin + grp * cin_g + ci) * g.H + ih) * g.W + iw];
+                v += wt * xv;
+                m += std::fabs(wt) * std::fabs(xv);
+              }
+          if (!touched) continue;
+          const std::int64_t i = (b * g.Cout + c) * P + oh * g.Wout + ow;
+          if (alt.empty()) alt.assign(value.size(), 0);
+          value[i] = v;
+          c_acc[i] = m;
+          alt[i] = k_alt_nan;
+        }
+    }
 }
 
 Result<std::vector<RefOutput>> reference(const RefContext& ctx, int spatial_dims) {
@@ -45,6 +93,8 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, int spatial_dims
       for (auto& c : cols) c = std::fabs(c);
       dgemm_rm(false, false, cog, P, R, abs_w[grp].data(), R, cols.data(), P, c_acc.data() + o, P);
     }
+  std::vector<std::uint8_t> alt;
+  if (!all_finite(weight, g.Cout * R)) padded_taps_take_no_part(g, x, weight, value, c_acc, alt);
   const double root = sqrt_len(R) + policy_weight(ctx);  // a precision policy's operand rounding
   for (std::int64_t b = 0; b < g.B; ++b)
     for (std::int64_t c = 0; c < g.Cout; ++c)
@@ -54,7 +104,7 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, int spatial_dims
         if (bias) value[i] += bias[c], c_acc[i] += std::fabs(bias[c]);
       }
   return single_output(ctx.output_dtype(), out_shape(g, spatial_dims), std::move(value),
-                       std::move(c_acc));
+                       std::move(c_acc), {}, std::move(alt));
 }
 
 struct ConvKernel {

@@ -172,8 +172,10 @@ Result<std::vector<RefOutput>> gated_reference(const RefContext& ctx, Gate gate_
                                                      shape_to_string(u.shape) + " differ in shape");
   const EwParams p = read_params(ctx);
   const double in_min_normal = dtype_info(g.dtype).min_normal;
+  const double in_half_subnormal = dtype_info(g.dtype).min_subnormal / 2;
   const auto n = static_cast<std::size_t>(g.numel());
   RefVec out(n), c_acc(n), c_in(n);
+  std::vector<std::uint8_t> alt(n, 0);
   parallel_for(
       g.numel(),
       [&](std::int64_t b, std::int64_t e) {
@@ -188,6 +190,12 @@ Result<std::vector<RefOutput>> gated_reference(const RefContext& ctx, Gate gate_
             const float g32 = f32(g.data[i]);
             if ((gate_kind == Gate::silu ? k_silu(g32, p) : k_gelu(g32, p)) == 0.0f)
               a.value = std::copysign(0.0, a.value);
+            // An activation within its own fp32 error of 0 (other erf/tanh/exp implementations
+            // reach exactly 0 at other points), or below half the input dtype's smallest
+            // subnormal (an unfused kernel stores it there), may be 0 or a tiny value of either
+            // sign in a correct kernel: times Inf, NaN or either infinity.
+            if (std::fabs(a.value) <= 0x1.0p-24 * a.c_acc || std::fabs(a.value) < in_half_subnormal)
+              alt[i] = k_alt_any_nonfinite;
           }
           const double v = a.value * u.data[i];
           out[i] = v;
@@ -202,7 +210,7 @@ Result<std::vector<RefOutput>> gated_reference(const RefContext& ctx, Gate gate_
       },
       1 << 14);
   return single_output(ctx.output_dtype(), g.shape, std::move(out), std::move(c_acc),
-                       std::move(c_in));
+                       std::move(c_in), std::move(alt));
 }
 
 enum class GatedVariant { fused, unfused_rounded, swapped, tail_unwritten };

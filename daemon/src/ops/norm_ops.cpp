@@ -15,8 +15,10 @@
 // which is how it is caught. Where an fp32 intermediate (sum|x|, sum of squares) can exceed
 // float32's range, c_acc becomes that intermediate (overflow_guard): indeterminate. Near underflow,
 // x_hat is only known to its dtype's subnormal spacing, which |w| amplifies: c_acc adds
-// |w| * FLT_MIN and c_in adds |w| * the input dtype's smallest normal (half a subnormal spacing,
-// in units of u).
+// |w| * FLT_MIN (times 1 + rstd for the centred norms: the mean is known to no better either, and
+// rstd amplifies it) and c_in adds |w| * the input dtype's smallest normal (half a subnormal
+// spacing, in units of u). Where x_hat is within its fp32 error of 0, an infinite weight may give
+// NaN or either infinity (alt_nonfinite).
 #include "core/parallel.hpp"
 #include "ops/lowp_emu.hpp"
 #include "ops/op_util.hpp"
@@ -111,6 +113,7 @@ struct NormJob {
   double* out = nullptr;
   double* c_acc = nullptr;
   double* c_in = nullptr;
+  std::uint8_t* alt = nullptr;  // set when a weight is non-finite (see below)
   double eps = 0.0, in_min_normal = 0.0;
   bool centered = true;
 
@@ -152,15 +155,28 @@ struct NormJob {
       }
       const double rstd = 1.0 / std::sqrt(ssq / len + eps);
       const double intermediate = std::max(abs_sum, ssq);
-      // The fp32 mean is off by about u * mean|x| * sqrt(len) (mean|x| >= |mean|: mixed signs).
+      // The fp32 mean is off by about u * mean|x| * sqrt(len) (mean|x| >= |mean|: mixed signs),
+      // and never known better than half a subnormal spacing (u * FLT_MIN), which rstd amplifies
+      // into x_hat, itself known to no better than that.
       const double mean_abs = centered ? abs_sum / len : 0.0;
-      const double amp = rstd * sqrt_len, c_base = mean_abs * amp + k_fp32_min_normal;
+      const double amp = rstd * sqrt_len,
+                   c_base = mean_abs * amp + k_fp32_min_normal * (centered ? 1.0 + rstd : 1.0);
       // Where an fp32 intermediate may overflow, the whole row is indeterminate.
       const double floor_c =
           intermediate >= k_fp32_max / 4 && finite(intermediate) ? intermediate : 0.0;
       double* o = out + r * len_i;
       double* ca = c_acc + r * len_i;
       double* ci = c_in + r * len_i;
+      if (alt != nullptr)
+        // Where x_hat is within its fp32 error of 0 (an exactly centred element: 0 in exact
+        // arithmetic, ±tiny after a mean off by an ulp), an infinite weight gives NaN or either
+        // infinity in a correct kernel.
+        for (std::int64_t k = 0; k < len_i; ++k) {
+          const double w = wv[nr->affine_index(r, k)];
+          const double xh = (row[k] - mean) * rstd;
+          if (!finite(w) && std::fabs(xh) <= 0x1.0p-24 * (std::fabs(row[k]) * amp + c_base))
+            alt[r * len_i + k] = k_alt_any_nonfinite;
+        }
       auto emit = [&](std::int64_t k, double y, double xh, double w, double b) {
         o[k] = y;
         const bool ok = finite(y);
@@ -241,11 +257,16 @@ Result<std::vector<RefOutput>> norm_reference(const RefContext& ctx, NormKind ki
   job.eps = ctx.attr_float("eps");
   job.in_min_normal = dtype_info(x.dtype).min_normal;
   job.centered = kind != NormKind::rms;
+  std::vector<std::uint8_t> alt;
+  if (job.centered && std::any_of(wv.begin(), wv.end(), [](double w) { return !finite(w); })) {
+    alt.assign(static_cast<std::size_t>(n), 0);
+    job.alt = alt.data();
+  }
   const auto run = cpu_has_avx2() ? norm_rows_avx2 : norm_rows_baseline;
   parallel_rows(nr.rows, std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(nr.len, 1)),
                 [&](std::int64_t rb, std::int64_t re) { run(job, rb, re); });
   return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc),
-                       std::move(c_in));
+                       std::move(c_in), std::move(alt));
 }
 
 // How an emulated norm kernel forms its statistics and normalises.

@@ -4,10 +4,12 @@
 // sum kept in the input dtype, a dropped tail tile, `acc =` instead of `acc +=`, ...).
 //
 // Error model (docs/error-model.md), per output element:
-//   sum        c_acc = sum|x| * sqrt(len)           mean  c_acc = sum|x| / len * sqrt(len)
+//   sum        c_acc = sum|x| * sqrt(len)           mean  c_acc = sum|x| / len * sqrt(len),
+//                                                         c_in = |mean| (the sum held in the input dtype)
 //   amax       exact (c = 0)                        argmax  judged by index (see below)
 //   logsumexp  c_acc = |max| + |lse| + sqrt(len) + sum_k p_k |x_k - max|
 //   l2norm     c_acc = |out| * (2 + sqrt(len))      cumsum  c_acc = running sum|x| * sqrt(k + 1)
+//              (2 + max(sqrt(len), len/4) when every |x| of the row is equal: correlated rounding)
 // Every term is 0 where the reference is not finite; where an fp32 intermediate (sum|x|, sum x^2)
 // can exceed float32's range the term becomes that intermediate (overflow_guard).
 //
@@ -143,7 +145,15 @@ Result<std::vector<RefOutput>> reduce_reference(const RefContext& ctx, Red kind)
   });
   if (kind == Red::argmax) return single_output(DType::int64, a.out_shape, std::move(out));
   if (kind == Red::amax) return single_output(ctx.output_dtype(), a.out_shape, std::move(out));
-  return single_output(ctx.output_dtype(), a.out_shape, std::move(out), std::move(c_acc));
+  RefVec c_in;
+  if (kind == Red::mean) {
+    // PyTorch's mean is sum(x) / n with the sum held in the input dtype: one rounding of the sum,
+    // u_in·|sum| / n = u_in·|mean|, no cancellation after it. (A sum that overflows the input dtype
+    // is not covered: a mean of representable values returned as Inf is wrong.)
+    c_in = output_buffer(static_cast<std::int64_t>(out.size()));
+    for (std::size_t i = 0; i < out.size(); ++i) c_in[i] = finite(out[i]) ? std::fabs(out[i]) : 0.0;
+  }
+  return single_output(ctx.output_dtype(), a.out_shape, std::move(out), std::move(c_acc), std::move(c_in));
 }
 
 Result<std::vector<RefOutput>> l2norm_reference(const RefContext& ctx) {
@@ -153,15 +163,24 @@ Result<std::vector<RefOutput>> l2norm_reference(const RefContext& ctx) {
   const double eps = ctx.attr_float("eps");
   const double sqrt_len = std::sqrt(static_cast<double>(g.len));
   RefVec out(x.data.size()), c_acc(x.data.size());
+  // A sum of N equal terms does not average its rounding errors out: a running fp32 sum of them
+  // rounds the same way for long stretches, up to (N - 1)/2 u of the sum (N/4 u after the square
+  // root). PyTorch's vector_norm sums a stride-0 (expanded) row that way: measured N/8 u.
+  const double equal_terms = std::max(sqrt_len, static_cast<double>(g.len) / 4.0);
   for_rows(x.data, g, [&](std::int64_t r, const double* row) {
     double ss = 0.0;
-    for (std::int64_t k = 0; k < g.len; ++k) ss += row[k] * row[k];
+    bool equal = true;
+    for (std::int64_t k = 0; k < g.len; ++k) {
+      ss += row[k] * row[k];
+      equal &= std::fabs(row[k]) == std::fabs(row[0]);
+    }
     const double norm = std::sqrt(ss);
     const double denom = std::isnan(norm) || norm > eps ? norm : eps;  // clamp_min keeps NaN
+    const double growth = 2.0 + (equal ? equal_terms : sqrt_len);
     for (std::int64_t k = 0; k < g.len; ++k) {
       const double v = row[k] / denom;
       out[flat(g, r, k)] = v;
-      c_acc[flat(g, r, k)] = finite(v) ? overflow_guard(std::fabs(v) * (2.0 + sqrt_len), ss) : 0.0;
+      c_acc[flat(g, r, k)] = finite(v) ? overflow_guard(std::fabs(v) * growth, ss) : 0.0;
     }
   });
   return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc));
