@@ -61,6 +61,7 @@ inline EwParams read_params(const RefContext& ctx) {
 // fp64 references: value and c_acc (without the finiteness guard, applied by the driver).
 struct RefPoint {
   double value, c_acc;
+  double c_in = 0.0;  // what legitimately passes through the input dtype (0 for most ops)
 };
 using RefScalar = RefPoint (*)(double, const EwParams&);
 
@@ -111,8 +112,13 @@ inline RefPoint ref_leaky_relu(double x, const EwParams& p) {
 inline RefPoint ref_gelu(double x, const EwParams& p) {
   return gelu64(x, p.tanh_approx);
 }
+// PyTorch's own silu on bf16 and fp16 tensors is x / (1 + exp(-x)) with exp(-x) and 1 + exp(-x)
+// held in the input dtype (bit for bit over every bf16 value in [-10, 10]): two roundings of a
+// denominator >= 1, each at most u_in relative, with no cancellation after them: c_in = 2|silu|.
 inline RefPoint ref_silu(double x, const EwParams&) {
-  return silu64(x);
+  RefPoint r = silu64(x);
+  r.c_in = 2.0 * std::fabs(r.value);
+  return r;
 }
 inline RefPoint ref_sigmoid(double x, const EwParams&) {
   const double s = sigmoid64(x);

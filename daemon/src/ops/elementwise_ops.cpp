@@ -13,6 +13,7 @@
 #include "ops/elementwise_math.hpp"
 #include "ops/register.hpp"
 
+#include <atomic>
 #include <cmath>
 
 namespace gpuemu::ops {
@@ -27,18 +28,25 @@ Result<std::vector<RefOutput>> unary_reference(const RefContext& ctx) {
   const RefArg& x = ctx.input("x");
   const EwParams p = read_params(ctx);
   const auto n = static_cast<std::size_t>(x.numel());
-  RefVec out(n), c_acc(n);
+  RefVec out(n), c_acc(n), c_in(n);
+  std::atomic<bool> any_in{false};
   parallel_for(
       x.numel(),
       [&](std::int64_t b, std::int64_t e) {
+        bool in = false;
         for (auto i = static_cast<std::size_t>(b); i < static_cast<std::size_t>(e); ++i) {
           const RefPoint r = F(x.data[i], p);
+          const bool ok = finite(r.value) && finite(x.data[i]);
           out[i] = r.value;
-          c_acc[i] = finite(r.value) && finite(x.data[i]) ? r.c_acc : 0.0;
+          c_acc[i] = ok ? r.c_acc : 0.0;
+          c_in[i] = ok ? r.c_in : 0.0;
+          in |= c_in[i] != 0.0;
         }
+        if (in) any_in = true;
       },
       1 << 14);
-  return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc));
+  if (!any_in) c_in = RefVec();
+  return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc), std::move(c_in));
 }
 
 template <RefScalar F>
