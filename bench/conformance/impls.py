@@ -42,6 +42,11 @@ class Impl:
     styles: Tuple[str, ...] = ("native", "upcast")
     dtypes: Tuple[str, ...] = ALL_DTYPES
     note: str = ""
+    # What the implementation declares or needs: a precision policy (TF32 GEMMs), dims it supports
+    # (a backend's head sizes), backend flags set around each call.
+    precision: Optional[Dict[str, str]] = None
+    dims: Optional[Dict[str, List[int]]] = None
+    flags: Optional[Callable[[], Any]] = None  # () -> a context manager
 
 
 @dataclass(frozen=True)
@@ -63,9 +68,19 @@ class Variant:
     def run_op(self) -> Callable[[Args], Any]:
         fn = self.impl.fn
         dt = TORCH_DTYPES.get(self.dtype)
-        if self.style != "upcast":
-            return fn  # native: as is; composition: the function upcasts and casts back itself
-        return lambda args: _cast_outputs(fn(_upcast(args)), dt)
+        if self.style == "upcast":
+            inner = fn
+            fn = lambda args: _cast_outputs(inner(_upcast(args)), dt)  # noqa: E731
+        # native: as is; composition: the function upcasts and casts back itself
+        flags = self.impl.flags
+        if flags is None:
+            return fn
+
+        def with_flags(args: Args) -> Any:
+            with flags():
+                return fn(args)
+
+        return with_flags
 
 
 def _upcast(args: Args) -> Args:
@@ -98,7 +113,7 @@ def sdpa_fp32(args: Args) -> torch.Tensor:
     s = (q @ k.transpose(-1, -2)) * _scale(args, q.shape[-1])
     if args.get("causal"):
         lq, lk = s.shape[-2:]
-        s = s.masked_fill(torch.ones(lq, lk, dtype=torch.bool).triu(1), float("-inf"))
+        s = s.masked_fill(torch.ones(lq, lk, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
     return (torch.softmax(s, dim=-1) @ v).to(args["q"].dtype)
 
 
@@ -111,7 +126,7 @@ def decode_attention_fp32(args: Args) -> torch.Tensor:
         kc = kc.repeat_interleave(h // hkv, dim=1)
         vc = vc.repeat_interleave(h // hkv, dim=1)
     s = torch.einsum("bhd,bhld->bhl", q, kc) * _scale(args, q.shape[-1])
-    masked = torch.arange(length)[None, :] >= lens[:, None]
+    masked = torch.arange(length, device=lens.device)[None, :] >= lens[:, None]
     s = s.masked_fill(masked[:, None, :], float("-inf"))
     return torch.einsum("bhl,bhld->bhd", torch.softmax(s, dim=-1), vc).to(args["q"].dtype)
 
@@ -136,8 +151,9 @@ def rms_norm_fp32(args: Args) -> torch.Tensor:
 
 def _rope_angles(args: Args, length: int, d: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """HF's cache: inv_freq and positions in fp32, angles = outer(t, inv_freq), cos/sin in fp32."""
-    inv_freq = 1.0 / (args["theta"] ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
-    t = torch.arange(length, dtype=torch.float32) + float(args["offset"])
+    dev = args["x"].device
+    inv_freq = 1.0 / (args["theta"] ** (torch.arange(0, d, 2, dtype=torch.float32, device=dev) / d))
+    t = torch.arange(length, dtype=torch.float32, device=dev) + float(args["offset"])
     freqs = torch.outer(t, inv_freq)  # [L, D/2]
     return freqs.cos(), freqs.sin()
 
@@ -181,7 +197,7 @@ def fp8_quantize_fp32(args: Args) -> Any:
     from gpuemu.dtypes import to_bits
 
     q = torch.clamp(args["x"].float() / args["scale"].float(), -448.0, 448.0)
-    return (to_bits(q.double().numpy(), "float8_e4m3fn"), "float8_e4m3fn")
+    return (to_bits(q.double().cpu().numpy(), "float8_e4m3fn"), "float8_e4m3fn")
 
 
 def scaled_fp8_matmul_fp32(args: Args) -> torch.Tensor:
@@ -255,12 +271,19 @@ IMPLS: Tuple[Impl, ...] = (
 )
 
 
-def variants(ops: Optional[Sequence[str]] = None, dtypes: Optional[Sequence[str]] = None) -> List[Variant]:
-    """Every (implementation, style, dtype) of the table, in table order, for the schema's dtypes."""
+def variants(ops: Optional[Sequence[str]] = None, dtypes: Optional[Sequence[str]] = None,
+             device: str = "cpu") -> List[Variant]:
+    """Every (implementation, style, dtype) of the table, in table order, for the schema's dtypes;
+    on ``device="cuda"`` also the CUDA-only implementations of impls_cuda.py."""
     from gpuemu import op_schema
 
+    table = IMPLS
+    if device != "cpu":
+        from impls_cuda import CUDA_IMPLS
+
+        table = IMPLS + CUDA_IMPLS
     out: List[Variant] = []
-    for impl in IMPLS:
+    for impl in table:
         if ops and impl.op not in ops:
             continue
         schema_dtypes = op_schema(impl.op)["dtypes"]

@@ -40,7 +40,8 @@ def _unsupported(tb: Optional[str]) -> bool:
     return bool(tb) and "not implemented for" in tb
 
 
-def run_variant(key: Tuple[int, str, str], cases: int, seed: int, strategy: str) -> Dict[str, Any]:
+def run_variant(key: Tuple[int, str, str], cases: int, seed: int, strategy: str,
+                device: str = "cpu") -> Dict[str, Any]:
     """One fuzz run of one variant: the row of the table (JSON-able)."""
     import torch
 
@@ -48,16 +49,21 @@ def run_variant(key: Tuple[int, str, str], cases: int, seed: int, strategy: str)
     import gpuemu
     from impls import variants, varied_attrs
 
+    if device != "cpu":
+        from impls_cuda import ieee_defaults
+
+        ieee_defaults()
     index, op, dtype = key
-    v = [x for x in variants([op], [dtype])][index]
+    v = variants([op], [dtype], device)[index]
     t0 = time.perf_counter()
     res = gpuemu.fuzz_op_in_process(v.op, v.run_op(), iterations=cases, value_distribution=strategy,
-                                    dtypes=[dtype], seed=seed, framework="torch",
+                                    dtypes=[dtype], seed=seed, framework="torch", device=device,
+                                    dims=v.impl.dims, precision=v.impl.precision,
                                     vary_attrs=varied_attrs(v.op) or None, diagnose=False)
     row: Dict[str, Any] = {"op": v.op, "impl": v.impl.name, "style": v.style, "dtype": dtype,
                            "strategy": strategy, "seed": seed, "cases": res.total, "failed": res.failed,
                            "worst_ratio": res.worst_ratio, "worst_case": res.worst_index,
-                           "seconds": round(time.perf_counter() - t0, 2)}
+                           "seconds": round(time.perf_counter() - t0, 2), "device": device}
     if res.failures and all(_unsupported(f.traceback) for f in res.failures) and res.failed == res.total:
         row["unsupported"] = res.failures[0].traceback.strip().splitlines()[-1]
     row["failures"] = [{"index": f.index, "seed": f.seed, "dims": f.dims, "attrs": f.attrs, "layout": f.layout,
@@ -67,29 +73,41 @@ def run_variant(key: Tuple[int, str, str], cases: int, seed: int, strategy: str)
     return row
 
 
-def _job(args: Tuple[Tuple[int, str, str], int, int, str]) -> Dict[str, Any]:
+Job = Tuple[Tuple[int, str, str], int, int, str, str]
+
+
+def _job(args: Job) -> Dict[str, Any]:
     return run_variant(*args)
 
 
 def plan(ops: Optional[Sequence[str]], dtypes: Optional[Sequence[str]], strategies: Sequence[str],
-         seeds: int, cases: int) -> List[Tuple[Tuple[int, str, str], int, int, str]]:
+         seeds: int, cases: int, device: str = "cpu") -> List[Job]:
     from impls import variants
 
     jobs = []
     per_key: Dict[Tuple[str, str], int] = {}
-    for v in variants(ops, dtypes):
+    for v in variants(ops, dtypes, device):
         i = per_key.get((v.op, v.dtype), 0)
         per_key[(v.op, v.dtype)] = i + 1
         for strategy in strategies:
             for s in range(seeds):
-                jobs.append(((i, v.op, v.dtype), cases, MASTER_SEED_BASE + s, strategy))
+                jobs.append(((i, v.op, v.dtype), cases, MASTER_SEED_BASE + s, strategy, device))
     return jobs
 
 
-def summarize(rows: List[Dict[str, Any]]) -> Dict[Tuple[str, str, str, str, str], Dict[str, Any]]:
+def imprecise_table(device: str) -> Dict[Tuple[str, str, str], Any]:
+    """The known imprecise implementations of `device` (imprecise.py lists PyTorch 1.13's CPU ones)."""
+    if device != "cpu":
+        return {}
+    from imprecise import IMPRECISE
+
+    return IMPRECISE
+
+
+def summarize(rows: List[Dict[str, Any]], device: str = "cpu") -> Dict[Tuple[str, str, str, str, str], Dict[str, Any]]:
     """(op, impl, style, dtype, strategy) -> cases, failed, worst ratio over the seeds, and whether
     the variant is a known imprecise implementation (imprecise.py)."""
-    from imprecise import IMPRECISE
+    IMPRECISE = imprecise_table(device)
 
     table: Dict[Tuple[str, str, str, str, str], Dict[str, Any]] = {}
     for r in rows:
@@ -133,7 +151,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--seeds", type=int, default=5, help="master seeds per variant and strategy (default 5)")
     ap.add_argument("--cases", type=int, default=100, help="cases per run (default 100)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    ap.add_argument("--device", default="cpu", help="where the implementations run: cpu (default) or cuda")
     ap.add_argument("--json", help="write every run (JSON lines) here")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the runs already in --json and run only the missing ones")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ap.add_argument("--evidence", action="store_true",
                     help="print the demonstrations of the known imprecise implementations and exit")
@@ -148,16 +169,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   + ("" if holds else " (NO LONGER SHOWN: recheck this entry)"))
         return 0 if held else 1
 
-    from imprecise import IMPRECISE
     from impls import uncovered_ops
 
+    IMPRECISE = imprecise_table(a.device)
     missing = [] if a.ops else uncovered_ops()
-    jobs = plan(a.ops, a.dtypes, a.strategies, a.seeds, a.cases)
+    jobs = plan(a.ops, a.dtypes, a.strategies, a.seeds, a.cases, a.device)
     print(f"conformance sweep: {len(jobs)} runs of {a.cases} cases, {a.jobs} processes, "
           f"envelopes: {os.environ.get('GPUEMU_ENVELOPES', 'schemas/envelopes.json')}", file=sys.stderr)
     t0 = time.perf_counter()
     rows: List[Dict[str, Any]] = []
-    out = open(a.json, "w") if a.json else None
+    if a.resume and a.json and os.path.exists(a.json):
+        with open(a.json) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        done = {(r["op"], r["impl"], r["style"], r["dtype"], r["strategy"], r["seed"]) for r in rows}
+        from impls import variants
+
+        def key(job: Job) -> Tuple[Any, ...]:
+            (i, op, dt), _cases, seed, strategy, device = job
+            v = variants([op], [dt], device)[i]
+            return (op, v.impl.name, v.style, dt, strategy, seed)
+
+        jobs = [j for j in jobs if key(j) not in done]
+        print(f"resuming: {len(rows)} runs already done, {len(jobs)} to go", file=sys.stderr)
+    out = open(a.json, "a" if a.resume else "w") if a.json else None
     ctx = mp.get_context("spawn")
     with ctx.Pool(max(1, a.jobs)) as pool:
         for n, row in enumerate(pool.imap_unordered(_job, jobs), 1):
@@ -175,7 +209,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 print(f"  {n}/{len(jobs)} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     if out:
         out.close()
-    table = summarize(rows)
+    table = summarize(rows, a.device)
     print(markdown(table, a.strategies) if a.markdown else
           "\n".join(f"{k}: {v}" for k, v in sorted(table.items())))
     failed = sum(t["failed"] for t in table.values() if not t["imprecise"])
