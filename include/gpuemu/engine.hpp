@@ -128,6 +128,10 @@ class Engine {
 
   // The reference and verdict of given outputs for a case.
   Result<Verdict> judge_case(const TestCase& test_case, const std::vector<Tensor>& outputs) const;
+  // The verdicts of several candidate outputs for one case, against one reference computation
+  // (the fp64 reference dominates the cost of judging; bench/power judges a grid of mutants).
+  Result<std::vector<Verdict>> judge_candidates(
+      const TestCase& test_case, const std::vector<std::vector<Tensor>>& candidates) const;
 
   Result<Minimized> minimize(const std::string& op, const FuzzOptions& options, const TestCase& failing,
                              const KernelRunner& kernel, int max_evaluations = 200) const;

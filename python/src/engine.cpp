@@ -197,6 +197,33 @@ void register_engine(py::module_& m) {
         }
         return py_from_json(unwrap(e.judge_case(c, out)).to_json());
       })
+      .def("judge_many", [](const Engine& e, const TestCase& c, py::list candidates, bool with_outputs) {
+        std::vector<std::vector<Tensor>> all;
+        for (auto outputs : candidates) {
+          std::vector<Tensor> out;
+          for (auto item : outputs) {
+            auto pair = item.cast<py::tuple>();
+            out.push_back(tensor_from_array(pair[0].cast<py::array>(), dtype_from_name(pair[1].cast<std::string>()),
+                                            "output"));
+          }
+          all.push_back(std::move(out));
+        }
+        std::vector<Verdict> verdicts;
+        {
+          py::gil_scoped_release nogil;
+          verdicts = unwrap(e.judge_candidates(c, all));
+        }
+        py::list res;
+        for (const auto& v : verdicts) {
+          Json j = v.to_json();
+          if (!with_outputs) j.erase("outputs");
+          res.append(py_from_json(j));
+        }
+        return res;
+      }, py::arg("case"), py::arg("candidates"), py::arg("with_outputs") = false,
+         "The verdict of each candidate (a list of (array, dtype) outputs, as judge takes) for one case, "
+         "against one fp64 reference computation: [{passed, max_error, envelope, message, ...}]. "
+         "with_outputs: each verdict's per-output details too")
       .def("fuzz", [](const Engine& e, const std::string& op, py::function kernel, std::uint64_t seed,
                       std::int64_t iterations, py::object dtypes, const std::string& strategy, py::object dims,
                       py::object attrs, py::object vary_attrs, bool layouts, bool fail_fast, bool diagnose,

@@ -101,6 +101,36 @@ TEST(Verdict, MismatchesHaveTheirOwnMessages) {
   EXPECT_TRUE(v.passed) << v.message;
 }
 
+TEST(Verdict, CandidatesAgainstOneReferenceAreJudgedAsOneByOne) {
+  // judge_candidates (one reference, its rounding computed once) gives each candidate the
+  // verdict judge_case gives it: here in bfloat16, where the reference is rounded per element.
+  FuzzOptions o;
+  o.dtypes = {DType::bfloat16};
+  o.dims["N"] = {300};
+  auto c = CaseGenerator(softmax(), o).generate(3, 0).value();
+  auto ctx = make_ref_context(softmax(), c.inputs, c.attrs, c.dtype).value();
+  auto ref = run_reference(softmax(), ctx).value();
+  std::vector<std::vector<Tensor>> candidates;
+  for (double scale : {1.0, 1.0 + 0x1.0p-9, 1.0 + 0x1.0p-6}) {
+    auto vals = ref[0].value;
+    for (auto& v : vals) v *= scale;
+    candidates.push_back({Tensor::from_values(ref[0].dtype, ref[0].shape, vals)});
+  }
+  candidates.push_back({Tensor::zeros(ref[0].dtype, {1})});  // a shape mismatch
+  auto many = engine().judge_candidates(c, candidates);
+  ASSERT_TRUE(many.ok()) << many.error().message;
+  ASSERT_EQ(many->size(), candidates.size());
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    auto one = engine().judge_case(c, candidates[i]).value();
+    EXPECT_EQ((*many)[i].passed, one.passed) << i;
+    EXPECT_EQ((*many)[i].max_error, one.max_error) << i;
+    EXPECT_EQ((*many)[i].message, one.message) << i;
+  }
+  EXPECT_TRUE((*many)[0].passed);
+  EXPECT_FALSE((*many)[2].passed);
+  EXPECT_FALSE((*many)[3].passed);
+}
+
 TEST(Verdict, SpecialValuesJudgedByPropagation) {
   // A correct kernel fed NaN/Inf passes; "any NaN fails" would flag it.
   FuzzRequest req;
