@@ -101,9 +101,9 @@ TEST(Verdict, MismatchesHaveTheirOwnMessages) {
   EXPECT_TRUE(v.passed) << v.message;
 }
 
-TEST(Verdict, CandidatesAgainstOneReferenceAreJudgedAsOneByOne) {
-  // judge_candidates (one reference, its rounding computed once) gives each candidate the
-  // verdict judge_case gives it: here in bfloat16, where the reference is rounded per element.
+TEST(Verdict, CaseJudgeJudgesAsJudgeCase) {
+  // One reference (its rounding computed once) for many candidates gives each the verdict
+  // judge_case gives it: here in bfloat16, where the reference is rounded per element.
   FuzzOptions o;
   o.dtypes = {DType::bfloat16};
   o.dims["N"] = {300};
@@ -117,18 +117,20 @@ TEST(Verdict, CandidatesAgainstOneReferenceAreJudgedAsOneByOne) {
     candidates.push_back({Tensor::from_values(ref[0].dtype, ref[0].shape, vals)});
   }
   candidates.push_back({Tensor::zeros(ref[0].dtype, {1})});  // a shape mismatch
-  auto many = engine().judge_candidates(c, candidates);
-  ASSERT_TRUE(many.ok()) << many.error().message;
-  ASSERT_EQ(many->size(), candidates.size());
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    auto one = engine().judge_case(c, candidates[i]).value();
-    EXPECT_EQ((*many)[i].passed, one.passed) << i;
-    EXPECT_EQ((*many)[i].max_error, one.max_error) << i;
-    EXPECT_EQ((*many)[i].message, one.message) << i;
+  auto j = engine().case_judge(c);
+  ASSERT_TRUE(j.ok()) << j.error().message;
+  EXPECT_EQ(j->envelope(), engine().envelopes().get("softmax", DType::bfloat16));
+  std::vector<Verdict> many;
+  for (const auto& cand : candidates) {
+    many.push_back(j->judge(cand));
+    auto one = engine().judge_case(c, cand).value();
+    EXPECT_EQ(many.back().passed, one.passed);
+    EXPECT_EQ(many.back().max_error, one.max_error);
+    EXPECT_EQ(many.back().message, one.message);
   }
-  EXPECT_TRUE((*many)[0].passed);
-  EXPECT_FALSE((*many)[2].passed);
-  EXPECT_FALSE((*many)[3].passed);
+  EXPECT_TRUE(many[0].passed);
+  EXPECT_FALSE(many[2].passed);
+  EXPECT_FALSE(many[3].passed);
 }
 
 TEST(Verdict, SpecialValuesJudgedByPropagation) {

@@ -83,18 +83,18 @@ Result<Verdict> Engine::judge_case(const TestCase& c, const std::vector<Tensor>&
   return judge(*schema, ctx, ref, outputs, m_envelopes.get(c.op, c.dtype));
 }
 
-Result<std::vector<Verdict>> Engine::judge_candidates(
-    const TestCase& c, const std::vector<std::vector<Tensor>>& candidates) const {
-  GPUEMU_TRY(const OpSchema* schema, m_catalogue->get(c.op));
-  RefContext ctx = context_of(*schema, c);
-  GPUEMU_TRY(auto ref, run_reference(*schema, ctx));
-  const double envelope = m_envelopes.get(c.op, c.dtype);
-  const auto rounded = rounded_reference(ref);
-  std::vector<Verdict> verdicts;
-  verdicts.reserve(candidates.size());
-  for (const auto& outputs : candidates)
-    verdicts.push_back(judge(*schema, ctx, ref, outputs, envelope, &rounded));
-  return verdicts;
+Result<CaseJudge> Engine::case_judge(const TestCase& c) const {
+  CaseJudge j;
+  GPUEMU_TRY(j.m_schema, m_catalogue->get(c.op));
+  j.m_ctx = context_of(*j.m_schema, c);
+  GPUEMU_TRY(j.m_reference, run_reference(*j.m_schema, j.m_ctx));
+  j.m_rounded = rounded_reference(j.m_reference);
+  j.m_envelope = m_envelopes.get(c.op, c.dtype);
+  return j;
+}
+
+Verdict CaseJudge::judge(const std::vector<Tensor>& outputs) const {
+  return gpuemu::judge(*m_schema, m_ctx, m_reference, outputs, m_envelope, &m_rounded);
 }
 
 Result<CaseResult> Engine::run_case(const std::string& op, const FuzzOptions& options, const TestCase& c,
