@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from rounding import F32, Mutation
 
 LANES = 256   # per-lane accumulators of a row reduction (a Triton BLOCK of a looped sum)
-SCAN_BLOCK = 256  # the tile of a blocked scan
+SCAN_BLOCK = 256  # the tile of a blocked scan (its carry passes from tile to tile)
 BLOCK_K = 32  # the K tile of a GEMM / im2col convolution
 
 
@@ -42,32 +42,20 @@ def lane_sum(t: torch.Tensor, mut: Mutation, site: str, lanes: int = LANES) -> t
     return acc[..., 0]
 
 
-def _inclusive_scan(t: torch.Tensor, mut: Mutation, site: str) -> torch.Tensor:
-    """Hillis-Steele scan along the last dim (a power-of-two width), every level's add rounded."""
-    s = mut(t, site)
-    off = 1
-    while off < s.shape[-1]:
-        s = mut(s + F.pad(s[..., :-off], (off, 0)), site, temporary=True)
-        off *= 2
-    return s
-
-
 def blocked_scan(t: torch.Tensor, mut: Mutation, site: str, block: int = SCAN_BLOCK) -> torch.Tensor:
-    """Inclusive prefix sum over the last dim as a blocked GPU scan: each ``block`` scanned in
-    parallel (tl.cumsum's tree), the block totals scanned the same way into carries, and each
-    output = carry + local prefix. Every add is rounded at ``site``."""
+    """Inclusive prefix sum over the last dim as a blocked scan kernel: each ``block``-wide tile
+    scanned in fp32 (tl.cumsum), then out = carry + local prefix and carry = the tile's last out,
+    the tile's outputs and so the carry rounded at ``site`` (a running sum kept in fewer bits
+    from tile to tile). ``t`` carries the k dim."""
     n = t.shape[-1]
-    width = min(block, next_pow2(max(n, 1)))
-    tiles = -(-n // width) if n else 1
-    tp = F.pad(t, (0, tiles * width - n)).reshape(t.shape[:-1] + (tiles, width))
-    local = _inclusive_scan(tp, mut, site)
-    if tiles > 1:
-        totals = local[..., -1]
-        tw = next_pow2(tiles)
-        carry = _inclusive_scan(F.pad(totals, (0, tw - tiles)), mut, site)[..., :tiles]
-        carry = F.pad(carry[..., :-1], (1, 0))  # exclusive: the first block has no carry
-        local = mut(local + carry[..., None], site, temporary=True)
-    return local.reshape(local.shape[:-2] + (tiles * width,))[..., :n]
+    outs = []
+    carry = None
+    for s in range(0, max(n, 1), block):
+        local = torch.cumsum(t[..., s:s + block], dim=-1)
+        out = mut(local if carry is None else carry[..., None] + local, site, temporary=True)
+        carry = out[..., -1]
+        outs.append(out)
+    return torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]
 
 
 def k_loop(a: torch.Tensor, b: torch.Tensor, mut: Mutation, site: str, operand_site: Optional[str] = None,

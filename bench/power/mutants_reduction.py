@@ -2,7 +2,8 @@
 softmax, log_softmax, cross_entropy.
 
 Row sums use accumulate.lane_sum (256 per-lane fp32 accumulators, then a tree), scans
-accumulate.blocked_scan; the mutation rounds every add of those accumulators. The softmax family
+accumulate.blocked_scan (256-wide tiles and a carry); the mutation rounds every add of the row
+sums' accumulators, and the scan's running sum where it crosses from tile to tile. The softmax family
 is the two-pass kernel: the row max (exact, not mutated: a rounded max used in both the numerator
 and the denominator cancels), then the denominator sum of exp(x - max) in the lane accumulators
 (``denominator``), then the row's log-sum-exp where the op stores one (``lse``).
@@ -105,8 +106,8 @@ KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
     MutableKernel("sum", "per-lane fp32 accumulators, tree across lanes", {"accumulator": ACC}, _sum),
     MutableKernel("mean", "per-lane fp32 accumulators, tree across lanes, / N",
                   {"accumulator": ACC + ", and the division by N"}, _mean),
-    MutableKernel("cumsum", "blocked scan: 256-wide tree scans, block totals scanned into carries",
-                  {"accumulator": "every add of the block scans, of the carry scan and of carry + local prefix"},
+    MutableKernel("cumsum", "blocked scan: each 256-wide tile scanned in fp32, plus the carry of the tiles before",
+                  {"accumulator": "carry + the tile's local prefix (each output, and the carry it passes on)"},
                   _cumsum),
     MutableKernel("softmax", "two-pass: row max, lane-accumulated sum of exp(x - max), exp(x - max) / sum",
                   {"denominator": DENOMINATOR}, _softmax),
