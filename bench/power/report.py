@@ -69,7 +69,11 @@ def _curve(op: str, dtype: str, sites: List[str], rs: List[Dict[str, Any]]) -> D
         "sites_reached": sorted({s for r in rs for s in r.get("sites_reached", [])}),
         "seconds": round(sum(r.get("seconds", 0.0) for r in rs), 1),
     }
+    entry["control_worst_case"] = _worst_cases(judged, 1, failing_only=False, limit=1)
     if k_star is not None:
+        entry["caught_at_k_star"] = _worst_cases(judged, k_star, failing_only=True, limit=10)
+        entry["escaped_at_half_k_star"] = (_worst_cases(judged, k_star // 2, failing_only=False, limit=5)
+                                          if k_star > 1 else [])
         at = curve[ks.index(k_star)]
         entry["worst_at_k_star"] = at["worst"]
         entry["runs_at_k_star"] = at["runs"]
@@ -84,6 +88,22 @@ def _curve(op: str, dtype: str, sites: List[str], rs: List[Dict[str, Any]]) -> D
         entry["worst_at_k_star"] = entry["rate_at_k_star"] = entry["rate_below_k_star"] = None
         entry["margin"] = entry["escaped_ratio"] = entry["runs_at_k_star"] = None
     return entry
+
+
+def _worst_cases(runs: List[Dict[str, Any]], k: int, failing_only: bool, limit: int) -> List[Dict[str, Any]]:
+    """The cases with the largest error at k (``gpuemu fuzz OP --seed SEED --case INDEX`` replays
+    each): their seed, index, dims, attrs, non-contiguous layouts and error."""
+    found = []
+    for r in runs:
+        if k not in r["ks"]:
+            continue
+        j = r["ks"].index(k)
+        info = r.get("case_info") or [{} for _ in r["errors"]]
+        for e, f, c in zip(r["errors"], r["failed"], info):
+            if f[j] or not failing_only:
+                found.append({"seed": r["seed"], **c, "error": e[j]})
+    found.sort(key=lambda c: -c["error"])
+    return found[:limit]
 
 
 def margin_flag(e: Dict[str, Any]) -> str:
