@@ -107,6 +107,23 @@ struct CalibrationResult {
   Json to_json() const;
 };
 
+// One case's fp64 reference (and its rounding to the output dtypes), computed once, against
+// which any number of candidate outputs are judged exactly as judge_case judges them: a grid of
+// mutants of one kernel (bench/power) costs one reference instead of one per mutant.
+class CaseJudge {
+ public:
+  Verdict judge(const std::vector<Tensor>& outputs) const;
+  double envelope() const { return m_envelope; }
+
+ private:
+  friend class Engine;
+  const OpSchema* m_schema = nullptr;
+  RefContext m_ctx;
+  std::vector<RefOutput> m_reference;
+  std::vector<std::vector<double>> m_rounded;
+  double m_envelope = 0.0;
+};
+
 class Engine {
  public:
   Engine(std::shared_ptr<const Catalogue> catalogue, EnvelopeTable envelopes);
@@ -128,6 +145,8 @@ class Engine {
 
   // The reference and verdict of given outputs for a case.
   Result<Verdict> judge_case(const TestCase& test_case, const std::vector<Tensor>& outputs) const;
+  // The case's reference, computed once, for judging any number of candidate outputs.
+  Result<CaseJudge> case_judge(const TestCase& test_case) const;
 
   Result<Minimized> minimize(const std::string& op, const FuzzOptions& options, const TestCase& failing,
                              const KernelRunner& kernel, int max_evaluations = 200) const;

@@ -50,8 +50,14 @@ double normalised_error(double out, double ref, double c_acc, double c_in, DType
 // float64, whose stand-in is not a finite double.
 double inf_stand_in(DType dtype);
 
-// Judges `outputs` (what the kernel returned, any layout) against the reference.
+// Each reference output's values rounded to its dtype (what every element is compared with):
+// computed once where several candidates are judged against one reference.
+std::vector<std::vector<double>> rounded_reference(const std::vector<RefOutput>& reference);
+
+// Judges `outputs` (what the kernel returned, any layout) against the reference. `rounded`, when
+// given, is rounded_reference(reference).
 Verdict judge(const OpSchema& schema, const RefContext& ctx, const std::vector<RefOutput>& reference,
-              const std::vector<Tensor>& outputs, double envelope);
+              const std::vector<Tensor>& outputs, double envelope,
+              const std::vector<std::vector<double>>* rounded = nullptr);
 
 }  // namespace gpuemu

@@ -118,6 +118,24 @@ T unwrap(Result<T> r) {
   return std::move(r).value();
 }
 
+// A candidate's verdict as a dict (the per-output details only when asked for); the candidate's
+// tensors and per-element errors are freed before the next one is converted.
+py::object judge_outputs(const CaseJudge& j, py::handle outputs, bool with_outputs) {
+  std::vector<Tensor> out;
+  for (auto item : outputs) {
+    auto pair = item.cast<py::tuple>();
+    out.push_back(tensor_from_array(pair[0].cast<py::array>(), dtype_from_name(pair[1].cast<std::string>()),
+                                    "output"));
+  }
+  Json v;
+  {
+    py::gil_scoped_release nogil;
+    v = j.judge(out).to_json();
+  }
+  if (!with_outputs) v.erase("outputs");
+  return py_from_json(v);
+}
+
 }  // namespace
 
 void register_engine(py::module_& m) {
@@ -159,6 +177,14 @@ void register_engine(py::module_& m) {
         return d;
       });
 
+  py::class_<CaseJudge>(m, "CaseJudge")
+      .def_property_readonly("envelope", &CaseJudge::envelope)
+      .def("judge", [](const CaseJudge& j, py::list outputs, bool with_outputs) {
+        return judge_outputs(j, outputs, with_outputs);
+      }, py::arg("outputs"), py::arg("with_outputs") = false,
+         "The verdict of one candidate's outputs ([(array, dtype)], as Engine.judge takes) against the "
+         "reference computed once: {passed, max_error, envelope, message}");
+
   py::class_<Engine>(m, "Engine")
       .def(py::init([] { return unwrap(Engine::create_default()); }))
       .def("builtin_kernels", &Engine::builtin_kernel_names)
@@ -197,6 +223,21 @@ void register_engine(py::module_& m) {
         }
         return py_from_json(unwrap(e.judge_case(c, out)).to_json());
       })
+      .def("case_judge", [](const Engine& e, const TestCase& c) {
+        py::gil_scoped_release nogil;
+        return unwrap(e.case_judge(c));
+      }, py::arg("case"),
+         "The case's fp64 reference, computed once: CaseJudge.judge(outputs) then judges any number "
+         "of candidate outputs as judge(case, outputs) would")
+      .def("judge_many", [](const Engine& e, const TestCase& c, py::list candidates, bool with_outputs) {
+        const CaseJudge j = unwrap(e.case_judge(c));
+        py::list res;
+        for (auto outputs : candidates) res.append(judge_outputs(j, outputs, with_outputs));
+        return res;
+      }, py::arg("case"), py::arg("candidates"), py::arg("with_outputs") = false,
+         "The verdict of each candidate (a list of (array, dtype) outputs, as judge takes) for one case, "
+         "against one fp64 reference computation: [{passed, max_error, envelope, message}]; "
+         "with_outputs: each verdict's per-output details too")
       .def("fuzz", [](const Engine& e, const std::string& op, py::function kernel, std::uint64_t seed,
                       std::int64_t iterations, py::object dtypes, const std::string& strategy, py::object dims,
                       py::object attrs, py::object vary_attrs, bool layouts, bool fail_fast, bool diagnose,

@@ -174,6 +174,38 @@ TEST(Verdict, MismatchesHaveTheirOwnMessages) {
   EXPECT_TRUE(v.passed) << v.message;
 }
 
+TEST(Verdict, CaseJudgeJudgesAsJudgeCase) {
+  // One reference (its rounding computed once) for many candidates gives each the verdict
+  // judge_case gives it: here in bfloat16, where the reference is rounded per element.
+  FuzzOptions o;
+  o.dtypes = {DType::bfloat16};
+  o.dims["N"] = {300};
+  auto c = CaseGenerator(softmax(), o).generate(3, 0).value();
+  auto ctx = make_ref_context(softmax(), c.inputs, c.attrs, c.dtype).value();
+  auto ref = run_reference(softmax(), ctx).value();
+  std::vector<std::vector<Tensor>> candidates;
+  for (double scale : {1.0, 1.0 + 0x1.0p-9, 1.0 + 0x1.0p-6}) {
+    auto vals = ref[0].value;
+    for (auto& v : vals) v *= scale;
+    candidates.push_back({Tensor::from_values(ref[0].dtype, ref[0].shape, vals)});
+  }
+  candidates.push_back({Tensor::zeros(ref[0].dtype, {1})});  // a shape mismatch
+  auto j = engine().case_judge(c);
+  ASSERT_TRUE(j.ok()) << j.error().message;
+  EXPECT_EQ(j->envelope(), engine().envelopes().get("softmax", DType::bfloat16));
+  std::vector<Verdict> many;
+  for (const auto& cand : candidates) {
+    many.push_back(j->judge(cand));
+    auto one = engine().judge_case(c, cand).value();
+    EXPECT_EQ(many.back().passed, one.passed);
+    EXPECT_EQ(many.back().max_error, one.max_error);
+    EXPECT_EQ(many.back().message, one.message);
+  }
+  EXPECT_TRUE(many[0].passed);
+  EXPECT_FALSE(many[2].passed);
+  EXPECT_FALSE(many[3].passed);
+}
+
 TEST(Verdict, SpecialValuesJudgedByPropagation) {
   // A correct kernel fed NaN/Inf passes; "any NaN fails" would flag it.
   FuzzRequest req;

@@ -83,6 +83,20 @@ Result<Verdict> Engine::judge_case(const TestCase& c, const std::vector<Tensor>&
   return judge(*schema, ctx, ref, outputs, m_envelopes.get(c.op, c.dtype));
 }
 
+Result<CaseJudge> Engine::case_judge(const TestCase& c) const {
+  CaseJudge j;
+  GPUEMU_TRY(j.m_schema, m_catalogue->get(c.op));
+  j.m_ctx = context_of(*j.m_schema, c);
+  GPUEMU_TRY(j.m_reference, run_reference(*j.m_schema, j.m_ctx));
+  j.m_rounded = rounded_reference(j.m_reference);
+  j.m_envelope = m_envelopes.get(c.op, c.dtype);
+  return j;
+}
+
+Verdict CaseJudge::judge(const std::vector<Tensor>& outputs) const {
+  return gpuemu::judge(*m_schema, m_ctx, m_reference, outputs, m_envelope, &m_rounded);
+}
+
 Result<CaseResult> Engine::run_case(const std::string& op, const FuzzOptions& options, const TestCase& c,
                                     const KernelRunner& kernel) const {
   (void)options;
