@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The GPU suites, on the GPU machine, after scripts/gpu/build.sh. Results go to $OUT (default
+# /tmp/gpuemu-gpu-out): Markdown tables, JSON lines and logs, each naming the commit it ran at.
+#
+#   scripts/gpu/run.sh lint          the C++ lint tests that need a disassembler, and gpuemu lint on the
+#                                    corpus's Triton cubins against cuobjdump -res-usage
+#   scripts/gpu/run.sh corpus        the Triton / CuPy / JAX corpus (bench/gpu/corpus.py)
+#   scripts/gpu/run.sh conformance   the Conformance sweep on CUDA (bench/conformance/sweep.py --device cuda)
+#   scripts/gpu/run.sh all           all three
+#
+# CORPUS_JOBS, CORPUS_DEADLINE, SWEEP_SEEDS, SWEEP_CASES, SWEEP_JOBS tune the runs.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+source scripts/gpu/env.sh
+OUT=${OUT:-/tmp/gpuemu-gpu-out}
+mkdir -p "$OUT"
+export GPUEMU_COMMIT=${GPUEMU_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || cat .gpu-commit 2>/dev/null || echo unknown)}
+export XLA_PYTHON_CLIENT_PREALLOCATE=false  # JAX shares the GPU with torch and CuPy
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/gpuemu-triton-cache}
+status=0
+
+[ -x "$GPUEMU_BIN_DIR/gpuemu" ] || { echo "run.sh: $GPUEMU_BIN_DIR/gpuemu is not built (scripts/gpu/build.sh)" >&2; exit 1; }
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1
+  python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
+  echo "commit $GPUEMU_COMMIT"; } > "$OUT/machine.txt" 2>&1
+"$GPUEMU_BIN_DIR/gpuemu" daemon start >/dev/null 2>&1 || true
+
+phase() { echo "== $1 ($(date -u +%H:%M:%S))"; }
+what=${1:-all}
+if [ "$what" = corpus ] || [ "$what" = all ]; then
+  phase corpus
+  python3 bench/gpu/corpus.py --json "$OUT/corpus.jsonl" --markdown "$OUT/corpus.md" \
+    --jobs "${CORPUS_JOBS:-10}" --deadline "${CORPUS_DEADLINE:-0}" > "$OUT/corpus.log" 2>&1 || status=1
+  tail -5 "$OUT/corpus.md" 2>/dev/null
+fi
+if [ "$what" = conformance ] || [ "$what" = all ]; then
+  phase conformance
+  python3 bench/conformance/sweep.py --device cuda --seeds "${SWEEP_SEEDS:-2}" --cases "${SWEEP_CASES:-100}" \
+    --jobs "${SWEEP_JOBS:-12}" --json "$OUT/conformance_cuda.jsonl" --markdown > "$OUT/conformance_cuda.md" 2> "$OUT/conformance_cuda.log" || status=1
+  tail -5 "$OUT/conformance_cuda.md"
+fi
+if [ "$what" = lint ] || [ "$what" = all ]; then
+  phase lint
+  if [ -x "$GPUEMU_GPU_BUILD/bin/gpuemu_cpp_tests" ]; then
+    "$GPUEMU_GPU_BUILD/bin/gpuemu_cpp_tests" --gtest_filter='Lint*' > "$OUT/lint_tests.log" 2>&1 || status=1
+    grep -E "PASSED|FAILED|SKIPPED|tests ran" "$OUT/lint_tests.log" | tail -6
+  fi
+  if ! ls "$TRITON_CACHE_DIR"/*/*.cubin >/dev/null 2>&1; then  # the corpus did not run: compile some kernels
+    python3 -c 'import sys; sys.argv=["x","--json","/dev/null","--only","softmax (tutorial","matmul (tl.dot","flash attention fwd","--iterations","3"]; import corpus; corpus.main()' >/dev/null 2>&1
+  fi
+  nvcc -arch=sm_90 -cubin -o /tmp/kernels_sm90.cubin tests/data/lint/kernels.cu 2>/dev/null
+  python3 bench/gpu/lint_check.py "$GPUEMU_BIN_DIR/gpuemu" "$TRITON_CACHE_DIR" /tmp/kernels_sm90.cubin \
+    --json "$OUT/lint.json" --markdown "$OUT/lint.md" > "$OUT/lint.log" 2>&1 || status=1
+  tail -2 "$OUT/lint.md"
+fi
+"$GPUEMU_BIN_DIR/gpuemu" daemon stop >/dev/null 2>&1 || true
+exit $status
