@@ -92,6 +92,9 @@ def plan(ops: Optional[Sequence[str]], dtypes: Optional[Sequence[str]], strategi
         for strategy in strategies:
             for s in range(seeds):
                 jobs.append(((i, v.op, v.dtype), cases, MASTER_SEED_BASE + s, strategy, device))
+    # seed-major: a sweep cut short (or resumed across sessions) has covered every op and strategy
+    # under its first seeds rather than a few ops under all of them
+    jobs.sort(key=lambda j: j[2])
     return jobs
 
 
@@ -156,9 +159,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--resume", action="store_true",
                     help="keep the runs already in --json and run only the missing ones")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    ap.add_argument("--report", action="store_true",
+                    help="print the Markdown table of the runs in --json (a finished or partial sweep) and exit")
     ap.add_argument("--evidence", action="store_true",
                     help="print the demonstrations of the known imprecise implementations and exit")
     a = ap.parse_args(argv)
+    if a.report:
+        with open(a.json) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        table = summarize(rows, a.device)
+        print(f"{len(rows)} runs of {sorted({r['cases'] for r in rows})} cases, seeds "
+              f"{sorted({r['seed'] for r in rows})}\n")
+        print(markdown(table, a.strategies))
+        return 1 if sum(t["failed"] for t in table.values() if not t["imprecise"]) else 0
     if a.evidence:
         from imprecise import IMPRECISE, evidence
 

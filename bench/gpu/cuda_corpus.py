@@ -15,7 +15,7 @@ extern "C" __global__ void softmax_rows(const float* x, float* y, int n, long lo
   const float* xr = x + blockIdx.x * sxr;
   float* yr = y + (long long)blockIdx.x * n;
   int stride = one_per_thread ? n : blockDim.x;  // the bug: each thread takes one element only
-  float m = -INFINITY;
+  float m = __int_as_float(0xff800000);  // -inf
   for (int c = threadIdx.x; c < n; c += (one_per_thread ? n + blockDim.x : stride)) m = fmaxf(m, xr[c * sxc]);
   red[threadIdx.x] = m;
   __syncthreads();

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 Args = Dict[str, Any]
-NEG_INF = float("-inf")
+NEG_INF = tl.constexpr(float("-inf"))
 
 
 def _warps(block: int) -> int:

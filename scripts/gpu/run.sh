@@ -36,9 +36,15 @@ if [ "$what" = corpus ] || [ "$what" = all ]; then
 fi
 if [ "$what" = conformance ] || [ "$what" = all ]; then
   phase conformance
-  python3 bench/conformance/sweep.py --device cuda --seeds "${SWEEP_SEEDS:-2}" --cases "${SWEEP_CASES:-100}" \
-    --jobs "${SWEEP_JOBS:-12}" --json "$OUT/conformance_cuda.jsonl" --markdown > "$OUT/conformance_cuda.md" 2> "$OUT/conformance_cuda.log" || status=1
-  tail -5 "$OUT/conformance_cuda.md"
+  # SWEEP_SECONDS bounds the run (the runs finished by then are kept; --resume with SWEEP_JSON
+  # continues a sweep carried from an earlier run)
+  json=${SWEEP_JSON:-$OUT/conformance_cuda.jsonl}
+  [ "$json" = "$OUT/conformance_cuda.jsonl" ] || cp "$json" "$OUT/conformance_cuda.jsonl"
+  timeout "${SWEEP_SECONDS:-3600}" python3 bench/conformance/sweep.py --device cuda --seeds "${SWEEP_SEEDS:-5}" \
+    --cases "${SWEEP_CASES:-100}" --jobs "${SWEEP_JOBS:-12}" --json "$OUT/conformance_cuda.jsonl" --resume \
+    > /dev/null 2> "$OUT/conformance_cuda.log"
+  python3 bench/conformance/sweep.py --device cuda --report --json "$OUT/conformance_cuda.jsonl" > "$OUT/conformance_cuda.md" || status=1
+  head -1 "$OUT/conformance_cuda.md"; grep -c '^FAIL' "$OUT/conformance_cuda.log" || true
 fi
 if [ "$what" = lint ] || [ "$what" = all ]; then
   phase lint
