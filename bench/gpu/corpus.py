@@ -43,10 +43,12 @@ class Entry:
     dtypes: Tuple[str, ...] = ALL
     bug_dtypes: Tuple[str, ...] = ALL  # where the bug changes the result
     framework: str = "torch"
-    fuzz: Dict[str, Any] = field(default_factory=dict)  # present / precision / attrs / dims
+    fuzz: Dict[str, Any] = field(default_factory=dict)  # present / precision / attrs / vary_attrs / dims
+    iterations: int = 0  # cases per run (0: --iterations)
 
 
 T = "triton_corpus"
+ATTN_ATTRS = ["causal", "scale", "enable_gqa"]
 ENTRIES: List[Entry] = [
     # correct kernels
     Entry("softmax (tutorial, one block per row)", "softmax", f"{T}:softmax"),
@@ -57,7 +59,7 @@ ENTRIES: List[Entry] = [
     Entry("matmul (tl.dot, ieee for fp32)", "matmul", f"{T}:matmul"),
     Entry("matmul fp32 tf32 (declared: precision tf32)", "matmul", f"{T}:matmul", {"precision": "tf32"},
           dtypes=("float32",), fuzz={"precision": {"matmul": "tf32"}}),
-    Entry("flash attention fwd", "flash_attention", f"{T}:attention"),
+    Entry("flash attention fwd", "flash_attention", f"{T}:attention", fuzz={"vary_attrs": ATTN_ATTRS}, iterations=60),
     Entry("gelu (erf / tanh)", "gelu", f"{T}:gelu"),
     Entry("silu", "silu", f"{T}:silu"),
     Entry("swiglu", "swiglu", f"{T}:swiglu"),
@@ -89,11 +91,11 @@ ENTRIES: List[Entry] = [
     Entry("matmul fp32: Triton's default tf32, undeclared", "matmul", f"{T}:matmul", {"precision": "tf32"},
           bug="reduced_precision_undeclared", dtypes=("float32",), bug_dtypes=("float32",)),
     Entry("flash attention: no 1/sqrt(D)", "flash_attention", f"{T}:attention", {"no_scale": True},
-          bug="missing_scale"),
+          bug="missing_scale", fuzz={"vary_attrs": ATTN_ATTRS}),
     Entry("flash attention: acc not rescaled", "flash_attention", f"{T}:attention", {"no_rescale": True},
-          bug="online_no_rescale"),
+          bug="online_no_rescale", fuzz={"vary_attrs": ATTN_ATTRS}),
     Entry("flash attention: causal j < i", "flash_attention", f"{T}:attention", {"causal_strict": True},
-          bug="mask_off_by_one"),
+          bug="mask_off_by_one", fuzz={"vary_attrs": ATTN_ATTRS}),
     Entry("gelu: tanh form for approximate='none'", "gelu", f"{T}:gelu", {"tanh_for_erf": True},
           bug="wrong_formula", bug_dtypes=("float32",)),
     Entry("swiglu: silu on up, not gate", "swiglu", f"{T}:swiglu", {"swapped": True}, bug="wrong_operand"),
@@ -269,7 +271,7 @@ def run_one(job: Tuple[int, str, int, int]) -> Dict[str, Any]:
 
         fn = _resolve(e)
         t0 = time.perf_counter()
-        res = gpuemu.Client().fuzz_op_client_side(e.op, fn, iterations=iterations, dtypes=[dtype], seed=seed,
+        res = gpuemu.Client().fuzz_op_client_side(e.op, fn, iterations=e.iterations or iterations, dtypes=[dtype], seed=seed,
                                                   framework=e.framework, device="cuda",
                                                   fail_fast=bool(e.bug), **e.fuzz)
         row.update({"cases": res.total, "failed": res.failed, "first_failure": res.first_failure,

@@ -213,8 +213,13 @@ class Client:
 
     # --- cases ----------------------------------------------------------------------------------
     @staticmethod
-    def _options(dtypes, value_distribution, dims, attrs, layouts, present=None, precision=None) -> Dict[str, Any]:
+    def _options(dtypes, value_distribution, dims, attrs, layouts, present=None, precision=None,
+                 vary_attrs=None) -> Dict[str, Any]:
         o: Dict[str, Any] = {"distribution": value_distribution, "layouts": bool(layouts)}
+        if vary_attrs:
+            if isinstance(vary_attrs, str) or not all(isinstance(a, str) for a in vary_attrs):
+                raise errors.ValidationError(f"vary_attrs must be a list of attr names, got {vary_attrs!r}")
+            o["vary_attrs"] = list(vary_attrs)
         if dtypes is not None:
             o["dtypes"] = [dtypes] if isinstance(dtypes, str) else list(dtypes)
         if dims is not None:
@@ -357,17 +362,20 @@ class Client:
                             fail_fast: bool = False, progress: Optional[Callable[[int, int], None]] = None,
                             check_determinism: bool = False, diagnose_limit: int = 3,
                             present: Optional[Dict[str, bool]] = None,
-                            precision: Optional[Dict[str, str]] = None) -> FuzzResults:
+                            precision: Optional[Dict[str, str]] = None,
+                            vary_attrs: Optional[Sequence[str]] = None) -> FuzzResults:
         """Fuzzes ``op`` against ``run_op`` run here (docs/python.md). ``run_op`` gets every input by
         its schema name as a ``framework`` tensor on ``device`` with the case's real strides (an
         optional input the case leaves out as ``None``), and every attr by name; it returns a
         tensor (or a tuple for multi-output ops). ``present`` pins optional inputs the kernel
         always (``True``) or never (``False``) takes (``{"weight": True, "bias": True}``);
-        ``precision`` declares reduced-precision GEMM operands (``{"matmul": "tf32"}``). The
+        ``precision`` declares reduced-precision GEMM operands (``{"matmul": "tf32"}``);
+        ``vary_attrs`` names attrs drawn from their schema values case by case (``["causal"]``:
+        without it every attr keeps its default or its ``attrs`` value). The
         first ``diagnose_limit`` failures the daemon judged are diagnosed here, by re-running
         ``run_op`` on the engine's probes, and stored with that diagnosis."""
         fw = self._framework(framework)
-        options = self._options(dtypes, value_distribution, dims, attrs, layouts, present, precision)
+        options = self._options(dtypes, value_distribution, dims, attrs, layouts, present, precision, vary_attrs)
         kernel = _kernel_identity(run_op)
         kernel["framework"] = fw  # what the kernel was handed (an editor's repro script needs it)
         t0 = time.perf_counter()
@@ -550,13 +558,14 @@ class Client:
                        attrs: Optional[Dict[str, Any]] = None, layouts: bool = True,
                        value_distribution: str = "adversarial", start_index: int = 0,
                        present: Optional[Dict[str, bool]] = None,
-                       precision: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
+                       precision: Optional[Dict[str, str]] = None,
+                       vary_attrs: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
         """``count`` cases as dicts {seed, index, dtype, inputs, attrs, dims, layout}; hand the
         kernel's output for one back with :meth:`submit_output`. ``inputs`` holds every input of
         the op by name, ``None`` for an optional one the case leaves out; ``present`` and
         ``precision`` as in :meth:`fuzz_op_client_side`."""
         fw = self._framework(framework)
-        options = self._options(dtypes, value_distribution, dims, attrs, layouts, present, precision)
+        options = self._options(dtypes, value_distribution, dims, attrs, layouts, present, precision, vary_attrs)
         out = []
         done = 0
         master = seed
