@@ -37,13 +37,19 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("gpuemu")
     ap.add_argument("inputs", nargs="+", type=Path, help="Triton cache directories or cubins")
+    ap.add_argument("--per-kernel", type=int, default=1,
+                    help="cubins per kernel name (a Triton cache holds one per specialisation: thousands)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--markdown", type=Path)
     a = ap.parse_args()
     cuobjdump = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
     cubins: List[Path] = []
+    taken: Dict[str, int] = {}
     for p in a.inputs:
-        cubins += sorted(p.rglob("*.cubin")) if p.is_dir() else [p]
+        for c in (sorted(p.rglob("*.cubin")) if p.is_dir() else [p]):
+            if taken.get(c.stem, 0) < a.per_kernel:
+                taken[c.stem] = taken.get(c.stem, 0) + 1
+                cubins.append(c)
     rows = []
     for cubin in cubins:
         rep = json.loads(subprocess.run([a.gpuemu, "lint", "--json", str(cubin)], capture_output=True, text=True).stdout
