@@ -108,6 +108,35 @@ def test_present_must_be_a_dict_of_bools(daemon):
         Client().get_test_batch("layer_norm", count=1, seed=1, present={"weight": "yes"})
 
 
+def test_vary_attrs_draws_attrs_the_client_would_otherwise_keep_at_their_defaults(daemon):
+    """An attention kernel with a causal-mask bug passes when causal stays False (the default);
+    vary_attrs draws it from the schema's values, in fuzz_op_client_side and get_test_batch."""
+
+    def causal_off_by_one(i):  # j < i instead of j <= i: row 0 attends nothing (NaN)
+        q, k, v = i["q"].float(), i["k"].float(), i["v"].float()
+        s = (q @ k.transpose(-1, -2)) * (i["scale"] or q.shape[-1] ** -0.5)
+        if i["causal"]:
+            lq, lk = s.shape[-2:]
+            s = s.masked_fill(torch.ones(lq, lk, dtype=torch.bool).triu(0), float("-inf"))
+        return (torch.softmax(s, -1) @ v).to(i["q"].dtype)
+
+    client = Client()
+    kw = dict(iterations=12, seed=7, framework="torch", dims={"Lq": [8, 40], "Lk": [8, 40], "D": [16], "H": [2],
+                                                              "Hkv": [2], "B": [1]})
+    assert client.fuzz_op_client_side("flash_attention", causal_off_by_one, **kw).ok
+    res = client.fuzz_op_client_side("flash_attention", causal_off_by_one, vary_attrs=["causal"], **kw)
+    assert not res.ok
+    assert all(f.attrs["causal"] for f in res.failures)
+    batch = client.get_test_batch("flash_attention", count=16, seed=3, vary_attrs=["causal"], dims=kw["dims"])
+    assert {c["attrs"]["causal"] for c in batch} == {False, True}
+    assert {c["attrs"]["causal"] for c in client.get_test_batch("flash_attention", count=16, seed=3,
+                                                                 dims=kw["dims"])} == {False}
+    with pytest.raises(ValidationError, match="vary_attrs"):
+        client.get_test_batch("flash_attention", count=1, seed=1, vary_attrs="causal")
+    with pytest.raises(ValidationError, match="has no attr 'nope'"):
+        client.get_test_batch("flash_attention", count=1, seed=1, vary_attrs=["nope"])
+
+
 # --- in process ------------------------------------------------------------------------------------
 
 def test_in_process_classifies_absent_inputs_with_probes():
