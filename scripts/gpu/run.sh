@@ -5,7 +5,8 @@
 #   scripts/gpu/run.sh lint          the C++ lint tests that need a disassembler, and gpuemu lint on the
 #                                    corpus's Triton cubins against cuobjdump -res-usage
 #   scripts/gpu/run.sh corpus        the Triton / CuPy / JAX corpus (bench/gpu/corpus.py)
-#   scripts/gpu/run.sh conformance   the Conformance sweep on CUDA (bench/conformance/sweep.py --device cuda)
+#   scripts/gpu/run.sh conformance   the Conformance sweep on CUDA (bench/conformance/sweep.py --device cuda;
+#                                    SWEEP_DEVICE=cpu: PyTorch's CPU kernels on this machine's cores)
 #   scripts/gpu/run.sh all           all three
 #
 # CORPUS_JOBS, CORPUS_DEADLINE, SWEEP_SEEDS, SWEEP_CASES, SWEEP_JOBS tune the runs.
@@ -35,16 +36,19 @@ if [ "$what" = corpus ] || [ "$what" = all ]; then
   tail -5 "$OUT/corpus.md" 2>/dev/null
 fi
 if [ "$what" = conformance ] || [ "$what" = all ]; then
-  phase conformance
+  # SWEEP_DEVICE=cpu runs the sweep of PyTorch's CPU kernels on this machine's cores (its torch, not
+  # the development machine's); the default, cuda, runs the implementations on the GPU.
+  dev=${SWEEP_DEVICE:-cuda}
+  phase "conformance ($dev)"
   # SWEEP_SECONDS bounds the run (the runs finished by then are kept; --resume with SWEEP_JSON
   # continues a sweep carried from an earlier run)
-  json=${SWEEP_JSON:-$OUT/conformance_cuda.jsonl}
-  [ "$json" = "$OUT/conformance_cuda.jsonl" ] || cp "$json" "$OUT/conformance_cuda.jsonl"
-  timeout "${SWEEP_SECONDS:-3600}" python3 bench/conformance/sweep.py --device cuda --seeds "${SWEEP_SEEDS:-5}" \
-    --cases "${SWEEP_CASES:-100}" --jobs "${SWEEP_JOBS:-12}" --json "$OUT/conformance_cuda.jsonl" --resume \
-    > /dev/null 2> "$OUT/conformance_cuda.log"
-  python3 bench/conformance/sweep.py --device cuda --report --json "$OUT/conformance_cuda.jsonl" > "$OUT/conformance_cuda.md" || status=1
-  head -1 "$OUT/conformance_cuda.md"; grep -c '^FAIL' "$OUT/conformance_cuda.log" || true
+  json=${SWEEP_JSON:-$OUT/conformance_$dev.jsonl}
+  [ "$json" = "$OUT/conformance_$dev.jsonl" ] || cp "$json" "$OUT/conformance_$dev.jsonl"
+  timeout "${SWEEP_SECONDS:-3600}" python3 bench/conformance/sweep.py --device "$dev" --seeds "${SWEEP_SEEDS:-5}" \
+    --cases "${SWEEP_CASES:-100}" --jobs "${SWEEP_JOBS:-12}" --json "$OUT/conformance_$dev.jsonl" --resume \
+    > /dev/null 2> "$OUT/conformance_$dev.log"
+  python3 bench/conformance/sweep.py --device "$dev" --report --json "$OUT/conformance_$dev.jsonl" > "$OUT/conformance_$dev.md" || status=1
+  head -1 "$OUT/conformance_$dev.md"; grep -c '^FAIL' "$OUT/conformance_$dev.log" || true
 fi
 if [ "$what" = lint ] || [ "$what" = all ]; then
   phase lint
