@@ -54,6 +54,21 @@ def test_quick_slice_of_the_sweep(variant):
     assert res.worst_ratio is not None and res.worst_ratio <= 1.0
 
 
+def test_the_imprecise_list_excuses_only_the_torch_it_was_shown_on():
+    # imprecise.py's evidence is PyTorch 1.13's: the same failing variant under another torch (the
+    # sweep run against 2.11's CPU kernels) counts against the gate until it has evidence of its own.
+    from sweep import summarize
+
+    op, style, dtype = next(iter(IMPRECISE))
+    row = {"op": op, "impl": "native", "style": style, "dtype": dtype, "strategy": "regular",
+           "seed": 1, "cases": 10, "failed": 3, "worst_ratio": 5.0}
+    old = summarize([dict(row)])  # rows written before they named their torch are 1.13's
+    assert [t["imprecise"] for t in old.values()] == [True]
+    assert [t["imprecise"] for t in summarize([dict(row, torch="1.13.1")]).values()] == [True]
+    new = summarize([dict(row, torch="2.11.0+cu130")])
+    assert [(t["imprecise"], t["failed"]) for t in new.values()] == [(False, 3)]
+
+
 def test_the_known_imprecise_implementations_still_are():
     for key, (shown, holds) in evidence().items():
         assert holds, f"{key}: {shown}"
