@@ -9,7 +9,9 @@ For each op: the PyTorch call a user would make (torch 1.13, CPU), in the two st
 
 and, where torch 1.13 has no such op (rms_norm, rope, SDPA-style attention, decode attention, fp8),
 ``composition``: the plain fp32 composition a kernel author writes (inputs upcast, fp32 math,
-output cast back). For float32 cases the styles coincide and only ``native`` runs.
+output cast back). For float32 cases the styles coincide and only ``native`` runs. The reductions
+and norms also run as single-thread fp32 loops over the row (``LOOP``, a composition): the first
+kernel a CUDA author writes.
 
 Every ``fn`` takes what ``run_op`` receives (each input by its schema name as a torch tensor with
 the case's real strides, absent optional inputs as ``None``, every attr by name) and returns the
@@ -207,6 +209,104 @@ def scaled_fp8_matmul_fp32(args: Args) -> torch.Tensor:
     return out.to(TORCH_DTYPES[args["out_dtype"]])
 
 
+# ---------------------------------------------------------------------------------------------
+# Single-thread loops: one thread per row, an fp32 running sum in row order (the kernel a CUDA
+# author writes first, and what PyTorch's strided vector_norm does). Correct kernels whose error
+# over rows of near-equal terms grows like the row length (docs/error-model.md, "Correlated
+# rounding"). Vectorised over the other rows; the reduced dim is walked one element at a time.
+
+
+def _running(x: torch.Tensor, term: Callable[[torch.Tensor], torch.Tensor] = lambda v: v,
+             keep: bool = False) -> Any:
+    """fp32 running sum of term(x[..., k]) over the last dim, k = 0, 1, ...; with ``keep``, every
+    prefix (a scan) as well."""
+    acc = torch.zeros(x.shape[:-1], dtype=torch.float32, device=x.device)
+    prefixes = []
+    for k in range(x.shape[-1]):
+        acc = acc + term(x[..., k])
+        if keep:
+            prefixes.append(acc)
+    return (acc, torch.stack(prefixes, -1)) if keep else acc
+
+
+def _rows(args: Args) -> Tuple[torch.Tensor, int]:
+    return args["x"].float().movedim(args["dim"], -1), args["dim"]
+
+
+def _reduced(r: torch.Tensor, args: Args) -> torch.Tensor:
+    return (r.unsqueeze(args["dim"]) if args.get("keepdim") else r).to(args["x"].dtype)
+
+
+def sum_loop(args: Args) -> torch.Tensor:
+    x, _ = _rows(args)
+    return _reduced(_running(x), args)
+
+
+def mean_loop(args: Args) -> torch.Tensor:
+    x, _ = _rows(args)
+    return _reduced(_running(x) / x.shape[-1], args)
+
+
+def cumsum_loop(args: Args) -> torch.Tensor:
+    x, dim = _rows(args)
+    return _running(x, keep=True)[1].movedim(-1, dim).to(args["x"].dtype)
+
+
+def l2norm_loop(args: Args) -> torch.Tensor:
+    x, dim = _rows(args)
+    norm = _running(x, lambda v: v * v).sqrt().clamp_min(args["eps"])
+    return (x / norm.unsqueeze(-1)).movedim(-1, dim).to(args["x"].dtype)
+
+
+def _exp_sum(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    m = x.amax(-1, keepdim=True)
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)  # all -inf rows: exp(-inf - 0) = 0
+    return m, _running(x - m, torch.exp)
+
+
+def logsumexp_loop(args: Args) -> torch.Tensor:
+    x, _ = _rows(args)
+    m, s = _exp_sum(x)
+    return _reduced(s.log() + m.squeeze(-1), args)
+
+
+def softmax_loop(args: Args) -> torch.Tensor:
+    x, dim = _rows(args)
+    m, s = _exp_sum(x)
+    return (torch.exp(x - m) / s.unsqueeze(-1)).movedim(-1, dim).to(args["x"].dtype)
+
+
+def log_softmax_loop(args: Args) -> torch.Tensor:
+    x, dim = _rows(args)
+    m, s = _exp_sum(x)
+    return (x - m - s.log().unsqueeze(-1)).movedim(-1, dim).to(args["x"].dtype)
+
+
+def _affine(y: torch.Tensor, args: Args) -> torch.Tensor:
+    if args.get("weight") is not None:
+        y = y * args["weight"].float()
+    if args.get("bias") is not None:
+        y = y + args["bias"].float()
+    return y.to(args["x"].dtype)
+
+
+def rms_norm_loop(args: Args) -> torch.Tensor:
+    x = args["x"].float()
+    ms = _running(x, lambda v: v * v) / x.shape[-1]
+    return _affine(x * torch.rsqrt(ms + args["eps"]).unsqueeze(-1), args)
+
+
+def layer_norm_loop(args: Args) -> torch.Tensor:
+    x = args["x"].float()
+    n = x.shape[-1]
+    mu = (_running(x) / n).unsqueeze(-1)
+    var = _running(x - mu, lambda d: d * d) / n
+    return _affine((x - mu) * torch.rsqrt(var + args["eps"]).unsqueeze(-1), args)
+
+
+LOOP = "single-thread fp32 loop over the row"
+
+
 def _conv_kwargs(args: Args) -> Dict[str, Any]:
     return {"stride": tuple(args["stride"]), "padding": tuple(args["padding"]),
             "dilation": tuple(args["dilation"]), "groups": int(args["groups"])}
@@ -268,6 +368,16 @@ IMPLS: Tuple[Impl, ...] = (
     Impl("sum", "torch.sum", lambda a: torch.sum(a["x"], dim=a["dim"], keepdim=a["keepdim"])),
     Impl("swiglu", "F.silu(gate) * up", lambda a: F.silu(a["gate"]) * a["up"]),
     Impl("tanh", "torch.tanh", lambda a: torch.tanh(a["x"])),
+    # The single-thread loops (see above): compositions, after each op's PyTorch implementation.
+    Impl("sum", LOOP, sum_loop, COMPOSITION),
+    Impl("mean", LOOP, mean_loop, COMPOSITION),
+    Impl("cumsum", LOOP, cumsum_loop, COMPOSITION),
+    Impl("l2norm", LOOP, l2norm_loop, COMPOSITION),
+    Impl("logsumexp", LOOP, logsumexp_loop, COMPOSITION),
+    Impl("softmax", LOOP, softmax_loop, COMPOSITION),
+    Impl("log_softmax", LOOP, log_softmax_loop, COMPOSITION),
+    Impl("rms_norm", LOOP, rms_norm_loop, COMPOSITION),
+    Impl("layer_norm", LOOP, layer_norm_loop, COMPOSITION),
 )
 
 

@@ -198,5 +198,86 @@ TEST(OpsAReduction, Cumsum) {
   score_op("cumsum", scenarios("cumsum", base_distributions()), fp32_na("lowp_running_sum"));
 }
 
+// A single-thread fp32 loop over the row (one thread per row, the kernel a CUDA author writes
+// first) is a correct kernel. Over rows of equal or near-equal terms (an expanded, stride-0 row;
+// a large offset over a tiny spread) its running sum rounds the same way for long stretches and the
+// error grows like len, not sqrt(len): the error model's SumGrowth term (docs/error-model.md,
+// "Correlated rounding") must admit it, without admitting a low-precision accumulator there, and
+// must leave rows of varied terms at sqrt(len).
+TEST(OpsAReduction, SingleThreadLoopsOverNearEqualRowsPass) {
+  Rng rng(20261201);
+  struct Row {
+    std::string label;
+    std::vector<double> x;
+  };
+  auto fp32 = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  auto near_equal = [&](std::int64_t n, double c, double spread) {
+    std::vector<double> v(static_cast<std::size_t>(n));
+    for (auto& e : v) e = fp32(c + spread * rng.uniform(-1.0, 1.0));
+    return v;
+  };
+  double worst_old_sum = 0.0;
+  for (const std::int64_t n : {439, 3819, 8192}) {
+    const std::vector<Row> rows = {{"equal", near_equal(n, -0.0996891, 0.0)},
+                                   {"offset 5242.88 +- 0.03", near_equal(n, -5242.88, 0.03)},
+                                   {"offset 786.43 +- 0.012", near_equal(n, 786.43, 0.012)},
+                                   {"varied N(0,1)", normal_values(rng, n, 0.0, 1.0, DType::float32)}};
+    for (const Row& row : rows) {
+      const auto ctx = [&](const std::string& op) {
+        return make_ctx(op, DType::float32, {{"x", arg(DType::float32, {1, n}, row.x)}});
+      };
+      std::vector<float> xf(row.x.begin(), row.x.end());
+      float m = xf[0];
+      for (float v : xf) m = std::max(m, v);
+      // The loops, each with an fp32 running sum in row order.
+      float sum = 0.0f, ss = 0.0f, se = 0.0f, lowp = 0.0f;
+      std::vector<double> cumsum, l2(xf.size()), softmax(xf.size());
+      for (float v : xf) {
+        sum += v;
+        cumsum.push_back(sum);
+        ss += v * v;
+        se += std::exp(v - m);
+        lowp = static_cast<float>(round_to(DType::bfloat16, static_cast<double>(lowp + v)));
+      }
+      const float norm = std::max(std::sqrt(ss), 1e-12f);
+      for (std::size_t k = 0; k < xf.size(); ++k) {
+        l2[k] = xf[k] / norm;
+        softmax[k] = std::exp(xf[k] - m) / se;
+      }
+      const std::vector<std::pair<std::string, std::vector<double>>> outs = {
+          {"sum", {sum}},
+          {"mean", {sum / static_cast<float>(n)}},
+          {"cumsum", cumsum},
+          {"l2norm", l2},
+          {"logsumexp", {std::log(se) + m}},
+          {"softmax", softmax}};
+      for (const auto& [op, out] : outs) {
+        const auto ref = builtin_of(op).reference(ctx(op));
+        ASSERT_TRUE(ref) << op;
+        const double err = max_error(*ref, {out}, DType::float32);
+        EXPECT_LE(err, 2.0) << op << " single-thread loop, " << row.label << ", len " << n;
+      }
+      // A bf16 running sum is a bug on every row: far past the envelope on the near-equal ones
+      // (where the term is large), past it on the varied ones.
+      const bool varied = row.label.starts_with("varied");
+      const auto ref = builtin_of("sum").reference(ctx("sum"));
+      EXPECT_GT(max_error(*ref, {{lowp}}, DType::float32), varied ? 2.0 : k_bug_floor)
+          << row.label << " " << n;
+      // Rows of varied terms keep sqrt(len): the term costs no power there.
+      double abs_sum = 0.0;
+      for (double v : row.x) abs_sum += std::fabs(v);
+      if (varied) {
+        EXPECT_EQ(ref->at(0).c_acc[0], abs_sum * std::sqrt(static_cast<double>(n)));
+      }
+      // What the sqrt(len) model alone made of the loop's sum.
+      const double old_c = abs_sum * std::sqrt(static_cast<double>(n));
+      worst_old_sum = std::max(worst_old_sum, std::fabs(sum - ref->at(0).value[0]) /
+                                                  (k_u_fp32 * (std::fabs(ref->at(0).value[0]) + old_c)));
+    }
+  }
+  // The loop's sum failed the sqrt(len) model alone: this test would catch the term's removal.
+  EXPECT_GT(worst_old_sum, 2.0);
+}
+
 }  // namespace
 }  // namespace gpuemu::test_a

@@ -43,6 +43,42 @@ inline double overflow_guard(double c_acc, double intermediate) {
              : c_acc;
 }
 
+// The growth of an fp32 sum's rounding error over n terms t_k, in units of u_fp32 * sum|t_k|
+// (docs/error-model.md, "Correlated rounding"). sqrt(n) while successive roundings are
+// independent: the terms' residues on the running sum's grid spread over many grid cells. Where the
+// terms are equal to within `spread` = max|t| - min|t| < 32 u * S_k (S_k ~ k * mean|t|, the
+// running sum after k terms), each addition rounds the same way as the one before, and a running
+// sum's errors add up one-signed: past k* = spread / (32 u * mean|t|) the deterministic bound
+// u * sum_{k > k*} S_k = u * mean|t| * (n^2 - k*^2) / 2, or (n^2 - k*^2) / (2n) in these units. Rows
+// of equal terms get (n + 1)/2 (measured n/8 to n/4 for a single-thread loop, PyTorch's strided
+// vector_norm included); rows of varied terms keep sqrt(n).
+class SumGrowth {
+ public:
+  void add(double t) {
+    const double a = std::fabs(t);
+    lo_ = std::min(lo_, a);
+    hi_ = std::max(hi_, a);
+    abs_sum_ += a;
+  }
+  void add_range(double lo, double hi, double abs_sum) {
+    lo_ = std::min(lo_, lo);
+    hi_ = std::max(hi_, hi);
+    abs_sum_ += abs_sum;
+  }
+  double abs_sum() const { return abs_sum_; }
+  double growth(double n) const { return growth(n, abs_sum_ / n, hi_ - lo_); }
+  static double growth(double n, double mean_abs, double spread) {
+    const double root = std::sqrt(n);
+    if (!(n > 1.0) || !(mean_abs > 0.0) || !std::isfinite(mean_abs) || !std::isfinite(spread))
+      return root;
+    const double k_star = spread / (32.0 * 0x1p-24 * mean_abs);
+    return k_star >= n ? root : root + (n * n - k_star * k_star) / (2.0 * n);
+  }
+
+ private:
+  double lo_ = std::numeric_limits<double>::infinity(), hi_ = 0.0, abs_sum_ = 0.0;
+};
+
 // Pairwise (tree) sum of buf[0, n), in place: how tl.sum / a warp-shuffle reduction adds a tile.
 inline float tree_sum(float* buf, std::int64_t n) {
   for (std::int64_t width = 1; width < n; width *= 2)
@@ -54,10 +90,10 @@ inline float tree_sum(float* buf, std::int64_t n) {
 enum class RowSum {
   tiled,         // fp32: each `block`-wide tile summed as a tree, tile sums added to an fp32 acc
   lanes,         // fp32: 32 lanes each summing k = lane (mod 32) in sequence, then a tree (a warp
-                 // per row). Sequential chains stay short, as in GPU reductions: one fp32 running
-                 // sum over thousands of near-constant terms has correlated rounding errors that
-                 // grow like len, not sqrt(len) (measured 12x past the sqrt model at len 8192), so
-                 // a single-thread loop over a long row is not a control.
+                 // per row). Sequential chains stay short, as in GPU reductions (a single-thread
+                 // loop over near-constant terms has correlated roundings that grow like len: the
+                 // references cover it with SumGrowth, and tests/python/test_conformance.py
+                 // fuzzes such loops against them).
   split,         // fp32: the row split over 8 CTAs, each a running sum, partials added at the end
   lowp,          // bug: one running sum rounded to the input dtype after every add (`scalar_t acc`)
   tail_dropped,  // bug: only len / block full tiles are read; the partial tail tile never is

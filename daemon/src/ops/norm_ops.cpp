@@ -6,8 +6,9 @@
 // padded block length, interleaved groups, channel indexing, training-mode statistics).
 //
 // Error model (docs/error-model.md), per element with sigma = sqrt(var + eps):
-//   layer_norm, group_norm  c_acc = (|x| + mean|x|) / sigma * |w| * sqrt(len) + |b|
-//   rms_norm                c_acc = |x| / rms * |w| * sqrt(len)
+//   layer_norm, group_norm  c_acc = (|x| + mean|x|) / sigma * |w| * G + |b|
+//   rms_norm                c_acc = |x| / rms * |w| * G
+//   (G = sqrt(len), or more for rows of near-equal terms: SumGrowth in lowp_emu.hpp)
 //   batch_norm              c_acc = (|x| + |running_mean|) * |w| / sigma + |b|
 //   and c_in = |x_hat * w| (x_hat may pass through the input dtype before the weight product).
 // The fp32 mean's error (u * mean|x| * sqrt(len)) amplified by 1/sigma is what a large offset over
@@ -119,17 +120,25 @@ struct NormJob {
 
   [[gnu::always_inline]] void rows(std::int64_t rb, std::int64_t re) const {
     const std::int64_t len_i = nr->len, n4 = len_i / 4 * 4;
-    const double len = static_cast<double>(len_i), sqrt_len = std::sqrt(len);
+    const double len = static_cast<double>(len_i);
+    constexpr double k_inf = std::numeric_limits<double>::infinity();
     for (std::int64_t r = rb; r < re; ++r) {
       const double* row = x + r * len_i;
-      vd4 sum4 = splat4(0.0), abs4 = splat4(0.0);
-      double sum_t = 0.0, abs_t = 0.0;
+      vd4 sum4 = splat4(0.0), abs4 = splat4(0.0), lo4 = splat4(k_inf), hi4 = splat4(0.0);
+      double sum_t = 0.0, abs_t = 0.0, lo = k_inf, hi = 0.0;
       for (std::int64_t k = 0; k < n4; k += 4) {
-        const vd4 v = load4(row + k);
+        const vd4 v = load4(row + k), a = vabs(v);
         sum4 += v;
-        abs4 += vabs(v);
+        abs4 += a;
+        lo4 = select4(a < lo4, a, lo4);
+        hi4 = select4(a > hi4, a, hi4);
       }
-      for (std::int64_t k = n4; k < len_i; ++k) sum_t += row[k], abs_t += std::fabs(row[k]);
+      for (std::int64_t k = n4; k < len_i; ++k) {
+        sum_t += row[k], abs_t += std::fabs(row[k]);
+        lo = std::min(lo, std::fabs(row[k]));
+        hi = std::max(hi, std::fabs(row[k]));
+      }
+      for (int l = 0; l < 4; ++l) lo = std::min(lo, lo4[l]), hi = std::max(hi, hi4[l]);
       const double abs_sum = lane_sum(abs4, abs_t);
       double mean = centered ? lane_sum(sum4, sum_t) / len : 0.0;
       // Corrected two-pass (Chan, Golub, LeVeque): the deviations' own sum removes the first
@@ -159,7 +168,11 @@ struct NormJob {
       // and never known better than half a subnormal spacing (u * FLT_MIN), which rstd amplifies
       // into x_hat, itself known to no better than that.
       const double mean_abs = centered ? abs_sum / len : 0.0;
-      const double amp = rstd * sqrt_len,
+      // The fp32 sum's growth: sqrt(len), or more over near-equal terms (SumGrowth): x for the
+      // mean, x^2 for rms_norm's mean square.
+      const double growth = centered ? SumGrowth::growth(len, abs_sum / len, hi - lo)
+                                     : SumGrowth::growth(len, ssq / len, hi * hi - lo * lo);
+      const double amp = rstd * growth,
                    c_base = mean_abs * amp + k_fp32_min_normal * (centered ? 1.0 + rstd : 1.0);
       // Where an fp32 intermediate may overflow, the whole row is indeterminate.
       const double floor_c =
@@ -189,7 +202,6 @@ struct NormJob {
         // emit() four lanes at a time, then the tail one by one.
         const vd4 zero = splat4(0.0), floor4 = splat4(floor_c);
         const double in_min = in_min_normal, mu = mean;  // not reloaded after every store
-        constexpr double k_inf = std::numeric_limits<double>::infinity();
         elementwise(
             len_i,
             [&](std::int64_t k) __attribute__((always_inline)) {

@@ -4,12 +4,13 @@
 // sum kept in the input dtype, a dropped tail tile, `acc =` instead of `acc +=`, ...).
 //
 // Error model (docs/error-model.md), per output element:
-//   sum        c_acc = sum|x| * sqrt(len)           mean  c_acc = sum|x| / len * sqrt(len),
+//   sum        c_acc = sum|x| * G                   mean  c_acc = sum|x| / len * G,
 //                                                         c_in = |mean| (the sum held in the input dtype)
 //   amax       exact (c = 0)                        argmax  judged by index (see below)
-//   logsumexp  c_acc = |max| + |lse| + sqrt(len) + sum_k p_k |x_k - max|
-//   l2norm     c_acc = |out| * (2 + sqrt(len))      cumsum  c_acc = running sum|x| * sqrt(k + 1)
-//              (2 + max(sqrt(len), len/4) when every |x| of the row is equal: correlated rounding)
+//   logsumexp  c_acc = |max| + |lse| + G(exp) + sum_k p_k |x_k - max|
+//   l2norm     c_acc = |out| * (2 + max(sqrt(len), G(x^2) / 2))   cumsum  c_acc = running sum|x| * G(prefix)
+// where G = sqrt(len) for varied terms, and grows to (len + 1)/2 for near-equal ones (SumGrowth,
+// lowp_emu.hpp: the correlated rounding of a running sum).
 // Every term is 0 where the reference is not finite; where an fp32 intermediate (sum|x|, sum x^2)
 // can exceed float32's range the term becomes that intermediate (overflow_guard).
 //
@@ -85,17 +86,19 @@ Result<std::vector<RefOutput>> reduce_reference(const RefContext& ctx, Red kind)
   const ReduceGeom& g = a.g;
   const auto rows = static_cast<std::size_t>(g.outer * g.inner);
   RefVec out(rows), c_acc(rows, 0.0);
-  const double len = static_cast<double>(g.len), sqrt_len = std::sqrt(len);
+  const double len = static_cast<double>(g.len);
   for_rows(x.data, g, [&](std::int64_t r, const double* row) {
     const auto ri = static_cast<std::size_t>(r);
     double v = 0.0, c = 0.0;
     switch (kind) {
       case Red::sum:
       case Red::mean: {
-        double s = 0.0, m = 0.0;
-        for (std::int64_t k = 0; k < g.len; ++k) s += row[k], m += std::fabs(row[k]);
+        double s = 0.0;
+        SumGrowth grow;
+        for (std::int64_t k = 0; k < g.len; ++k) s += row[k], grow.add(row[k]);
+        const double m = grow.abs_sum(), root = grow.growth(len);
         v = kind == Red::sum ? s : s / len;
-        c = kind == Red::sum ? m * sqrt_len : overflow_guard(m / sqrt_len, m);
+        c = kind == Red::sum ? m * root : overflow_guard(m * root / len, m);
         break;
       }
       case Red::amax: {
@@ -130,13 +133,15 @@ Result<std::vector<RefOutput>> reduce_reference(const RefContext& ctx, Red kind)
         if (nan) m = k_nan;
         const double shift = std::isinf(m) ? 0.0 : m;
         double s = 0.0, spread = 0.0;
+        SumGrowth grow;
         for (std::int64_t k = 0; k < g.len; ++k) {
           const double e = std::exp(row[k] - shift);
           s += e;
+          grow.add(e);
           if (e > 0.0) spread += e * std::fabs(row[k] - shift);  // a -inf entry adds nothing
         }
         v = std::log(s) + shift;
-        c = std::fabs(m) + std::fabs(v) + sqrt_len + spread / s;
+        c = std::fabs(m) + std::fabs(v) + grow.growth(len) + spread / s;
         break;
       }
     }
@@ -163,20 +168,20 @@ Result<std::vector<RefOutput>> l2norm_reference(const RefContext& ctx) {
   const double eps = ctx.attr_float("eps");
   const double sqrt_len = std::sqrt(static_cast<double>(g.len));
   RefVec out(x.data.size()), c_acc(x.data.size());
-  // A sum of N equal terms does not average its rounding errors out: a running fp32 sum of them
-  // rounds the same way for long stretches, up to (N - 1)/2 u of the sum (N/4 u after the square
-  // root). PyTorch's vector_norm sums a stride-0 (expanded) row that way: measured N/8 u.
-  const double equal_terms = std::max(sqrt_len, static_cast<double>(g.len) / 4.0);
   for_rows(x.data, g, [&](std::int64_t r, const double* row) {
     double ss = 0.0;
-    bool equal = true;
+    // The sum of squares' relative error, halved by the square root. Rows of near-equal |x|
+    // (an expanded row, a large offset) round one-signed in a running sum (SumGrowth): PyTorch's
+    // vector_norm over a strided dim sums that way (bench/conformance/probe_l2norm.py: 312 u at
+    // N = 3819, as a plain fp32 loop).
+    SumGrowth grow;
     for (std::int64_t k = 0; k < g.len; ++k) {
       ss += row[k] * row[k];
-      equal &= std::fabs(row[k]) == std::fabs(row[0]);
+      grow.add(row[k] * row[k]);
     }
     const double norm = std::sqrt(ss);
     const double denom = std::isnan(norm) || norm > eps ? norm : eps;  // clamp_min keeps NaN
-    const double growth = 2.0 + (equal ? equal_terms : sqrt_len);
+    const double growth = 2.0 + std::max(sqrt_len, grow.growth(static_cast<double>(g.len)) / 2.0);
     for (std::int64_t k = 0; k < g.len; ++k) {
       const double v = row[k] / denom;
       out[flat(g, r, k)] = v;
@@ -192,12 +197,13 @@ Result<std::vector<RefOutput>> cumsum_reference(const RefContext& ctx) {
   const ReduceGeom& g = a.g;
   RefVec out(x.data.size()), c_acc(x.data.size());
   for_rows(x.data, g, [&](std::int64_t r, const double* row) {
-    double s = 0.0, m = 0.0;
+    double s = 0.0;
+    SumGrowth grow;  // of the prefix: a scan's running sum is a single-thread loop's
     for (std::int64_t k = 0; k < g.len; ++k) {
       s += row[k];
-      m += std::fabs(row[k]);
+      grow.add(row[k]);
       out[flat(g, r, k)] = s;
-      c_acc[flat(g, r, k)] = finite(s) ? m * std::sqrt(static_cast<double>(k + 1)) : 0.0;
+      c_acc[flat(g, r, k)] = finite(s) ? grow.abs_sum() * grow.growth(static_cast<double>(k + 1)) : 0.0;
     }
   });
   return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc));

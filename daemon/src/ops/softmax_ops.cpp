@@ -2,6 +2,7 @@
 // online), and known-buggy kernels (padded tail leaking into the denominator, no max subtraction,
 // online softmax without the rescale).
 #include "core/parallel.hpp"
+#include "ops/lowp_emu.hpp"
 #include "ops/op_util.hpp"
 #include "ops/register.hpp"
 #include "ops/vec_exp.hpp"
@@ -26,7 +27,6 @@ constexpr double k_inf = std::numeric_limits<double>::infinity();
 // x - max NaN; exp(-inf) = 0.
 struct SoftmaxRows {
   bool log = false;
-  double sqrt_len = 1.0;
   std::int64_t len = 0;
 
   template <Isa I>
@@ -50,22 +50,27 @@ struct SoftmaxRows {
     if (nan) m = std::numeric_limits<double>::quiet_NaN();
     // Pass 2: s = sum exp(x - m); softmax keeps each exp in `out`; log_softmax also sums
     // exp(x - m)·|x - m| (the spread its exp arguments carry).
-    vd4 sv = splat4(0.0), wv = splat4(0.0);
-    double tail = 0.0, wtail = 0.0;
+    vd4 sv = splat4(0.0), wv = splat4(0.0), lov = splat4(1.0);
+    double tail = 0.0, wtail = 0.0, lo = 1.0;
     for (std::int64_t k = 0; k < n4; k += 4) {
       const vd4 d = load4(x + k) - m;
       const vd4 e = vexp<I>(d);
       if (!log) store4(out + k, e);
       else wv += select4(e > splat4(0.0), e * vabs(d), splat4(0.0));
       sv += e;
+      lov = select4(e < lov, e, lov);
     }
     for (std::int64_t k = n4; k < n; ++k) {
       const double e = vexp1(x[k] - m);
       if (!log) out[k] = e;
       else if (e > 0.0) wtail += e * std::fabs(x[k] - m);
       tail += e;
+      lo = std::min(lo, e);
     }
     const double s = ((sv[0] + sv[1]) + (sv[2] + sv[3])) + tail;
+    for (int l = 0; l < 4; ++l) lo = std::min(lo, lov[l]);
+    // The sum's growth: sqrt(N), or more over near-equal terms (exp(x - max) in [lo, 1]: SumGrowth).
+    const double root = SumGrowth::growth(static_cast<double>(n), s / static_cast<double>(n), 1.0 - lo);
     // Pass 3: the value and its condition term.
     if (log) {
       const double lse = m + std::log(s);
@@ -74,7 +79,7 @@ struct SoftmaxRows {
       // rounding u·|x_j - m| weighted by p_j (Σ p_j|x_j - m| <= ln N), the sum of N positive
       // terms (sqrt N, as softmax's term); plus |max| and |lse| for the subtractions.
       const double spread = (((wv[0] + wv[1]) + (wv[2] + wv[3])) + wtail) / s;
-      const double row_term = std::fabs(m) + std::fabs(lse) + 1.0 + sqrt_len + (std::isfinite(spread) ? spread : 0.0);
+      const double row_term = std::fabs(m) + std::fabs(lse) + 1.0 + root + (std::isfinite(spread) ? spread : 0.0);
       elementwise(
           n,
           [&](std::int64_t k) __attribute__((always_inline)) {
@@ -94,13 +99,13 @@ struct SoftmaxRows {
         [&](std::int64_t k) __attribute__((always_inline)) {
           const double p = out[k] / s, spread = std::fabs(x[k] - m);
           out[k] = p;
-          c_acc[k] = std::isfinite(spread) ? p * (2.0 + spread) * sqrt_len : 0.0;
+          c_acc[k] = std::isfinite(spread) ? p * (2.0 + spread) * root : 0.0;
         },
         [&](std::int64_t k) __attribute__((always_inline)) {
           const vd4 p = load4(out + k) / s;
           const vd4 spread = vabs(load4(x + k) - m);
           store4(out + k, p);
-          store4(c_acc + k, select4(spread < k_inf, p * (2.0 + spread) * sqrt_len, splat4(0.0)));
+          store4(c_acc + k, select4(spread < k_inf, p * (2.0 + spread) * root, splat4(0.0)));
         });
   }
 };
@@ -154,7 +159,6 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, bool log) {
   SoftmaxRows rows;
   rows.log = log;
   rows.len = g.len;
-  rows.sqrt_len = std::sqrt(static_cast<double>(std::max<std::int64_t>(g.len, 1)));
   const auto run = cpu_has_avx2() ? softmax_rows_avx2 : softmax_rows_baseline;
   parallel_rows(g.outer * g.inner,
                 std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(g.len, 1)),
