@@ -258,15 +258,18 @@ def l2norm_loop(args: Args) -> torch.Tensor:
     return (x / norm.unsqueeze(-1)).movedim(-1, dim).to(args["x"].dtype)
 
 
-def _exp_sum(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def _exp_sum(x: torch.Tensor, lse: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The row max m and the running sum of exp(x - m). softmax keeps torch's semantics (a +inf
+    or an all -inf row gives NaN); logsumexp's shifts an infinite max to 0 as torch.logsumexp does."""
     m = x.amax(-1, keepdim=True)
-    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)  # all -inf rows: exp(-inf - 0) = 0
+    if lse:
+        m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
     return m, _running(x - m, torch.exp)
 
 
 def logsumexp_loop(args: Args) -> torch.Tensor:
     x, _ = _rows(args)
-    m, s = _exp_sum(x)
+    m, s = _exp_sum(x, lse=True)
     return _reduced(s.log() + m.squeeze(-1), args)
 
 
