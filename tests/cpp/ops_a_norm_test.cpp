@@ -135,6 +135,60 @@ TEST(OpsANorm, SpecialValuesFollowTorch) {
   EXPECT_NEAR(gn->at(0).value[3], 1.521274181317175, 1e-14);
 }
 
+TEST(OpsANorm, FoldedScaleOverflowIsIndeterminate) {
+  // PyTorch's group_norm forms scale = rstd * w in fp32: a weight of 1.7e38 over a group of FLT_MIN
+  // and 0 (rstd 316) overflows it, and x * scale + shift gives NaN where the result is about 210
+  // (torch 1.13 and 2.11, boundary values). That element is indeterminate; with a weight whose
+  // scale fits, the same NaN fails.
+  const double flt_min = 0x1p-126;
+  auto nan_error = [&](double w) {
+    auto ctx = make_ctx("group_norm", DType::float32,
+                        {{"x", arg(DType::float32, {1, 3, 1}, {flt_min, 0.0, flt_min})},
+                         {"weight", arg(DType::float32, {3}, {1.0, 1.0, w})},
+                         {"bias", arg(DType::float32, {3}, {0.0, 0.0, -1.0})}},
+                        {{"num_groups", 1}});
+    auto ref = builtin_of("group_norm").reference(ctx);
+    EXPECT_TRUE(ref.ok());
+    EXPECT_TRUE(std::isfinite(ref->at(0).value[2]));
+    return max_error(*ref, {{ref->at(0).value[0], ref->at(0).value[1], k_nan}}, DType::float32);
+  };
+  EXPECT_EQ(nan_error(0x1p127), 0.0);
+  EXPECT_EQ(nan_error(1.0), k_inf);
+}
+
+TEST(OpsANorm, WelfordVarianceNearFp32ResolutionPasses) {
+  // [20971534, 20971536, 20971536] (var 0.89): a Welford variance in fp32 rounds the running mean
+  // to 20971536 and its M2 to 0, so rstd = 1/sqrt(eps) and x_hat = -632 where the exact x_hat is
+  // -1.41 (PyTorch's fp32 layer_norm, 1.13 and 2.11). The variance is known only to
+  // 2u (max x - min x) max|x| = 2.5 there: the row is indeterminate up to |x - mean| / sqrt(eps).
+  const std::vector<double> x = {20971534.0, 20971536.0, 20971536.0};
+  auto ctx = make_ctx("layer_norm", DType::float32, {{"x", arg(DType::float32, {1, 3}, x)}});
+  auto ref = builtin_of("layer_norm").reference(ctx);
+  ASSERT_TRUE(ref.ok());
+  // What an fp32 Welford pass computes: mean 20971536, M2 0.
+  float mean = 0.0f, m2 = 0.0f;
+  for (int k = 0; k < 3; ++k) {
+    const float v = static_cast<float>(x[static_cast<std::size_t>(k)]);
+    const float delta = v - mean;
+    mean += delta / static_cast<float>(k + 1);
+    m2 += delta * (v - mean);
+  }
+  EXPECT_EQ(mean, 20971536.0f);
+  EXPECT_EQ(m2, 0.0f);
+  const float rstd = 1.0f / std::sqrt(m2 / 3.0f + 1e-5f);
+  std::vector<double> welford;
+  for (double v : x) welford.push_back((static_cast<float>(v) - mean) * rstd);
+  EXPECT_NEAR(welford[0], -632.5, 0.5);
+  EXPECT_LE(max_error(*ref, {welford}, DType::float32), 2.0);
+  // A row of the same shape well above fp32's resolution keeps its bound: x_hat 1% off fails.
+  auto ok_ctx = make_ctx("layer_norm", DType::float32, {{"x", arg(DType::float32, {1, 3}, {1.0, 2.0, 4.0})}});
+  auto ok_ref = builtin_of("layer_norm").reference(ok_ctx);
+  ASSERT_TRUE(ok_ref.ok());
+  std::vector<double> off(ok_ref->at(0).value.begin(), ok_ref->at(0).value.end());
+  for (double& v : off) v *= 1.01;
+  EXPECT_GT(max_error(*ok_ref, {off}, DType::float32), 1000.0);
+}
+
 TEST(OpsANorm, LayerNorm) {
   score_op("layer_norm", last_dim_scenarios("layer_norm", true), norm_exemptions());
 }

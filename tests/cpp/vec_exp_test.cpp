@@ -3,6 +3,7 @@
 // log_softmax, layer_norm and rms_norm references (four lanes at a time, one exp per element)
 // against the plain scalar loops they replaced, on odd shapes, strided dims and special values.
 #include "ops/vec_exp.hpp"
+#include "ops/lowp_emu.hpp"
 #include "ops/op_util.hpp"
 #include "ops_a_harness.hpp"
 
@@ -160,7 +161,6 @@ void plain_softmax(const std::vector<double>& x, std::int64_t outer, std::int64_
                    std::vector<double>& c_acc) {
   out.assign(x.size(), 0.0);
   c_acc.assign(x.size(), 0.0);
-  const double sqrt_len = std::sqrt(static_cast<double>(std::max<std::int64_t>(len, 1)));
   auto at = [&](std::int64_t o, std::int64_t k, std::int64_t i) {
     return static_cast<std::size_t>((o * len + k) * inner + i);
   };
@@ -173,12 +173,18 @@ void plain_softmax(const std::vector<double>& x, std::int64_t outer, std::int64_
         m = std::max(m, x[at(o, k, i)]);
       }
       if (nan) m = k_nan;
-      double s = 0, w = 0;
+      double s = 0, w = 0, lo = 1.0;
       for (std::int64_t k = 0; k < len; ++k) {
         const double e = std::exp(x[at(o, k, i)] - m);
         s += e;
+        lo = std::min(lo, e);
         if (e > 0) w += e * std::fabs(x[at(o, k, i)] - m);
       }
+      // The sum's growth: near-equal terms (SumGrowth) and absorbed ones.
+      const double n = static_cast<double>(len);
+      const double sqrt_len =
+          ops::SumGrowth::growth(n, s / n, 1.0 - lo) +
+          ops::SumGrowth::absorbed(len, s, [&](std::int64_t k) { return std::exp(x[at(o, k, i)] - m); });
       const double lse = m + std::log(s);
       const double row_term =
           std::fabs(m) + std::fabs(lse) + 1.0 + sqrt_len + (std::isfinite(w / s) ? w / s : 0.0);
@@ -204,12 +210,16 @@ void plain_norm(const std::vector<double>& x, std::int64_t len, const std::vecto
   out.assign(x.size(), 0.0);
   c_acc.assign(x.size(), 0.0);
   c_in.assign(x.size(), 0.0);
-  const double n = static_cast<double>(len), sqrt_len = std::sqrt(n);
+  const double n = static_cast<double>(len);
   const double k_fp32_max = static_cast<double>(std::numeric_limits<float>::max());
   for (std::size_t r0 = 0; r0 < x.size(); r0 += static_cast<std::size_t>(len)) {
     const double* row = x.data() + r0;
-    double mean = 0.0, abs_sum = 0.0;
-    for (std::int64_t k = 0; k < len; ++k) mean += row[k], abs_sum += std::fabs(row[k]);
+    double mean = 0.0, abs_sum = 0.0, lo = k_inf, hi = 0.0, x_lo = k_inf, x_hi = -k_inf;
+    for (std::int64_t k = 0; k < len; ++k) {
+      mean += row[k], abs_sum += std::fabs(row[k]);
+      lo = std::min(lo, std::fabs(row[k])), hi = std::max(hi, std::fabs(row[k]));
+      x_lo = std::min(x_lo, row[k]), x_hi = std::max(x_hi, row[k]);
+    }
     mean = centered ? mean / n : 0.0;
     double dev = 0.0, ssq = 0.0;
     for (std::int64_t k = 0; k < len; ++k) {
@@ -224,8 +234,25 @@ void plain_norm(const std::vector<double>& x, std::int64_t len, const std::vecto
     const double rstd = 1.0 / std::sqrt(ssq / n + eps);
     const double intermediate = std::max(abs_sum, ssq);
     const double mean_abs = centered ? abs_sum / n : 0.0;
-    const double amp = rstd * sqrt_len,
-                 c_base = mean_abs * amp + 0x1p-126 * (centered ? 1.0 + rstd : 1.0);
+    // The fp32 sum's growth over the row (SumGrowth: sqrt(len), more over near-equal terms).
+    const double growth =
+        centered ? ops::SumGrowth::growth(n, abs_sum / n, hi - lo) +
+                       ops::SumGrowth::absorbed(len, abs_sum, [row](std::int64_t k) { return row[k]; })
+                 : ops::SumGrowth::growth(n, ssq / n, hi * hi - lo * lo) +
+                       ops::SumGrowth::absorbed(len, ssq,
+                                                [row](std::int64_t k) { return row[k] * row[k]; });
+    // The Welford variance's error (2 u range max|x|) bounds how large rstd may be computed.
+    const double dvar = centered ? 2.0 * 0x1p-24 * (x_hi - x_lo) * hi : 0.0;
+    double rstd_hi = rstd, d_rstd = 0.0;
+    if (std::isfinite(dvar) && dvar > 0.0 && std::isfinite(ssq / n + eps) && ssq / n + eps > 0.0) {
+      const double var = ssq / n, a = std::max(std::max(var - dvar, 0.0) + eps, 0x1p-149);
+      rstd_hi = 1.0 / std::sqrt(a);
+      // 1/sqrt(a) - 1/sqrt(var + eps) over var + eps - a, without cancelling, in units of u.
+      const double drop = var - dvar > 0.0 ? dvar : var + eps - a;
+      d_rstd = drop * rstd_hi * rstd / (std::sqrt(a) + std::sqrt(var + eps)) * 0x1p24;
+    }
+    const double amp = rstd_hi * growth,
+                 c_base = mean_abs * amp + 0x1p-126 * (centered ? 1.0 + rstd_hi : 1.0);
     const double floor_c =
         intermediate >= k_fp32_max / 4 && std::isfinite(intermediate) ? intermediate : 0.0;
     for (std::int64_t k = 0; k < len; ++k) {
@@ -235,7 +262,10 @@ void plain_norm(const std::vector<double>& x, std::int64_t len, const std::vecto
       const double aw = std::fabs(w[k]);
       out[i] = y;
       c_acc[i] =
-          ok ? std::max(aw * (std::fabs(row[k]) * amp + c_base) + std::fabs(b[k]), floor_c) : 0.0;
+          ok ? std::max(aw * (std::fabs(row[k]) * amp + c_base + std::fabs(row[k] - mean) * d_rstd) +
+                            std::fabs(b[k]),
+                        floor_c)
+             : 0.0;
       c_in[i] = ok ? std::fabs(xh * w[k]) + aw * in_min_normal : 0.0;
     }
   }

@@ -127,8 +127,20 @@ Result<std::vector<RefOutput>> cross_entropy_reference(const RefContext& ctx) {
           }
           loss[ri] = l;
           if (finite(l)) {
+            // Absorbed terms (SumGrowth::absorbed): exp terms within an ulp or two of sum_e, x
+            // terms of the smoothing sum within an ulp or two of sum|x|.
+            const double log_lim = std::log(2.0 * 0x1p-24 * sum_e);
+            const double absorbed_e = SumGrowth::absorbed(a.classes, sum_e, [&](std::int64_t k) {
+              const double d = x[k] - m;
+              return d > log_lim ? std::numeric_limits<double>::infinity() : std::exp(d);
+            });
+            const double absorbed_x =
+                s > 0.0 ? SumGrowth::absorbed(a.classes, sum_abs, [x](std::int64_t k) { return x[k]; })
+                        : 0.0;
             c[ri] = std::fabs(m) + std::fabs(lse) + std::fabs(x[t]) + grow_e.growth(classes) +
-                    spread / sum_e + s * (std::fabs(lse) + sum_abs / classes * grow_x.growth(classes));
+                    absorbed_e + spread / sum_e +
+                    s * (std::fabs(lse) +
+                         sum_abs / classes * (grow_x.growth(classes) + absorbed_x));
             c[ri] = overflow_guard(c[ri], sum_abs);
             cin[ri] = (1.0 - s) * std::fabs(logp_t) + s * abs_logp_mean;
             if (peak[ri] >= in_max) cin[ri] = std::max(cin[ri], peak[ri]);
@@ -152,7 +164,15 @@ Result<std::vector<RefOutput>> cross_entropy_reference(const RefContext& ctx) {
   }
   const double total_abs = grow.abs_sum();
   double value = total,
-         c_acc = c_sum + (count > 0 ? grow.growth(static_cast<double>(count)) : 0.0) * total_abs,
+         c_acc = c_sum +
+                 (count > 0 ? grow.growth(static_cast<double>(count)) +
+                                  SumGrowth::absorbed(static_cast<std::int64_t>(n), total_abs,
+                                                      [&](std::int64_t i) {
+                                                        const auto k = static_cast<std::size_t>(i);
+                                                        return a.target[k] >= 0 ? loss[k] : 0.0;
+                                                      })
+                            : 0.0) *
+                     total_abs,
          c_in = cin_sum;
   if (a.reduction == Reduction::mean) {
     const double cnt = static_cast<double>(count);

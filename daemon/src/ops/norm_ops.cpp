@@ -6,9 +6,12 @@
 // padded block length, interleaved groups, channel indexing, training-mode statistics).
 //
 // Error model (docs/error-model.md), per element with sigma = sqrt(var + eps):
-//   layer_norm, group_norm  c_acc = (|x| + mean|x|) / sigma * |w| * G + |b|
+//   layer_norm, group_norm  c_acc = ((|x| + mean|x|) / sigma_lo * G + |x - mean| * (1 / sigma_lo
+//                                   - 1 / sigma) / u) * |w| + |b|
 //   rms_norm                c_acc = |x| / rms * |w| * G
-//   (G = sqrt(len), or more for rows of near-equal terms: SumGrowth in lowp_emu.hpp)
+//   (G = sqrt(len), or more for rows of near-equal terms: SumGrowth in lowp_emu.hpp; sigma_lo =
+//   sqrt(var - dvar + eps), the least sigma a Welford variance may give, dvar = 2 u (max x -
+//   min x) max|x|: see rows() below)
 //   batch_norm              c_acc = (|x| + |running_mean|) * |w| / sigma + |b|
 //   and c_in = |x_hat * w| (x_hat may pass through the input dtype before the weight product).
 // The fp32 mean's error (u * mean|x| * sqrt(len)) amplified by 1/sigma is what a large offset over
@@ -105,6 +108,21 @@ std::int64_t affine_size(const RefContext& ctx, const NormRows& nr) {
   return ((v[0] + v[1]) + (v[2] + v[3])) + tail;
 }
 
+// rstd_hi = 1 / sqrt(var - dvar + eps), the largest rstd a variance known to within dvar may give
+// (var - dvar clamped at 0, var + eps at the least fp32 subnormal), and (rstd_hi - rstd) / u, formed
+// without cancelling: 1/sqrt(a) - 1/sqrt(b) = (b - a) / (sqrt(a) sqrt(b) (sqrt(a) + sqrt(b))).
+struct RstdRange {
+  double hi, excess;
+};
+inline RstdRange welford_rstd(double dvar, double var, double eps) {
+  const double b = var + eps;
+  if (!(dvar > 0.0) || !finite(dvar) || !finite(b) || !(b > 0.0)) return {1.0 / std::sqrt(b), 0.0};
+  const double a = std::max(std::max(var - dvar, 0.0) + eps, 0x1p-149);
+  const double drop = var - dvar > 0.0 ? dvar : b - a;
+  const double sa = std::sqrt(a), sb = std::sqrt(b);
+  return {1.0 / sa, drop / (sa * sb * (sa + sb)) * 0x1p24};
+}
+
 // One call of the norm reference: what every row needs, and the loop over rows [rb, re).
 struct NormJob {
   const NormRows* nr = nullptr;
@@ -124,21 +142,30 @@ struct NormJob {
     constexpr double k_inf = std::numeric_limits<double>::infinity();
     for (std::int64_t r = rb; r < re; ++r) {
       const double* row = x + r * len_i;
+      // lo, hi: the least and greatest |x|; x_lo, x_hi: the least and greatest x.
       vd4 sum4 = splat4(0.0), abs4 = splat4(0.0), lo4 = splat4(k_inf), hi4 = splat4(0.0);
-      double sum_t = 0.0, abs_t = 0.0, lo = k_inf, hi = 0.0;
+      vd4 xlo4 = splat4(k_inf), xhi4 = splat4(-k_inf);
+      double sum_t = 0.0, abs_t = 0.0, lo = k_inf, hi = 0.0, x_lo = k_inf, x_hi = -k_inf;
       for (std::int64_t k = 0; k < n4; k += 4) {
         const vd4 v = load4(row + k), a = vabs(v);
         sum4 += v;
         abs4 += a;
         lo4 = select4(a < lo4, a, lo4);
         hi4 = select4(a > hi4, a, hi4);
+        xlo4 = select4(v < xlo4, v, xlo4);
+        xhi4 = select4(v > xhi4, v, xhi4);
       }
       for (std::int64_t k = n4; k < len_i; ++k) {
         sum_t += row[k], abs_t += std::fabs(row[k]);
         lo = std::min(lo, std::fabs(row[k]));
         hi = std::max(hi, std::fabs(row[k]));
+        x_lo = std::min(x_lo, row[k]);
+        x_hi = std::max(x_hi, row[k]);
       }
-      for (int l = 0; l < 4; ++l) lo = std::min(lo, lo4[l]), hi = std::max(hi, hi4[l]);
+      for (int l = 0; l < 4; ++l) {
+        lo = std::min(lo, lo4[l]), hi = std::max(hi, hi4[l]);
+        x_lo = std::min(x_lo, xlo4[l]), x_hi = std::max(x_hi, xhi4[l]);
+      }
       const double abs_sum = lane_sum(abs4, abs_t);
       double mean = centered ? lane_sum(sum4, sum_t) / len : 0.0;
       // Corrected two-pass (Chan, Golub, LeVeque): the deviations' own sum removes the first
@@ -163,6 +190,19 @@ struct NormJob {
         ssq -= dev * dev / len;
       }
       const double rstd = 1.0 / std::sqrt(ssq / len + eps);
+      // The variance's own fp32 error, which rstd carries into every x_hat. A two-pass variance
+      // errs by (the mean's error)^2, second order; a Welford variance (PyTorch's, Apex's) rounds
+      // the running mean once per step (<= u * max|x|) and multiplies that by x - mean
+      // (<= x_hi - x_lo), and as much again merging partial moments (Chan): up to
+      // dvar = 2 u (x_hi - x_lo) max|x|, measured <= 0.92 u (x_hi - x_lo) max|x| for PyTorch's over
+      // rows of 3 to 16384 at offsets up to 2e7. Negligible unless the variance is near fp32's
+      // resolution of that offset; there, down to var - dvar, rstd may reach 1/sqrt(eps) (a row
+      // like [20971534, 20971536, 20971536], var 0.89, gives PyTorch's fp32 layer_norm var 0).
+      // rstd_hi, the largest rstd a correct kernel may compute, then bounds both the mean's error
+      // amplified (amp) and |x - mean| * (rstd_hi - rstd) (d_rstd, in units of u).
+      const RstdRange rr =
+          welford_rstd(centered ? 2.0 * 0x1p-24 * (x_hi - x_lo) * hi : 0.0, ssq / len, eps);
+      const double rstd_hi = rr.hi, d_rstd = rr.excess;
       const double intermediate = std::max(abs_sum, ssq);
       // The fp32 mean is off by about u * mean|x| * sqrt(len) (mean|x| >= |mean|: mixed signs),
       // and never known better than half a subnormal spacing (u * FLT_MIN), which rstd amplifies
@@ -170,10 +210,15 @@ struct NormJob {
       const double mean_abs = centered ? abs_sum / len : 0.0;
       // The fp32 sum's growth: sqrt(len), or more over near-equal terms (SumGrowth): x for the
       // mean, x^2 for rms_norm's mean square.
-      const double growth = centered ? SumGrowth::growth(len, abs_sum / len, hi - lo)
-                                     : SumGrowth::growth(len, ssq / len, hi * hi - lo * lo);
-      const double amp = rstd * growth,
-                   c_base = mean_abs * amp + k_fp32_min_normal * (centered ? 1.0 + rstd : 1.0);
+      // Plus the terms within an ulp or two of the sum (SumGrowth::absorbed).
+      const double growth =
+          centered ? SumGrowth::growth(len, abs_sum / len, hi - lo) +
+                         SumGrowth::absorbed(len_i, abs_sum, [row](std::int64_t k) { return row[k]; })
+                   : SumGrowth::growth(len, ssq / len, hi * hi - lo * lo) +
+                         SumGrowth::absorbed(len_i, ssq,
+                                             [row](std::int64_t k) { return row[k] * row[k]; });
+      const double amp = rstd_hi * growth,
+                   c_base = mean_abs * amp + k_fp32_min_normal * (centered ? 1.0 + rstd_hi : 1.0);
       // Where an fp32 intermediate may overflow, the whole row is indeterminate.
       const double floor_c =
           intermediate >= k_fp32_max / 4 && finite(intermediate) ? intermediate : 0.0;
@@ -187,15 +232,20 @@ struct NormJob {
         for (std::int64_t k = 0; k < len_i; ++k) {
           const double w = wv[nr->affine_index(r, k)];
           const double xh = (row[k] - mean) * rstd;
-          if (!finite(w) && std::fabs(xh) <= 0x1.0p-24 * (std::fabs(row[k]) * amp + c_base))
+          if (!finite(w) &&
+              std::fabs(xh) <= 0x1.0p-24 * (std::fabs(row[k]) * amp + c_base +
+                                            std::fabs(row[k] - mean) * d_rstd))
             alt[r * len_i + k] = k_alt_any_nonfinite;
         }
       auto emit = [&](std::int64_t k, double y, double xh, double w, double b) {
         o[k] = y;
         const bool ok = finite(y);
         const double aw = std::fabs(w);
-        ca[k] =
-            ok ? std::max(aw * (std::fabs(row[k]) * amp + c_base) + std::fabs(b), floor_c) : 0.0;
+        ca[k] = ok ? std::max(aw * (std::fabs(row[k]) * amp + c_base +
+                                    std::fabs(row[k] - mean) * d_rstd) +
+                                  std::fabs(b),
+                              floor_c)
+                   : 0.0;
         ci[k] = ok ? std::fabs(xh * w) + aw * in_min_normal : 0.0;
       };
       if (!nr->grouped) {
@@ -214,7 +264,7 @@ struct NormJob {
               const vd4 y = xh * w + b;
               const auto ok = vabs(y) < k_inf;
               const vd4 aw = vabs(w);
-              const vd4 a = aw * (vabs(xv) * amp + c_base) + vabs(b);
+              const vd4 a = aw * (vabs(xv) * amp + c_base + vabs(xv - mu) * d_rstd) + vabs(b);
               store4(o + k, y);
               store4(ca + k, select4(ok, select4(a < floor_c, floor4, a), zero));
               store4(ci + k, select4(ok, vabs(xh * w) + aw * in_min, zero));
@@ -226,11 +276,20 @@ struct NormJob {
       // w to x_hat. Both agree to 1e-16 relative on finite values.
       const std::int64_t chans = nr->per_group_channels, spatial = nr->spatial;
       const std::int64_t c0 = (r % nr->groups) * nr->per_group_channels;
+      // Its fp32 intermediates rstd * w, x * scale and mean * scale (rstd up to rstd_hi) may
+      // overflow where the result does not (a weight of 1.7e38 over a group of FLT_MIN and 0:
+      // rstd 316, scale Inf, x * scale + shift = NaN where the result is 210): there the element
+      // is indeterminate (overflow_guard), as batch_norm's folded alpha and beta are.
       for (std::int64_t j = 0; j < chans; ++j) {
         const double w = wv[c0 + j], b = bv[c0 + j];
         const double scale = rstd * w, shift = b - scale * mean;
-        for (std::int64_t k = j * spatial; k < (j + 1) * spatial; ++k)
+        const double scale_hi = rstd_hi * std::fabs(w);
+        for (std::int64_t k = j * spatial; k < (j + 1) * spatial; ++k) {
           emit(k, row[k] * scale + shift, (row[k] - mean) * rstd, w, b);
+          if (finite(o[k]))
+            ca[k] = overflow_guard(
+                ca[k], scale_hi * std::max({1.0, std::fabs(row[k]), std::fabs(mean)}));
+        }
       }
     }
   }

@@ -96,7 +96,9 @@ Result<std::vector<RefOutput>> reduce_reference(const RefContext& ctx, Red kind)
         double s = 0.0;
         SumGrowth grow;
         for (std::int64_t k = 0; k < g.len; ++k) s += row[k], grow.add(row[k]);
-        const double m = grow.abs_sum(), root = grow.growth(len);
+        const double m = grow.abs_sum();
+        const double root =
+            grow.growth(len) + SumGrowth::absorbed(g.len, m, [row](std::int64_t k) { return row[k]; });
         v = kind == Red::sum ? s : s / len;
         c = kind == Red::sum ? m * root : overflow_guard(m * root / len, m);
         break;
@@ -141,7 +143,13 @@ Result<std::vector<RefOutput>> reduce_reference(const RefContext& ctx, Red kind)
           if (e > 0.0) spread += e * std::fabs(row[k] - shift);  // a -inf entry adds nothing
         }
         v = std::log(s) + shift;
-        c = std::fabs(m) + std::fabs(v) + grow.growth(len) + spread / s;
+        // exp terms within an ulp or two of the sum (absorbed); the rest are not recomputed.
+        const double log_lim = std::log(2.0 * 0x1p-24 * s);
+        const double absorbed = SumGrowth::absorbed(g.len, s, [&](std::int64_t k) {
+          const double d = row[k] - shift;
+          return d > log_lim ? std::numeric_limits<double>::infinity() : std::exp(d);
+        });
+        c = std::fabs(m) + std::fabs(v) + grow.growth(len) + absorbed + spread / s;
         break;
       }
     }
@@ -181,7 +189,10 @@ Result<std::vector<RefOutput>> l2norm_reference(const RefContext& ctx) {
     }
     const double norm = std::sqrt(ss);
     const double denom = std::isnan(norm) || norm > eps ? norm : eps;  // clamp_min keeps NaN
-    const double growth = 2.0 + std::max(sqrt_len, grow.growth(static_cast<double>(g.len)) / 2.0);
+    const double absorbed =
+        SumGrowth::absorbed(g.len, ss, [row](std::int64_t k) { return row[k] * row[k]; });
+    const double growth =
+        2.0 + std::max(sqrt_len, (grow.growth(static_cast<double>(g.len)) + absorbed) / 2.0);
     for (std::int64_t k = 0; k < g.len; ++k) {
       const double v = row[k] / denom;
       out[flat(g, r, k)] = v;
@@ -203,7 +214,10 @@ Result<std::vector<RefOutput>> cumsum_reference(const RefContext& ctx) {
       s += row[k];
       grow.add(row[k]);
       out[flat(g, r, k)] = s;
-      c_acc[flat(g, r, k)] = finite(s) ? grow.abs_sum() * grow.growth(static_cast<double>(k + 1)) : 0.0;
+      c_acc[flat(g, r, k)] =
+          finite(s) ? grow.abs_sum() *
+                          (grow.growth(static_cast<double>(k + 1)) + grow.prefix_absorbed())
+                    : 0.0;
     }
   });
   return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc));

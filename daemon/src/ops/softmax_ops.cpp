@@ -48,29 +48,32 @@ struct SoftmaxRows {
       m = std::max(m, x[k]);
     }
     if (nan) m = std::numeric_limits<double>::quiet_NaN();
-    // Pass 2: s = sum exp(x - m); softmax keeps each exp in `out`; log_softmax also sums
-    // exp(x - m)·|x - m| (the spread its exp arguments carry).
+    // Pass 2: s = sum exp(x - m), each exp kept in `out` (log_softmax overwrites it in pass 3);
+    // log_softmax also sums exp(x - m)·|x - m| (the spread its exp arguments carry).
     vd4 sv = splat4(0.0), wv = splat4(0.0), lov = splat4(1.0);
     double tail = 0.0, wtail = 0.0, lo = 1.0;
     for (std::int64_t k = 0; k < n4; k += 4) {
       const vd4 d = load4(x + k) - m;
       const vd4 e = vexp<I>(d);
-      if (!log) store4(out + k, e);
-      else wv += select4(e > splat4(0.0), e * vabs(d), splat4(0.0));
+      store4(out + k, e);
+      if (log) wv += select4(e > splat4(0.0), e * vabs(d), splat4(0.0));
       sv += e;
       lov = select4(e < lov, e, lov);
     }
     for (std::int64_t k = n4; k < n; ++k) {
       const double e = vexp1(x[k] - m);
-      if (!log) out[k] = e;
-      else if (e > 0.0) wtail += e * std::fabs(x[k] - m);
+      out[k] = e;
+      if (log && e > 0.0) wtail += e * std::fabs(x[k] - m);
       tail += e;
       lo = std::min(lo, e);
     }
     const double s = ((sv[0] + sv[1]) + (sv[2] + sv[3])) + tail;
     for (int l = 0; l < 4; ++l) lo = std::min(lo, lov[l]);
-    // The sum's growth: sqrt(N), or more over near-equal terms (exp(x - max) in [lo, 1]: SumGrowth).
-    const double root = SumGrowth::growth(static_cast<double>(n), s / static_cast<double>(n), 1.0 - lo);
+    // The sum's growth: sqrt(N), or more over near-equal terms (exp(x - max) in [lo, 1]: SumGrowth),
+    // plus the terms within an ulp or two of the sum (absorbed: most of a row far below its max).
+    const double root =
+        SumGrowth::growth(static_cast<double>(n), s / static_cast<double>(n), 1.0 - lo) +
+        SumGrowth::absorbed(n, s, [out](std::int64_t k) { return out[k]; });
     // Pass 3: the value and its condition term.
     if (log) {
       const double lse = m + std::log(s);
