@@ -30,6 +30,10 @@ class Imprecision:
 
     what: str
     demo: Callable[[], Tuple[str, bool]]
+    # Where PyTorch picks the kernel by the CPU, what decides it: on a CPU that takes the accurate
+    # path the demonstration does not hold, and the same native op must then pass gpuemu's check
+    # (tests/python/test_conformance.py checks both ways).
+    cpu_dependent: str = ""
 
 
 def _close(a: float, b: float, rel: float = 1e-3) -> bool:
@@ -51,9 +55,11 @@ def _gelu() -> Tuple[str, bool]:
     e = torch.erf((x * 0.70710678).to(BF16).float()).to(BF16).float()
     emu = ((x * 0.5).to(BF16).float() * (1 + e).to(BF16).float()).to(BF16).float()
     match = (emu == F.gelu(x.to(BF16)).float()).float().mean().item()
+    # The error is the imprecision; how closely the emulation explains it depends on the CPU's
+    # vector path (99.9% on AVX2 CPUs, 66% on one with AVX512-BF16, gelu(-3) 45% off on both).
     return (f"gelu(-3) = {got:.6g} (exact {exact:.6g}, {abs(got / exact - 1):.0%} off); over the {x.numel()} "
             f"bf16 values in [-5, 5] it equals an every-intermediate-in-bf16 emulation for {match:.1%}"), \
-        abs(got / exact - 1) > 0.2 and match > 0.99
+        abs(got / exact - 1) > 0.2
 
 
 def _row_norm(name: str, fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], Tuple[str, bool]]:
@@ -139,6 +145,9 @@ def _logsumexp() -> Tuple[str, bool]:
         abs(got - exact) > 4 * abs(torch.tensor(exact).to(BF16).item() - exact) + 1e-5
 
 
+ONEDNN_CONV = ("on CPUs with AVX512-BF16, bf16 convolutions go through oneDNN, which accumulates in fp32 "
+               "(4096 ones sum to 4096)")
+
 IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
     ("matmul", "native", "bfloat16"): Imprecision(
         "accumulates in bf16", _bf16_accumulator(
@@ -149,14 +158,18 @@ IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
     ("linear", "native", "bfloat16"): Imprecision(
         "accumulates in bf16 when x or weight is not contiguous", _bf16_accumulator(
             "F.linear with a transposed weight", lambda: F.linear(
-                torch.ones(1, K, dtype=BF16), torch.ones(K, 2, dtype=BF16).t())[0, 0].item())),
+                torch.ones(1, K, dtype=BF16), torch.ones(K, 2, dtype=BF16).t())[0, 0].item()),
+        cpu_dependent="on CPUs with AVX512-BF16, F.linear in bf16 goes through oneDNN's GEMM, which "
+                      "accumulates in fp32 (4096 ones sum to 4096)"),
     ("conv1d", "native", "bfloat16"): Imprecision(
         "accumulates in bf16", _bf16_accumulator(
-            "F.conv1d", lambda: F.conv1d(torch.ones(1, 1, K, dtype=BF16), torch.ones(1, 1, K, dtype=BF16)).item())),
+            "F.conv1d", lambda: F.conv1d(torch.ones(1, 1, K, dtype=BF16), torch.ones(1, 1, K, dtype=BF16)).item()),
+        cpu_dependent=ONEDNN_CONV),
     ("conv2d", "native", "bfloat16"): Imprecision(
         "accumulates in bf16", _bf16_accumulator(
             "F.conv2d", lambda: F.conv2d(torch.ones(1, 1, 64, 64, dtype=BF16),
-                                         torch.ones(1, 1, 64, 64, dtype=BF16)).item())),
+                                         torch.ones(1, 1, 64, 64, dtype=BF16)).item()),
+        cpu_dependent=ONEDNN_CONV),
     ("gelu", "native", "bfloat16"): Imprecision("computes in bf16 (1 + erf cancels)", _gelu),
     ("geglu", "native", "bfloat16"): Imprecision("its F.gelu computes in bf16 (as gelu)", _gelu),
     ("layer_norm", "native", "bfloat16"): Imprecision(
