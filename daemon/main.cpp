@@ -36,6 +36,9 @@ struct Options {
   std::size_t log_max_bytes = 5 * 1024 * 1024;  // daemon.log rotates past this size ...
   std::size_t log_files = 3;                     // ... keeping daemon.1.log .. daemon.N.log
   int drain_s = 30;
+  std::size_t tcp_max_message_mib = 256;
+  bool allow_remote_scripts = false;
+  bool allow_remote_shutdown = false;
 };
 
 Status make_private_dir(const std::string& dir) {
@@ -112,14 +115,21 @@ int serve(const Options& o, const protocol::HomePaths& paths,
   ctx.config.script_timeout_s = o.script_timeout;
   ctx.config.drain_timeout = std::chrono::seconds(o.drain_s);
   ctx.started_ms = server::now_ms();
+  ctx.config.tcp_max_message_bytes = o.tcp_max_message_mib << 20;
+  ctx.config.allow_remote_scripts = o.allow_remote_scripts;
+  ctx.config.allow_remote_shutdown = o.allow_remote_shutdown;
   if (!o.token_file.empty()) {
     std::ifstream t(o.token_file);
     std::getline(t, ctx.config.token);
     if (ctx.config.token.size() < 16)
       return fail(make_error(ErrorCode::invalid_argument,
                              "the token in " + o.token_file + " must have at least 16 characters"));
-  } else if (const char* t = std::getenv("GPUEMU_TOKEN")) {
+  } else if (const char* t = std::getenv("GPUEMU_TOKEN"); t && *t && !o.tcp.empty()) {
+    // Only a tcp listener uses it (clients of a local daemon may have it set for another one).
     ctx.config.token = t;
+    if (ctx.config.token.size() < 16)
+      return fail(make_error(ErrorCode::invalid_argument,
+                             "the token in $GPUEMU_TOKEN must have at least 16 characters"));
   }
   auto store = Store::open(paths.store_dir);
   if (!store) return fail(store.error());
@@ -186,6 +196,15 @@ int main(int argc, char** argv) {
   app.add_option("--tcp", o.tcp, "also listen on tcp://HOST:PORT (requires a token)");
   app.add_option("--token-file", o.token_file,
                  "file whose first line is the tcp token (else $GPUEMU_TOKEN)");
+  app.add_option("--tcp-max-message-mb", o.tcp_max_message_mib,
+                 "largest message a tcp client may send, in MiB (default 256; larger ones are "
+                 "dropped unread)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+  app.add_flag("--allow-remote-scripts", o.allow_remote_scripts,
+               "let tcp clients run script kernels and script references (off: only the local "
+               "socket may)");
+  app.add_flag("--allow-remote-shutdown", o.allow_remote_shutdown,
+               "let tcp clients shut the daemon down (off: only the local socket and signals may)");
   app.add_option("--workers", o.workers, "worker threads (default: max(2, cores))");
   app.add_option("--python", o.python,
                  "interpreter for script kernels (default: the project's .venv)");

@@ -95,7 +95,7 @@ std::vector<std::byte> encode(const Frame& frame) {
   return out;
 }
 
-Result<Frame> decode(std::span<const std::byte> bytes) {
+Result<Json> decode_header(std::span<const std::byte> bytes) {
   if (bytes.size() < 8)
     return bad("frame of " + std::to_string(bytes.size()) +
                " bytes is shorter than its 8-byte prefix");
@@ -106,12 +106,17 @@ Result<Frame> decode(std::span<const std::byte> bytes) {
     return bad("header of " + std::to_string(hlen) + " bytes exceeds the 16 MiB limit");
   if (8 + hlen > bytes.size())
     return bad("header length " + std::to_string(hlen) + " runs past the end of the frame");
+  Json header = Json::parse(reinterpret_cast<const char*>(bytes.data()) + 8,
+                            reinterpret_cast<const char*>(bytes.data()) + 8 + hlen, nullptr, false);
+  if (header.is_discarded()) return bad("header is not valid JSON");
+  if (!header.is_object()) return bad("header must be a JSON object");
+  return header;
+}
+
+Result<Frame> decode(std::span<const std::byte> bytes) {
   Frame frame;
-  frame.header =
-      Json::parse(reinterpret_cast<const char*>(bytes.data()) + 8,
-                  reinterpret_cast<const char*>(bytes.data()) + 8 + hlen, nullptr, false);
-  if (frame.header.is_discarded()) return bad("header is not valid JSON");
-  if (!frame.header.is_object()) return bad("header must be a JSON object");
+  GPUEMU_TRY(frame.header, decode_header(bytes));
+  const std::size_t hlen = get_u32(bytes.data() + 4);
   const std::size_t head = align_up(8 + hlen);
   const std::size_t payload = bytes.size() > head ? bytes.size() - head : 0;
   auto descs = frame.header.find("tensors");

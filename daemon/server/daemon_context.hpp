@@ -28,7 +28,31 @@ struct DaemonConfig {
   std::string python;              // script kernels' interpreter (empty: the project's venv)
   double script_timeout_s = 60.0;  // per case
   std::chrono::seconds drain_timeout{30};
+  // What a tcp client may do (docs/protocol.md, "Remote clients"): messages over this size are
+  // dropped by the transport before anything reads them; scripts (script kernels, script
+  // references of custom ops) and shutdown are refused unless the daemon was started to allow them.
+  std::size_t tcp_max_message_bytes = std::size_t{256} << 20;
+  bool allow_remote_scripts = false;
+  bool allow_remote_shutdown = false;
 };
+
+// Whether the request this thread is handling came over tcp (set by the transport around
+// dispatch): the handlers that would start a script consult it.
+inline thread_local bool t_remote_request = false;
+struct RemoteRequestScope {
+  explicit RemoteRequestScope(bool remote) : saved(t_remote_request) { t_remote_request = remote; }
+  ~RemoteRequestScope() { t_remote_request = saved; }
+  RemoteRequestScope(const RemoteRequestScope&) = delete;
+  RemoteRequestScope& operator=(const RemoteRequestScope&) = delete;
+  bool saved;
+};
+// An error when a tcp client asks for a script and the daemon does not allow it, else {}.
+inline Status remote_script_allowed(const DaemonConfig& config, const std::string& what) {
+  if (!t_remote_request || config.allow_remote_scripts) return {};
+  return make_error(ErrorCode::invalid_argument,
+                    what + " runs a script on the daemon's machine, which tcp clients may not ask "
+                           "for unless the daemon was started with --allow-remote-scripts");
+}
 
 // Progress of the long requests that carry a `progress_token` (fuzz, calibrate): written by the
 // worker running them, read by the fast `progress` request a client polls from another context.

@@ -58,6 +58,13 @@ Status NngServer::listen(const std::string& url) {
   if (int rv = nng_listener_create(&l, m_impl->sock, url.c_str()); rv != 0)
     return make_error(ErrorCode::io_error, "cannot listen on " + url + ": " + nng_strerror(rv));
   if (url.rfind("ipc://", 0) == 0) nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
+  // A tcp peer is not trusted until its token is read, and its token is read only once its whole
+  // message is: the transport drops any message over the limit before allocating it.
+  if (tcp)
+    if (int rv = nng_listener_set_size(l, NNG_OPT_RECVMAXSZ, m_ctx.config.tcp_max_message_bytes);
+        rv != 0)
+      return make_error(ErrorCode::internal,
+                        std::string("cannot bound tcp messages: ") + nng_strerror(rv));
   if (int rv = nng_listener_start(l, 0); rv != 0)
     return make_error(rv == NNG_EADDRINUSE ? ErrorCode::conflict : ErrorCode::io_error,
                       "cannot listen on " + url + ": " + nng_strerror(rv));
@@ -122,8 +129,35 @@ void NngServer::handle_received(Slot* slot) {
   nng_sockaddr addr{};
   slot->from_tcp = nng_pipe_get_addr(nng_msg_get_pipe(msg), NNG_OPT_REMADDR, &addr) == 0 &&
                    (addr.s_family == NNG_AF_INET || addr.s_family == NNG_AF_INET6);
-  auto frame = protocol::decode(
-      std::span(static_cast<const std::byte*>(nng_msg_body(msg)), nng_msg_len(msg)));
+  const auto bytes =
+      std::span(static_cast<const std::byte*>(nng_msg_body(msg)), nng_msg_len(msg));
+  auto refuse = [&](const Error& e) {
+    ++m_ctx.errors;
+    nng_msg_free(msg);
+    send_reply(slot, protocol::make_error_reply(e));
+  };
+  if (slot->from_tcp) {
+    // The token first: of an unauthenticated message nothing but its header is read.
+    auto header = protocol::decode_header(bytes);
+    if (!header) {
+      spdlog::info("bad frame from a tcp peer: {}", header.error().message);
+      return refuse(header.error());
+    }
+    const auto token = header->find("token");
+    if (m_ctx.config.token.empty() || token == header->end() || !token->is_string() ||
+        !constant_time_equal(token->get<std::string>(), m_ctx.config.token)) {
+      spdlog::warn("[W-token] a tcp request with a missing or wrong token was refused");
+      return refuse(make_error(ErrorCode::invalid_argument,
+                               "a valid token is required on tcp connections"));
+    }
+    if (header->value("method", Json()) == "shutdown" && !m_ctx.config.allow_remote_shutdown) {
+      spdlog::warn("[W-remote] a tcp client asked for shutdown, which it may not");
+      return refuse(make_error(ErrorCode::invalid_argument,
+                               "tcp clients may not shut the daemon down unless it was started "
+                               "with --allow-remote-shutdown"));
+    }
+  }
+  auto frame = protocol::decode(bytes);
   nng_msg_free(msg);
   if (!frame) {
     ++m_ctx.errors;
@@ -131,19 +165,10 @@ void NngServer::handle_received(Slot* slot) {
     send_reply(slot, protocol::make_error_reply(frame.error()));
     return;
   }
-  if (slot->from_tcp) {
-    const std::string token = frame->header.value("token", "");
-    if (m_ctx.config.token.empty() || !constant_time_equal(token, m_ctx.config.token)) {
-      spdlog::warn("[W-token] a tcp request with a missing or wrong token was refused");
-      send_reply(slot,
-                 protocol::make_error_reply(make_error(
-                     ErrorCode::invalid_argument, "a valid token is required on tcp connections")));
-      return;
-    }
-  }
   const std::string method = frame->header.value("method", "");
   const Command* cmd = find_command(method);
   if (!cmd || cmd->fast) {
+    RemoteRequestScope remote(slot->from_tcp);
     send_reply(slot, dispatch(m_ctx, *frame));
     return;
   }
@@ -181,7 +206,10 @@ void NngServer::worker_loop() {
       job = std::move(m_queue.front());
       m_queue.pop_front();
     }
-    protocol::Frame reply = dispatch(m_ctx, job.second);
+    protocol::Frame reply = [&] {
+      RemoteRequestScope remote(job.first->from_tcp);
+      return dispatch(m_ctx, job.second);
+    }();
     send_reply(job.first, reply);
     --m_ctx.in_flight;
   }

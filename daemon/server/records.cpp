@@ -49,6 +49,7 @@ Result<std::optional<KernelRunner>> resolve_kernel(const DaemonContext& ctx, con
     return std::optional<KernelRunner>(std::move(r));
   }
   if (kind == "script") {
+    GPUEMU_TRY_STATUS(remote_script_allowed(ctx.config, "a script kernel"));
     ScriptKernelSpec spec;
     GPUEMU_TRY(spec.script, string_param(kernel, "script"));
     GPUEMU_TRY(spec.function, string_param(kernel, "function"));

@@ -59,6 +59,7 @@ Result<OpSchema> load_custom_op(const DaemonContext& ctx, const Json& spec) {
   } else {
     return schema;  // builtin:<name>: run_reference finds it (or says there is none)
   }
+  GPUEMU_TRY_STATUS(remote_script_allowed(ctx.config, "the custom op '" + schema.name + "' reference"));
   if (!fs::path(rs.script).is_absolute()) rs.script = (base / rs.script).lexically_normal().string();
   schema.reference = "script:" + rs.script + ":" + rs.function;
   GPUEMU_TRY(schema.external_reference, make_script_reference(rs));

@@ -47,6 +47,9 @@ struct Frame {
 std::vector<std::byte> encode(const Frame& frame);
 // Decodes and validates a frame: magic, sizes, JSON, every tensor descriptor against the payload.
 Result<Frame> decode(std::span<const std::byte> bytes);
+// The header alone: the magic, the header length and its JSON, nothing of the tensors (a tcp
+// request's token is checked on it before the rest is decoded).
+Result<Json> decode_header(std::span<const std::byte> bytes);
 
 // A request: {"v":1, "method": M, "params": {...}, "token"?: T}.
 Frame make_request(std::string method, Json params = Json::object());

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -333,6 +334,104 @@ TEST(DaemonTcp, TokenGatedListener) {
   ASSERT_TRUE((*ipc)->call_json("shutdown").ok());
   for (int i = 0; i < 500 && fs::exists(home + "/run/gpuemu.sock"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  fs::remove_all(home);
+}
+
+// A frame of raw bytes: the magic, the header's length, the header, zero padding to 64, then
+// `payload` bytes.
+std::vector<std::byte> raw_frame(const std::string& header, std::size_t payload = 0) {
+  std::string raw = "GEMU";
+  for (int i = 0; i < 4; ++i) raw += static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  raw += header;
+  raw.resize((raw.size() + 63) / 64 * 64 + payload, '\0');
+  std::vector<std::byte> out(raw.size());
+  std::memcpy(out.data(), raw.data(), raw.size());
+  return out;
+}
+
+TEST(DaemonTcp, RemoteClientsAreBoundedAndMayNotRunScriptsOrShutDown) {
+  char tmpl[] = "/tmp/gpuemu-daemon-remote-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string home = tmpl;
+  const std::string secret = "0123456789abcdef-remote";
+  const std::string token_file = home + "/token";
+  { std::ofstream(token_file) << secret << "\n"; }
+  const std::string url = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 7919) % 20000);
+  // A short $GPUEMU_TOKEN is refused as a short token file is, when a tcp listener would use it.
+  setenv("GPUEMU_TOKEN", "short-token", 1);
+  EXPECT_NE(run_daemon({"--home", home, "--tcp", url}), 0);
+  unsetenv("GPUEMU_TOKEN");
+  ASSERT_EQ(run_daemon({"--home", home, "--tcp", url, "--token-file", token_file,
+                        "--tcp-max-message-mb", "1"}),
+            0);
+  ClientOptions tcp;
+  tcp.url = url;
+  tcp.autostart = false;
+  tcp.token = secret;
+  auto c = DaemonClient::connect(tcp);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  auto& remote = *c;
+  // The token is checked before anything but the header is decoded: a frame whose tensor
+  // descriptor is malformed gets the token error with a wrong token, the descriptor's with the
+  // right one.
+  const std::string bad_tensor = R"("method":"ping","v":1,"tensors":[{"dtype":"float32"}]})";
+  for (const auto& [token, expect] : {std::pair{std::string("0123456789abcdef-wrong!!"), "token"},
+                                      std::pair{secret, "descriptor"}}) {
+    auto reply = remote->call_raw(raw_frame(R"({"token":")" + token + "\"," + bad_tensor),
+                                  std::chrono::seconds(10));
+    ASSERT_TRUE(reply.ok()) << reply.error().message;
+    auto frame = protocol::decode(*reply);
+    ASSERT_TRUE(frame.ok());
+    auto result = protocol::reply_result(*frame);
+    ASSERT_FALSE(result.ok());
+    EXPECT_NE(result.error().message.find(expect), std::string::npos) << result.error().message;
+  }
+  // Over the limit (1 MiB): dropped unread, and the daemon goes on serving.
+  auto big = remote->call_raw(
+      raw_frame(R"({"token":")" + secret + R"(","method":"ping","v":1})", std::size_t{2} << 20),
+      std::chrono::seconds(3));
+  EXPECT_FALSE(big.ok());
+  auto again = DaemonClient::connect(tcp);
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_TRUE((*again)->call_json("ping").ok());
+  // No script kernel and no shutdown for a tcp client.
+  auto script = (*again)->call_json(
+      "fuzz", {{"op", "softmax"},
+               {"kernel", {{"kind", "script"}, {"script", home + "/k.py"}, {"function", "f"}}},
+               {"iterations", 2}});
+  ASSERT_FALSE(script.ok());
+  EXPECT_NE(script.error().message.find("--allow-remote-scripts"), std::string::npos)
+      << script.error().message;
+  auto stop = (*again)->call_json("shutdown");
+  ASSERT_FALSE(stop.ok());
+  EXPECT_NE(stop.error().message.find("--allow-remote-shutdown"), std::string::npos);
+  EXPECT_TRUE((*again)->call_json("ping").ok());
+  // The local socket may do both.
+  ClientOptions local;
+  local.home = home;
+  local.autostart = false;
+  auto ipc = DaemonClient::connect(local);
+  ASSERT_TRUE(ipc.ok()) << ipc.error().message;
+  auto local_script = (*ipc)->call_json(
+      "fuzz", {{"op", "softmax"},
+               {"kernel", {{"kind", "script"}, {"script", home + "/k.py"}, {"function", "f"}}},
+               {"iterations", 2}});
+  if (!local_script.ok()) {  // (the script does not exist: any error but the remote one)
+    EXPECT_EQ(local_script.error().message.find("--allow-remote-scripts"), std::string::npos);
+  }
+  ASSERT_TRUE((*ipc)->call_json("shutdown").ok());
+  for (int i = 0; i < 500 && fs::exists(home + "/run/gpuemu.sock"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // Started with --allow-remote-shutdown, the tcp client may stop it.
+  ASSERT_EQ(run_daemon({"--home", home, "--tcp", url, "--token-file", token_file,
+                        "--allow-remote-shutdown"}),
+            0);
+  auto allowed = DaemonClient::connect(tcp);
+  ASSERT_TRUE(allowed.ok()) << allowed.error().message;
+  EXPECT_TRUE((*allowed)->call_json("shutdown").ok());
+  for (int i = 0; i < 500 && fs::exists(home + "/run/gpuemu.sock"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE(fs::exists(home + "/run/gpuemu.sock"));
   fs::remove_all(home);
 }
 
