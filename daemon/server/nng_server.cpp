@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include <unistd.h>
+
 namespace gpuemu::server {
 
 struct NngServer::Impl {
@@ -136,6 +138,19 @@ void NngServer::handle_received(Slot* slot) {
     nng_msg_free(msg);
     send_reply(slot, protocol::make_error_reply(e));
   };
+  if (!slot->from_tcp) {
+    // The local socket is the user's: its directory is 0700 and the socket 0600, and the peer's
+    // uid (SO_PEERCRED) is checked too, in case either was opened up.
+    std::uint64_t uid = 0;
+    if (nng_pipe_get_uint64(nng_msg_get_pipe(msg), NNG_OPT_IPC_PEER_UID, &uid) == 0 &&
+        uid != static_cast<std::uint64_t>(geteuid())) {
+      spdlog::warn("[W-peer] a request from uid {} on the local socket was refused", uid);
+      return refuse(make_error(ErrorCode::invalid_argument,
+                               "this daemon serves only its own user (uid " +
+                                   std::to_string(geteuid()) + "); the request came from uid " +
+                                   std::to_string(uid)));
+    }
+  }
   if (slot->from_tcp) {
     // The token first: of an unauthenticated message nothing but its header is read.
     auto header = protocol::decode_header(bytes);

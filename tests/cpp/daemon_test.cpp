@@ -337,6 +337,39 @@ TEST(DaemonTcp, TokenGatedListener) {
   fs::remove_all(home);
 }
 
+TEST(DaemonLocal, RefusesOtherUsersEvenWhenTheSocketIsOpenedUp) {
+  // Another uid needs root to become (setpriv); CI runs as root.
+  if (geteuid() != 0 || std::system("command -v setpriv >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "needs root and setpriv to act as another user";
+  char tmpl[] = "/tmp/gpuemu-daemon-peer-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string home = tmpl;
+  ASSERT_EQ(run_daemon({"--home", home}), 0);
+  // Open the directory and the socket to everyone: the peer's uid still decides.
+  fs::permissions(home, fs::perms::all & ~fs::perms::others_write & ~fs::perms::group_write);
+  fs::permissions(home + "/run", fs::perms::all & ~fs::perms::others_write & ~fs::perms::group_write);
+  fs::permissions(home + "/run/gpuemu.sock", fs::perms::all);
+  const std::string out = home + "/other.txt";
+  const std::string cmd = "GPUEMU_HOME='" + home + "' setpriv --reuid=65534 --regid=65534 " +
+                          "--clear-groups " GPUEMU_BIN_DIR "/gpuemu daemon status > /dev/null 2> '" +
+                          out + "'";
+  const int rc = std::system(cmd.c_str());
+  EXPECT_NE(rc, 0);
+  std::ifstream in(out);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("serves only its own user"), std::string::npos) << text;
+  // Its own user is served.
+  ClientOptions local;
+  local.home = home;
+  local.autostart = false;
+  auto own = DaemonClient::connect(local);
+  ASSERT_TRUE(own.ok()) << own.error().message;
+  ASSERT_TRUE((*own)->call_json("shutdown").ok());
+  for (int i = 0; i < 500 && fs::exists(home + "/run/gpuemu.sock"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  fs::remove_all(home);
+}
+
 // A frame of raw bytes: the magic, the header's length, the header, zero padding to 64, then
 // `payload` bytes.
 std::vector<std::byte> raw_frame(const std::string& header, std::size_t payload = 0) {
