@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps venv build demo test test-cpp test-python test-ext bench format check clean
+.PHONY: all deps venv build demo test test-cpp test-fuzz test-python test-ext bench format check clean
 
 all: build
 
@@ -26,10 +26,15 @@ build: venv
 demo: build
 	@bash scripts/demo.sh
 
-test: build test-cpp test-python test-ext
+test: build test-cpp test-fuzz test-python test-ext
 
 test-cpp:
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# libFuzzer under ASan + UBSan: the protocol decoder, op schemas, PTX and gpuemu.toml, 15 s each
+# (docs/reliability.md; `tests/fuzz/run.sh --runs N` is the long run)
+test-fuzz:
+	@BUILD_DIR=$(BUILD_DIR) bash tests/fuzz/run.sh 15
 
 test-python:
 	@GPUEMU_BIN_DIR=$(abspath $(BUILD_DIR))/bin $(PY) -m pytest -q tests/python

@@ -8,6 +8,8 @@ PACKAGES=(
   libnng-dev nng-utils liblmdb-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libcli11-dev libtomlplusplus-dev libzstd-dev libsodium-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # the fuzz targets (tests/fuzz/run.sh): clang with libFuzzer and the sanitizers' runtime
+  clang libclang-rt-14-dev
   python3 python3-venv python3-dev python3-pybind11 pybind11-dev
   python3-numpy python3-pytest python3-hypothesis python3-jsonschema python3-torch
   # the editor side: the HTML report is checked in a real browser (screenshot pixels via PIL);

@@ -71,6 +71,8 @@ Result<std::optional<Json>> JsonRpcTransport::read() {
     return std::optional<Json>(Json::parse(body));
   } catch (const Json::parse_error& e) {
     return make_error(ErrorCode::protocol_error, std::string("the body is not JSON: ") + e.what());
+  } catch (const Json::exception& e) {  // a number past double's range: out_of_range
+    return make_error(ErrorCode::protocol_error, std::string("the body is not JSON: ") + e.what());
   }
 }
 

@@ -202,6 +202,7 @@ TEST(JsonRpcTransport, FramesBothWaysAndReportsMalformedInput) {
   std::fprintf(in, "Content-Length: %zu\r\nContent-Type: application/vscode-jsonrpc\r\n\r\n%s",
                body.size(), body.c_str());
   std::fprintf(in, "Content-Length: 5\r\n\r\n{bad}");
+  std::fprintf(in, "Content-Length: 7\r\n\r\n[1e999]");  // out_of_range, not parse_error
   std::fprintf(in, "Content-Length: 100\r\n\r\n{}");
   std::rewind(in);
   std::FILE* out = std::tmpfile();
@@ -212,6 +213,9 @@ TEST(JsonRpcTransport, FramesBothWaysAndReportsMalformedInput) {
   auto second = t.read();
   ASSERT_FALSE(second.ok());
   EXPECT_NE(second.error().message.find("not JSON"), std::string::npos);
+  auto huge = t.read();
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.error().message.find("not JSON"), std::string::npos);
   auto third = t.read();
   ASSERT_FALSE(third.ok());
   EXPECT_NE(third.error().message.find("ended inside a message body"), std::string::npos);

@@ -113,6 +113,13 @@ TEST(Schema, ErrorsNameFileAndLine) {
       {"\"max\": 64", "\"max\": 64 ,,", "invalid JSON", 7},
   };
   expect_schema_errors(k_good, cases);
+  // Valid syntax nlohmann::json refuses with out_of_range, not parse_error (found by fuzz_schema:
+  // it terminated the process): an error like any other.
+  auto huge = parse_op_schema("[1e999]", "huge.json");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.error().code, ErrorCode::schema_error);
+  EXPECT_NE(huge.error().message.find("huge.json: invalid JSON"), std::string::npos)
+      << huge.error().message;
 }
 
 TEST(Schema, AttrValidation) {

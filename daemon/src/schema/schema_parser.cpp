@@ -448,6 +448,10 @@ Result<OpSchema> parse_op_schema(const std::string& text, const std::string& fil
     return make_error(ErrorCode::schema_error,
                       file + ":" + std::to_string(line) + ": invalid JSON (" +
                           (pos == std::string::npos ? msg : msg.substr(pos)) + ")");
+  } catch (const Json::exception& e) {
+    // Valid syntax the parser still refuses: a number past double's range (found by fuzz_schema:
+    // it escaped as out_of_range and terminated the process).
+    return make_error(ErrorCode::schema_error, file + ": invalid JSON (" + e.what() + ")");
   }
   SchemaReader reader(text, file);
   auto s = reader.read(doc);
