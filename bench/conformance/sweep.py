@@ -101,17 +101,17 @@ def plan(ops: Optional[Sequence[str]], dtypes: Optional[Sequence[str]], strategi
 
 def imprecise_table(device: str, torch_version: Optional[str] = None) -> Dict[Tuple[str, str, str], Any]:
     """The known imprecise implementations of `device` under `torch_version` (default: this process's
-    torch). imprecise.py lists PyTorch 1.13's CPU ones, each with its evidence; under any other torch
-    nothing is excused: a failure there is gated until it has evidence of its own."""
+    torch). imprecise.py lists PyTorch 1.13's and 2.11's CPU ones, each with its evidence; under any
+    other torch nothing is excused: a failure there is gated until it has evidence of its own."""
     if torch_version is None:
         import torch
 
         torch_version = torch.__version__
-    if device != "cpu" or not torch_version.startswith("1.13"):
+    if device != "cpu":
         return {}
-    from imprecise import IMPRECISE
+    from imprecise import table_for
 
-    return IMPRECISE
+    return table_for(torch_version)
 
 
 def summarize(rows: List[Dict[str, Any]], device: str = "cpu") -> Dict[Tuple[str, str, str, str, str], Dict[str, Any]]:
@@ -182,11 +182,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(markdown(table, a.strategies))
         return 1 if sum(t["failed"] for t in table.values() if not t["imprecise"]) else 0
     if a.evidence:
-        from imprecise import IMPRECISE, evidence
+        import torch
+        from imprecise import evidence, table_for
 
         held = True
+        print(f"torch {torch.__version__}")
         for (op, style, dtype), (shown, holds) in evidence().items():
-            imp = IMPRECISE[(op, style, dtype)]
+            imp = table_for(torch.__version__)[(op, style, dtype)]
             held &= holds or bool(imp.cpu_dependent)
             note = "" if holds else (f" (not on this CPU: {imp.cpu_dependent})" if imp.cpu_dependent
                                      else " (NO LONGER SHOWN: recheck this entry)")
