@@ -55,7 +55,10 @@ class Reader {
     return at(n, "'" + key + "' must be a string");
   }
   Result<std::int64_t> positive_int(const toml::node& n, const std::string& key) const {
-    if (auto v = n.value<std::int64_t>(); v && n.is_integer() && *v >= 1) return *v;
+    // is_integer() first: toml++'s value<int64_t>() of a float converts it, undefined past
+    // int64's range (fuzz_toml: `seed = 1.2e49`).
+    if (n.is_integer())
+      if (auto v = n.value<std::int64_t>(); v && *v >= 1) return *v;
     return at(n, "'" + key + "' must be a positive integer");
   }
   Result<double> positive_number(const toml::node& n, const std::string& key) const {
@@ -68,8 +71,8 @@ class Reader {
     return at(n, "'" + key + "' must be true or false");
   }
   Result<std::uint64_t> seed(const toml::node& n) const {
-    if (auto v = n.value<std::int64_t>(); v && n.is_integer() && *v >= 0)
-      return static_cast<std::uint64_t>(*v);
+    if (n.is_integer())
+      if (auto v = n.value<std::int64_t>(); v && *v >= 0) return static_cast<std::uint64_t>(*v);
     return at(n, "'seed' must be a non-negative integer");
   }
   Result<std::vector<std::string>> strings(const toml::node& n, const std::string& key) const {
@@ -196,8 +199,8 @@ Result<ProjectOp> read_op(const Reader& r, const toml::table& t, const Defaults&
           return r.at(sizes, "dims." + std::string(dim.str()) + " must be a non-empty array");
         std::vector<std::int64_t> v;
         for (const toml::node& s : *a) {
-          auto x = s.value<std::int64_t>();
-          if (!s.is_integer() || !x || *x < 0)
+          const auto x = s.is_integer() ? s.value<std::int64_t>() : std::nullopt;
+          if (!x || *x < 0)
             return r.at(s, "dims." + std::string(dim.str()) + " sizes must be integers >= 0");
           v.push_back(*x);
         }

@@ -30,8 +30,9 @@ class PolicyReader {
   }
 
   Result<std::int64_t> non_negative_int(const toml::node& node, std::string_view key) const {
-    auto value = node.value<std::int64_t>();
-    if (!node.is_integer() || !value || *value < 0)
+    // is_integer() first: value<int64_t>() of a float converts it (undefined past int64's range).
+    const auto value = node.is_integer() ? node.value<std::int64_t>() : std::nullopt;
+    if (!value || *value < 0)
       return error_at(node, "[lint]." + std::string(key) + " must be a non-negative integer");
     return *value;
   }

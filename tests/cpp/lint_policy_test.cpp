@@ -71,6 +71,9 @@ TEST(LintPolicy, RejectsUnknownKeysAndBadValuesWithLineNumbers) {
                       "gpuemu.toml:2: [lint].max_registers must be a non-negative integer");
   expect_policy_error("[lint]\nmax_registers = -1\n",
                       "gpuemu.toml:2: [lint].max_registers must be a non-negative integer");
+  // A float past int64's range where an integer belongs: converting it was undefined (fuzz_toml).
+  expect_policy_error("[lint]\nmax_registers = 1.2e49\n",
+                      "gpuemu.toml:2: [lint].max_registers must be a non-negative integer");
   expect_policy_error("[lint]\nallow_spills = 1\n",
                       "gpuemu.toml:2: [lint].allow_spills must be true or false");
   expect_policy_error("[lint]\nforbid = [\"fp64\", \"lolz\"]\n",

@@ -37,6 +37,10 @@ TEST(Expr, Errors) {
   EXPECT_FALSE(Expr::parse("1 +").ok());
   EXPECT_FALSE(Expr::parse("(1").ok());
   EXPECT_FALSE(Expr::parse("1 $ 2").ok());
+  // An index past int's range is an error, not an escaped std::out_of_range (fuzz_schema).
+  auto big = Expr::parse("x[99999999999]");
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.error().message.find("index too large"), std::string::npos) << big.error().message;
   auto e = Expr::parse("H / (Hkv - 8)");
   ASSERT_TRUE(e.ok());
   auto v = e->eval([](const std::string& n, int) -> std::optional<std::int64_t> { return n == "H" ? 4 : 8; });

@@ -133,6 +133,9 @@ def test_ci_junit_sarif_and_reports(daemon, project, tmp_path):
     ('[[op]]\nname = "softmax"\nkernel = "fp32_online"\ntolerance = { envelope = 6.0 }\n', ":4: 'tolerance'"),
     ('[lint]\nmax_regs = 3\n', ":2: unknown key 'max_regs'"),
     ('[[op]]\nname = "softmax"\nscript = "nope.py:f"\n', ":3: 'script': no file"),
+    # a float where an integer belongs, past int64's range (fuzz_toml: converting it was undefined)
+    ('[[op]]\nname = "softmax"\nkernel = "fp32_online"\nseed = 1.2e49\n', ":4: 'seed' must be a non-negative integer"),
+    ('[[op]]\nname = "softmax"\nkernel = "fp32_online"\niterations = 9.9e99\n', ":4: 'iterations' must be a positive integer"),
 ])
 def test_config_errors_name_the_line(daemon, tmp_path, body, needle):
     cfg = tmp_path / "gpuemu.toml"

@@ -131,6 +131,8 @@ class Parser {
         std::size_t s = m_pos;
         while (m_pos < m_text.size() && std::isdigit(static_cast<unsigned char>(m_text[m_pos]))) ++m_pos;
         if (s == m_pos) return fail("expected an index");
+        // (std::stoi threw out_of_range past INT_MAX, which terminated the process: fuzz_schema)
+        if (m_pos - s > 6) return fail("index too large");
         n->index = std::stoi(m_text.substr(s, m_pos - s));
         if (!accept("]")) return fail("missing ']'");
       }
