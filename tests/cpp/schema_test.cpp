@@ -119,6 +119,18 @@ TEST(Schema, ErrorsNameFileAndLine) {
   expect_schema_errors(k_good, cases);
   // Valid syntax nlohmann::json refuses with out_of_range, not parse_error (found by fuzz_schema:
   // it terminated the process): an error like any other.
+  // Values of the wrong JSON type (fuzz_schema: value() threw type_error and terminated).
+  std::string strings_as_inputs = k_good;
+  strings_as_inputs.replace(strings_as_inputs.find("\"inputs\": ["), 11, "\"inputs\": [\"x\", ");
+  auto typed = parse_op_schema(strings_as_inputs, "typed.json");
+  ASSERT_FALSE(typed.ok());
+  EXPECT_NE(typed.error().message.find("entries must be objects"), std::string::npos)
+      << typed.error().message;
+  std::string nullable_string = k_good;
+  nullable_string.replace(nullable_string.find("\"nullable\": true"), 16, "\"nullable\": \"yes\"");
+  auto wrong = parse_op_schema(nullable_string, "wrong.json");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.error().code, ErrorCode::schema_error);
   auto huge = parse_op_schema("[1e999]", "huge.json");
   ASSERT_FALSE(huge.ok());
   EXPECT_EQ(huge.error().code, ErrorCode::schema_error);

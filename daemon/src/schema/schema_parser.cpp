@@ -187,6 +187,7 @@ class SchemaReader {
     if (!doc.contains("inputs") || !doc["inputs"].is_array() || doc["inputs"].empty())
       return error({"inputs"}, "must be a non-empty list");
     for (const auto& in : doc["inputs"]) {
+      if (!in.is_object()) return error({"inputs"}, "entries must be objects");
       std::vector<std::string> p = {"inputs", in.value("name", std::string("?"))};
       GPUEMU_TRY_STATUS(check_keys(in, p, {"name", "shape", "dtype", "domain", "optional", "layouts", "any_leading_dims", "description"}));
       InputSpec spec;
@@ -313,6 +314,7 @@ class SchemaReader {
     if (!doc.contains("outputs") || !doc["outputs"].is_array() || doc["outputs"].empty())
       return error({"outputs"}, "must be a non-empty list");
     for (const auto& o : doc["outputs"]) {
+      if (!o.is_object()) return error({"outputs"}, "entries must be objects");
       std::vector<std::string> p = {"outputs", o.value("name", std::string("?"))};
       GPUEMU_TRY_STATUS(check_keys(o, p, {"name", "shape", "dtype"}));
       OutputSpec spec;
@@ -454,7 +456,14 @@ Result<OpSchema> parse_op_schema(const std::string& text, const std::string& fil
     return make_error(ErrorCode::schema_error, file + ": invalid JSON (" + e.what() + ")");
   }
   SchemaReader reader(text, file);
-  auto s = reader.read(doc);
+  Result<OpSchema> s = make_error(ErrorCode::schema_error, file + ": unreadable schema");
+  try {
+    s = reader.read(doc);
+  } catch (const Json::exception& e) {
+    // A value of the wrong JSON type where the reader asks for one (fuzz_schema: a string among
+    // the inputs made value() throw type_error and terminated the process).
+    return make_error(ErrorCode::schema_error, file + ": a value of the wrong type (" + e.what() + ")");
+  }
   if (s) s->source_file = file;
   return s;
 }
