@@ -190,9 +190,14 @@ Result<Json> reply_result(const Frame& reply) {
   const Json& h = reply.header;
   if (!h.contains("ok") || !h["ok"].is_boolean()) return bad("reply has no boolean 'ok'");
   if (h["ok"].get<bool>()) return h.contains("result") ? h["result"] : Json::object();
+  // Typed lookups: a reply whose error code or message is not a string (a broken or hostile
+  // daemon) made value() throw type_error in the client (fuzz_frame).
   const Json e = h.value("error", Json::object());
-  const std::string code = e.is_object() ? e.value("code", "internal") : "internal";
-  const std::string message = e.is_object() ? e.value("message", "(no message)") : "(no message)";
+  std::string code = "internal", message = "(no message)";
+  if (e.is_object()) {
+    if (auto c = e.find("code"); c != e.end() && c->is_string()) code = c->get<std::string>();
+    if (auto m = e.find("message"); m != e.end() && m->is_string()) message = m->get<std::string>();
+  }
   return make_error(parse_error_code(code).value_or(ErrorCode::internal), message);
 }
 

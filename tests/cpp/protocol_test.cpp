@@ -134,6 +134,14 @@ TEST(Frame, ErrorRepliesCarryEveryCodeBack) {
     EXPECT_EQ(r.error().message, "boom");
     EXPECT_EQ(parse_error_code(error_code_name(c)), c);
   }
+  // An error whose code or message is not a string (a broken or hostile daemon) is an internal
+  // error, not a type_error thrown in the client (fuzz_frame).
+  Frame odd;
+  odd.header = {{"v", 1}, {"ok", false}, {"error", {{"code", 7}, {"message", {1, 2}}}}};
+  auto weird = reply_result(odd);
+  ASSERT_FALSE(weird.ok());
+  EXPECT_EQ(weird.error().code, ErrorCode::internal);
+  EXPECT_EQ(weird.error().message, "(no message)");
   auto ok = reply_result(*decode(encode(make_reply({{"x", 1}}))));
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ((*ok)["x"], 1);
