@@ -37,7 +37,7 @@ test-fuzz:
 	@BUILD_DIR=$(BUILD_DIR) bash tests/fuzz/run.sh 15
 
 test-python:
-	@GPUEMU_BIN_DIR=$(abspath $(BUILD_DIR))/bin $(PY) -m pytest -q tests/python
+	@GPUEMU_STRICT_TESTS=1 GPUEMU_BIN_DIR=$(abspath $(BUILD_DIR))/bin $(PY) -m pytest -q -rs tests/python
 
 test-ext:
 	@bash scripts/test-ext.sh
