@@ -1,5 +1,7 @@
 #include "lmdb_handle.hpp"
 
+#include <sys/statvfs.h>
+
 #include <cerrno>
 
 namespace gpuemu::lmdb {
@@ -20,9 +22,34 @@ Failure classify(int rc) {
   }
 }
 
+namespace {
+
+// Bytes an unprivileged writer may still use on the filesystem holding `path` (-1: unknown).
+long long free_bytes(const std::string& path) {
+  struct statvfs st {};
+  if (::statvfs(path.c_str(), &st) != 0) return -1;
+  return static_cast<long long>(st.f_bavail) * static_cast<long long>(st.f_frsize);
+}
+
+// LMDB turns a short write into EIO (mdb_page_flush, mdb_env_write_meta): when the disk has less
+// than this left, an EIO is the disk being full, and the user is told so.
+constexpr long long k_nearly_full_bytes = 1 << 20;
+
+}  // namespace
+
 Error make_lmdb_error(int rc, std::string_view call, const std::string& path) {
   std::string text = std::string(call) + ": " + mdb_strerror(rc) + " (store " + path + ")";
-  switch (classify(rc)) {
+  Failure failure = classify(rc);
+  if (failure == Failure::disk_full || rc == EIO) {
+    const long long left = free_bytes(path);
+    if (left >= 0 && (failure == Failure::disk_full || left < k_nearly_full_bytes)) {
+      failure = Failure::disk_full;
+      text += "; " + std::to_string(left / 1024) +
+              " KiB free on its filesystem: free some space (this write was not stored; what was "
+              "stored before stays)";
+    }
+  }
+  switch (failure) {
     case Failure::map_full:
       return make_error(ErrorCode::storage_full, "store map full: " + text);
     case Failure::disk_full:
