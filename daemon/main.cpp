@@ -32,11 +32,15 @@ struct Options {
   int workers = 0;
   std::string python;
   double script_timeout = 60.0;
+  std::int64_t script_memory_mb = 0;
   std::string log_level = "info";
   std::size_t log_max_bytes = 5 * 1024 * 1024;  // daemon.log rotates past this size ...
   std::size_t log_files = 3;                     // ... keeping daemon.1.log .. daemon.N.log
   int drain_s = 30;
   std::size_t tcp_max_message_mib = 256;
+  std::size_t max_message_mib = server::k_max_message_mib;
+  std::int64_t max_batch_cases = 100000;
+  std::int64_t max_case_elements = std::int64_t{1} << 28;
   bool allow_remote_scripts = false;
   bool allow_remote_shutdown = false;
 };
@@ -113,9 +117,13 @@ int serve(const Options& o, const protocol::HomePaths& paths,
   ctx.config.workers = o.workers;
   ctx.config.python = o.python;
   ctx.config.script_timeout_s = o.script_timeout;
+  ctx.config.script_memory_mb = o.script_memory_mb;
   ctx.config.drain_timeout = std::chrono::seconds(o.drain_s);
   ctx.started_ms = server::now_ms();
   ctx.config.tcp_max_message_bytes = o.tcp_max_message_mib << 20;
+  ctx.config.max_message_bytes = o.max_message_mib << 20;
+  ctx.config.max_batch_cases = o.max_batch_cases;
+  ctx.config.max_case_elements = o.max_case_elements;
   ctx.config.allow_remote_scripts = o.allow_remote_scripts;
   ctx.config.allow_remote_shutdown = o.allow_remote_shutdown;
   if (!o.token_file.empty()) {
@@ -199,7 +207,27 @@ int main(int argc, char** argv) {
   app.add_option("--tcp-max-message-mb", o.tcp_max_message_mib,
                  "largest message a tcp client may send, in MiB (default 256; larger ones are "
                  "dropped unread)")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+      ->check(CLI::Range(std::size_t{1}, server::k_max_message_mib));
+  // The limits on one request (docs/reliability.md, "Limits"); each also from the environment, so
+  // that a daemon a client autostarts gets them: GPUEMU_MAX_MESSAGE_MB, GPUEMU_MAX_BATCH_CASES,
+  // GPUEMU_MAX_CASE_ELEMENTS (the options win).
+  if (const char* v = std::getenv("GPUEMU_MAX_MESSAGE_MB"); v && std::atoll(v) > 0)
+    o.max_message_mib = std::min(static_cast<std::size_t>(std::atoll(v)),
+                                 server::k_max_message_mib);
+  if (const char* v = std::getenv("GPUEMU_MAX_BATCH_CASES"); v && std::atoll(v) > 0)
+    o.max_batch_cases = std::atoll(v);
+  if (const char* v = std::getenv("GPUEMU_MAX_CASE_ELEMENTS"); v && std::atoll(v) > 0)
+    o.max_case_elements = std::atoll(v);
+  app.add_option("--max-message-mb", o.max_message_mib,
+                 "largest message a local client may send, in MiB (default and most 4095: nng's "
+                 "bound, under the protocol's 4 GiB; larger ones are dropped unread)")
+      ->check(CLI::Range(std::size_t{1}, server::k_max_message_mib));
+  app.add_option("--max-batch-cases", o.max_batch_cases,
+                 "most cases one get_test_batch or submit_outputs may carry (default 100000)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{100000000}));
+  app.add_option("--max-case-elements", o.max_case_elements,
+                 "most elements one case may hold, inputs and outputs together (default 2^28)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   app.add_flag("--allow-remote-scripts", o.allow_remote_scripts,
                "let tcp clients run script kernels and script references (off: only the local "
                "socket may)");
@@ -209,6 +237,12 @@ int main(int argc, char** argv) {
   app.add_option("--python", o.python,
                  "interpreter for script kernels (default: the project's .venv)");
   app.add_option("--script-timeout", o.script_timeout, "seconds a script kernel may take per case");
+  if (const char* v = std::getenv("GPUEMU_SCRIPT_MEMORY_MB"); v && std::atoll(v) > 0)
+    o.script_memory_mb = std::atoll(v);
+  app.add_option("--script-memory-mb", o.script_memory_mb,
+                 "most memory (RLIMIT_DATA, MiB) a script kernel's or reference's process may "
+                 "allocate; 0: no limit (default; also $GPUEMU_SCRIPT_MEMORY_MB)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
   app.add_option("--log-level", o.log_level, "trace | debug | info | warn | error");
   app.add_option("--drain-timeout", o.drain_s, "seconds in-flight requests get at shutdown");
   if (const char* v = std::getenv("GPUEMU_LOG_MAX_BYTES"); v && std::atoll(v) > 0)

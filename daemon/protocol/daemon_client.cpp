@@ -103,7 +103,14 @@ Result<std::vector<std::byte>> DaemonClient::call_raw(
       return make_error(ErrorCode::timeout,
                         "the daemon did not answer '" + what + "' within " +
                             std::to_string(static_cast<double>(t.count()) / 1000.0) + " s");
-    return nng_failure("no reply from the daemon at " + m_url, rv);
+    std::string where = "no reply from the daemon at " + m_url;
+    // A daemon drops a message over its size limit unread and closes the connection: say so
+    // when this message was a large one (gpuemu-daemon --max-message-mb, --tcp-max-message-mb).
+    if ((rv == NNG_ECONNRESET || rv == NNG_ECLOSED || rv == NNG_ECONNSHUT) && bytes.size() >= (1u << 20))
+      where += " (this request was " + std::to_string(bytes.size() >> 20) +
+               " MiB: a daemon drops a message over its --max-message-mb or --tcp-max-message-mb "
+               "limit unread)";
+    return nng_failure(where, rv);
   }
   nng_msg* reply = nng_aio_get_msg(aio);
   const auto* body = static_cast<const std::byte*>(nng_msg_body(reply));

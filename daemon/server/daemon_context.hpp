@@ -19,6 +19,9 @@
 
 namespace gpuemu::server {
 
+// The largest message bound nng 1.5 accepts (NNG_OPT_RECVMAXSZ must stay under 4 GiB): 4095 MiB.
+inline constexpr std::size_t k_max_message_mib = 4095;
+
 struct DaemonConfig {
   std::string home;
   std::string token;               // required on tcp:// connections (empty: tcp disabled)
@@ -27,6 +30,7 @@ struct DaemonConfig {
   int contexts = 32;               // requests in flight at once
   std::string python;              // script kernels' interpreter (empty: the project's venv)
   double script_timeout_s = 60.0;  // per case
+  std::int64_t script_memory_mb = 0;  // scripts' RLIMIT_DATA in MiB (0: none; ScriptKernelSpec)
   std::chrono::seconds drain_timeout{30};
   // What a tcp client may do (docs/protocol.md, "Remote clients"): messages over this size are
   // dropped by the transport before anything reads them; scripts (script kernels, script
@@ -34,7 +38,20 @@ struct DaemonConfig {
   std::size_t tcp_max_message_bytes = std::size_t{256} << 20;
   bool allow_remote_scripts = false;
   bool allow_remote_shutdown = false;
+  // What one request may ask of the daemon, whoever sends it (docs/reliability.md, "Limits"); a
+  // request over a limit gets an invalid_argument naming the daemon option that raises it.
+  std::size_t max_message_bytes = k_max_message_mib << 20;  // local socket (tcp: the above)
+  std::int64_t max_batch_cases = 100000;  // cases of one get_test_batch, items of one submit_outputs
+  std::int64_t max_case_elements = std::int64_t{1} << 28;  // elements of one case, inputs + outputs
 };
+
+// The error of a request over one of the limits above.
+inline Error over_limit(const std::string& what, std::int64_t n, std::int64_t limit,
+                        const std::string& option) {
+  return make_error(ErrorCode::invalid_argument,
+                    what + " is " + std::to_string(n) + ", over this daemon's limit of " +
+                        std::to_string(limit) + " (gpuemu-daemon " + option + ")");
+}
 
 // Whether the request this thread is handling came over tcp (set by the transport around
 // dispatch): the handlers that would start a script consult it.

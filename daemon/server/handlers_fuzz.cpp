@@ -73,6 +73,43 @@ std::uint64_t random_seed() {
 
 // Stores failures in one transaction; returns their ids (empty strings when storing is off).
 // `kernels` holds one identity per failure, or one for all.
+// The largest case `schema` can generate under `options` is over the daemon's element limit: the
+// shape sampler keeps every case within max_elements × element_budget_scale (pinned dims too).
+Status check_case_budget(const DaemonContext& ctx, const OpSchema& schema, const FuzzOptions& options) {
+  const double budget = static_cast<double>(schema.max_elements) * options.element_budget_scale;
+  if (budget > static_cast<double>(ctx.config.max_case_elements))
+  {
+    Error e = over_limit("the element budget of " + schema.name + "'s cases (max_elements " +
+                             std::to_string(schema.max_elements) + " x element_budget_scale)",
+                         static_cast<std::int64_t>(std::min(budget, 9.2e18)),
+                         ctx.config.max_case_elements, "--max-case-elements");
+    // Cases are never shrunk to fit quietly: the same seed must give the same case everywhere.
+    e.message += "; ask for smaller cases (the option element_budget_scale, below 1) or raise the limit";
+    return e;
+  }
+  return {};
+}
+
+// The elements of the request's tensors whose keys start with `prefix` (a case's inputs and
+// outputs), checked against the element limit.
+Status check_item_elements(const DaemonContext& ctx, const Frame& req, const std::string& prefix,
+                           const std::string& what) {
+  std::int64_t n = 0;
+  for (auto it = req.tensors.lower_bound(prefix);
+       it != req.tensors.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+    n += it->second.numel();
+  if (n > ctx.config.max_case_elements)
+    return over_limit("the number of elements in " + what, n, ctx.config.max_case_elements,
+                      "--max-case-elements");
+  return {};
+}
+
+Status check_batch_size(const DaemonContext& ctx, std::int64_t n, const std::string& what) {
+  if (n > ctx.config.max_batch_cases)
+    return over_limit(what, n, ctx.config.max_batch_cases, "--max-batch-cases");
+  return {};
+}
+
 Result<std::vector<std::string>> store_failures(DaemonContext& ctx,
                                                 const std::vector<CaseResult>& failures,
                                                 const FuzzOptions& options,
@@ -107,6 +144,8 @@ Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
   const Json kernel = p.value("kernel", Json());
   const Json client = p.value("client", Json::object());
   GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p));
+  GPUEMU_TRY(const OpSchema* fuzzed, re.engine().catalogue().get(fr.op));
+  GPUEMU_TRY_STATUS(check_case_budget(ctx, *fuzzed, fr.options));
   GPUEMU_TRY(auto runner, resolve_kernel(ctx, fr.op, kernel, &re));
   if (!runner)
     return make_error(ErrorCode::invalid_argument,
@@ -170,12 +209,13 @@ Result<Frame> get_test_batch(DaemonContext& ctx, const Frame& req) {
   GPUEMU_TRY(std::int64_t count, param<std::int64_t>(p, "count", 10));
   GPUEMU_TRY(std::int64_t start, param<std::int64_t>(p, "start_index", 0));
   GPUEMU_TRY(auto seed, optional_seed(p));
-  if (count < 1 || count > 100000)
-    return make_error(ErrorCode::invalid_argument, "'count' must be in [1, 100000]");
+  if (count < 1) return make_error(ErrorCode::invalid_argument, "'count' must be >= 1");
+  GPUEMU_TRY_STATUS(check_batch_size(ctx, count, "'count' (cases in one batch)"));
   if (start < 0) return make_error(ErrorCode::invalid_argument, "'start_index' must be >= 0");
   const std::uint64_t master = seed ? *seed : random_seed();
   GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p));
   GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(op));
+  GPUEMU_TRY_STATUS(check_case_budget(ctx, *schema, options));
   CaseGenerator gen(*schema, options);
   GPUEMU_TRY_STATUS(gen.validate());
   Frame reply = make_reply();
@@ -257,9 +297,15 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
   const Json items = p.value("items", Json::array());
   if (!items.is_array() || items.empty())
     return make_error(ErrorCode::invalid_argument, "'items' must be a non-empty array");
+  GPUEMU_TRY_STATUS(check_batch_size(ctx, static_cast<std::int64_t>(items.size()),
+                                     "'items' (cases in one submission)"));
+  for (std::size_t i = 0; i < items.size(); ++i)
+    GPUEMU_TRY_STATUS(check_item_elements(ctx, req, "items/" + std::to_string(i) + "/",
+                                          "item " + std::to_string(i) + " (its inputs and outputs)"));
   GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p));
   const Engine& engine = re.engine();
   GPUEMU_TRY(const OpSchema* schema, engine.catalogue().get(op));
+  GPUEMU_TRY_STATUS(check_case_budget(ctx, *schema, options));
   CaseGenerator gen(*schema, options);
   GPUEMU_TRY_STATUS(gen.validate());
   std::vector<CaseResult> failures;
@@ -364,6 +410,7 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
 Result<Frame> validate(DaemonContext& ctx, const Frame& req) {
   const Json p = params_of(req);
   GPUEMU_TRY(std::string op, string_param(p, "op"));
+  GPUEMU_TRY_STATUS(check_item_elements(ctx, req, "", "the case (its inputs and outputs)"));
   GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p));
   GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(op));
   TestCase c;
@@ -412,6 +459,7 @@ Result<Frame> calibrate(DaemonContext& ctx, const Frame& req) {
   if (p.contains("custom_op")) engine_params["custom_op"] = p["custom_op"];
   GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, engine_params));
   GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(op));
+  GPUEMU_TRY_STATUS(check_case_budget(ctx, *schema, FuzzOptions{}));
   std::vector<DType> dtypes;
   for (const auto& n : names) {
     auto d = parse_dtype(n);

@@ -62,11 +62,12 @@ Status NngServer::listen(const std::string& url) {
   if (url.rfind("ipc://", 0) == 0) nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
   // A tcp peer is not trusted until its token is read, and its token is read only once its whole
   // message is: the transport drops any message over the limit before allocating it.
-  if (tcp)
-    if (int rv = nng_listener_set_size(l, NNG_OPT_RECVMAXSZ, m_ctx.config.tcp_max_message_bytes);
-        rv != 0)
-      return make_error(ErrorCode::internal,
-                        std::string("cannot bound tcp messages: ") + nng_strerror(rv));
+  // A local client's messages are bounded too (--max-message-mb; default the protocol's own 4 GiB).
+  const std::size_t max_bytes =
+      tcp ? m_ctx.config.tcp_max_message_bytes : m_ctx.config.max_message_bytes;
+  if (int rv = nng_listener_set_size(l, NNG_OPT_RECVMAXSZ, max_bytes); rv != 0)
+    return make_error(ErrorCode::internal,
+                      std::string("cannot bound the size of messages: ") + nng_strerror(rv));
   if (int rv = nng_listener_start(l, 0); rv != 0)
     return make_error(rv == NNG_EADDRINUSE ? ErrorCode::conflict : ErrorCode::io_error,
                       "cannot listen on " + url + ": " + nng_strerror(rv));

@@ -57,6 +57,7 @@ Result<std::optional<KernelRunner>> resolve_kernel(const DaemonContext& ctx, con
     spec.python = kernel.value("python", ctx.config.python);
     spec.device = kernel.value("device", "cpu");
     spec.timeout_s = kernel.value("timeout_s", ctx.config.script_timeout_s);
+    spec.memory_limit_mb = ctx.config.script_memory_mb;
     if (!(spec.timeout_s > 0))
       return make_error(ErrorCode::invalid_argument, "'timeout_s' must be positive");
     if (spec.framework != "numpy" && spec.framework != "torch")

@@ -47,6 +47,7 @@ Result<OpSchema> load_custom_op(const DaemonContext& ctx, const Json& spec) {
     GPUEMU_TRY(rs.function, string_param(ref, "function"));
     rs.python = ref.value("python", ctx.config.python);
     rs.timeout_s = ref.value("timeout_s", ctx.config.script_timeout_s);
+    rs.memory_limit_mb = ctx.config.script_memory_mb;
   } else if (!ref.is_null()) {
     return make_error(ErrorCode::invalid_argument,
                       "'custom_op.reference' must be {script, function, python?, timeout_s?}");
@@ -56,6 +57,7 @@ Result<OpSchema> load_custom_op(const DaemonContext& ctx, const Json& spec) {
     rs.function = sf.second;
     rs.python = ctx.config.python;
     rs.timeout_s = ctx.config.script_timeout_s;
+    rs.memory_limit_mb = ctx.config.script_memory_mb;
   } else {
     return schema;  // builtin:<name>: run_reference finds it (or says there is none)
   }

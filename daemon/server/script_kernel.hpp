@@ -37,6 +37,11 @@ struct ScriptKernelSpec {
   double timeout_s = 60.0;        // per case: sending the inputs, running, reading the outputs
   double start_timeout_s = 60.0;  // starting the interpreter and importing the script
   std::string device = "cpu";     // torch: the device inputs are moved to (numpy: cpu only)
+  // The process's resource limits, set as it starts (before the script is imported): no core
+  // files ever; its data segment (heap and private writable mappings, RLIMIT_DATA) at most this
+  // many MiB, so that a runaway script gets a MemoryError instead of the machine's memory. 0: no
+  // memory limit (CUDA maps large private areas, so the daemon leaves it to the operator).
+  std::int64_t memory_limit_mb = 0;
   // Resolves each output's expected dtype (a float32/float64 output where a bfloat16 or fp8 one is
   // expected is rounded to it) and the optional inputs a case leaves out (passed as None). Empty:
   // the default catalogue, loaded once per process; an op it does not know expects the case dtype.

@@ -3,12 +3,14 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -125,6 +127,25 @@ Status ScriptProcess::spawn() {
     return make_error(ErrorCode::tool_missing, "cannot start the Python interpreter '" + m_argv[0] +
                                                    "': " + errno_text(rc) +
                                                    " (set GPUEMU_PYTHON or the kernel's 'python')");
+  }
+  // Its limits, while the interpreter starts (the script is imported only after the hello):
+  // never a core file; its data segment bounded when the daemon was told to.
+  const struct rlimit no_core{0, 0};
+  ::prlimit(pid, RLIMIT_CORE, &no_core, nullptr);
+  if (m_spec.memory_limit_mb > 0) {
+    const auto bytes = static_cast<rlim_t>(m_spec.memory_limit_mb) << 20;
+    const struct rlimit data{bytes, bytes};
+    if (::prlimit(pid, RLIMIT_DATA, &data, nullptr) != 0) {
+      const int err = errno;
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      int status = 0;
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      ::close(sv[0]);
+      ::close(ep[0]);
+      return make_error(ErrorCode::internal, "cannot limit the " + m_role + "'s memory: " + errno_text(err));
+    }
   }
   ::fcntl(sv[0], F_SETFL, ::fcntl(sv[0], F_GETFL) | O_NONBLOCK);
   ::fcntl(ep[0], F_SETFL, ::fcntl(ep[0], F_GETFL) | O_NONBLOCK);
@@ -256,8 +277,14 @@ Result<std::vector<std::byte>> ScriptProcess::read_message(Clock::time_point dea
   if (n > protocol::k_max_frame_bytes)
     return make_error(ErrorCode::protocol_error, "the " + m_role + "'s runner sent a frame of " +
                                                      std::to_string(n) + " bytes (limit 4 GiB)");
-  body.resize(n);
-  io = read_exact(body.data(), body.size(), deadline);
+  // Grown as the bytes arrive: a runner that claims gigabytes and sends little costs little.
+  constexpr std::uint64_t chunk = std::uint64_t{64} << 20;
+  for (std::uint64_t have = 0; have < n && io == Io::ok;) {
+    const std::uint64_t take = std::min(chunk, n - have);
+    body.resize(static_cast<std::size_t>(have + take));
+    io = read_exact(body.data() + have, static_cast<std::size_t>(take), deadline);
+    have += take;
+  }
   return body;
 }
 

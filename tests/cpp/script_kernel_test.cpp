@@ -261,6 +261,56 @@ def kernel(inp):
   EXPECT_EQ((*out)[0].to_f64(), c.inputs.at("x").to_f64());
 }
 
+// The process's resource limits: never a core file; with memory_limit_mb, an allocation past it
+// is a MemoryError in the script (a failing case with its message), not the machine's memory,
+// and the next case runs in the same process.
+TEST(ScriptKernel, RunsUnderResourceLimits) {
+  TempDir dir;
+  const std::string mode = dir.write("alloc.mode", "big");
+  const std::string script =
+      dir.write("hungry.py", "import os, resource\nimport numpy as np\nMODE = '" + mode + R"('
+
+def kernel(inp):
+    if resource.getrlimit(resource.RLIMIT_CORE) != (0, 0):
+        raise RuntimeError("core files allowed: %r" % (resource.getrlimit(resource.RLIMIT_CORE),))
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if soft != 256 << 20 or hard != 256 << 20:
+        raise RuntimeError("data limit %r" % ((soft, hard),))
+    if os.path.exists(MODE):
+        hog = np.ones(1 << 30, dtype=np.uint8)  # 1 GiB, touched
+        return hog[:0]
+    return inp["x"].astype(np.float32)
+)");
+  auto spec = spec_of(script, "kernel");
+  spec.memory_limit_mb = 256;
+  auto k = make_script_kernel(spec);
+  ASSERT_TRUE(k.ok()) << k.error().message;
+  const TestCase c = case_with_layout("softmax", DType::float32, "x", "contiguous");
+  auto out = (*k)(c);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(out.error().message.find("MemoryError"), std::string::npos) << out.error().message;
+  fs::remove(mode);
+  out = (*k)(c);
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  EXPECT_EQ((*out)[0].to_f64(), c.inputs.at("x").to_f64());
+  // without a memory limit the data segment is the daemon's own (unlimited here); cores stay off
+  const std::string probe = dir.write("probe.py", R"(import resource
+import numpy as np
+
+def kernel(inp):
+    if resource.getrlimit(resource.RLIMIT_CORE) != (0, 0):
+        raise RuntimeError("core files allowed")
+    if resource.getrlimit(resource.RLIMIT_DATA)[0] == 256 << 20:
+        raise RuntimeError("a memory limit nobody asked for")
+    return inp["x"].astype(np.float32)
+)");
+  auto free_kernel = make_script_kernel(spec_of(probe, "kernel"));
+  ASSERT_TRUE(free_kernel.ok()) << free_kernel.error().message;
+  out = (*free_kernel)(c);
+  ASSERT_TRUE(out.ok()) << out.error().message;
+}
+
 TEST(ScriptKernel, LoadFailuresAreClearErrors) {
   TempDir dir;
   // The script's import fails: the error carries the Python traceback.
