@@ -29,6 +29,7 @@ struct Options {
   bool foreground = false;
   std::string tcp;
   std::string token_file;
+  std::string tls_cert, tls_key;
   int workers = 0;
   std::string python;
   double script_timeout = 60.0;
@@ -114,6 +115,8 @@ int serve(const Options& o, const protocol::HomePaths& paths,
   server::DaemonContext ctx(paths, std::move(engine).value());
   ctx.config.home = paths.home;
   ctx.config.tcp_url = o.tcp;
+  ctx.config.tls_cert = o.tls_cert;
+  ctx.config.tls_key = o.tls_key;
   ctx.config.workers = o.workers;
   ctx.config.python = o.python;
   ctx.config.script_timeout_s = o.script_timeout;
@@ -201,7 +204,11 @@ int main(int argc, char** argv) {
   Options o;
   app.add_option("--home", o.home, "GPUEMU_HOME (default: $GPUEMU_HOME, else ~/.gpuemu)");
   app.add_flag("--foreground", o.foreground, "stay attached to the terminal and log to stderr too");
-  app.add_option("--tcp", o.tcp, "also listen on tcp://HOST:PORT (requires a token)");
+  app.add_option("--tcp", o.tcp,
+                 "also listen on tls+tcp://HOST:PORT (with --tls-cert, --tls-key) or, on a trusted "
+                 "network, tcp://HOST:PORT; either requires a token");
+  app.add_option("--tls-cert", o.tls_cert, "PEM certificate (chain) of a tls+tcp:// listener");
+  app.add_option("--tls-key", o.tls_key, "PEM private key of a tls+tcp:// listener");
   app.add_option("--token-file", o.token_file,
                  "file whose first line is the tcp token (else $GPUEMU_TOKEN)");
   app.add_option("--tcp-max-message-mb", o.tcp_max_message_mib,

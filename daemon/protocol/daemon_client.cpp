@@ -3,6 +3,7 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -10,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 namespace gpuemu {
@@ -42,13 +45,56 @@ DaemonClient::~DaemonClient() = default;
 
 namespace {
 
+// The TLS settings of a tls+tcp:// dialer: the daemon's certificate must chain to the PEM
+// certificates in `ca_file` and name the host of the URL (nng checks both).
+Status use_tls(nng_dialer d, const std::string& url, const std::string& ca_file) {
+  if (ca_file.empty())
+    return make_error(ErrorCode::invalid_argument,
+                      "a tls+tcp:// daemon needs the certificate(s) to trust: set $GPUEMU_TLS_CA to "
+                      "a PEM file (the daemon's --tls-cert, or the CA that signed it)");
+  std::ifstream f(ca_file, std::ios::binary);
+  std::ostringstream pem;
+  pem << f.rdbuf();
+  if (!f || pem.str().find("-----BEGIN ") == std::string::npos)
+    return make_error(ErrorCode::invalid_argument,
+                      "cannot read PEM certificates from " + ca_file + " ($GPUEMU_TLS_CA)");
+  nng_tls_config* cfg = nullptr;
+  if (int rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT); rv != 0)
+    return nng_failure("this libnng has no TLS", rv);
+  struct Free {
+    nng_tls_config* c;
+    ~Free() { nng_tls_config_free(c); }
+  } guard{cfg};
+  if (int rv = nng_tls_config_ca_chain(cfg, pem.str().c_str(), nullptr); rv != 0)
+    return nng_failure("the certificates in " + ca_file + " are not usable", rv);
+  nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED);
+  // The name the daemon's certificate must carry: the URL's host.
+  std::string host = url.substr(std::string("tls+tcp://").size());
+  host = host.substr(0, host.rfind(':'));
+  if (host.size() > 1 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (int rv = nng_tls_config_server_name(cfg, host.c_str()); rv != 0)
+    return nng_failure("TLS server name " + host, rv);
+  if (int rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg); rv != 0)
+    return nng_failure("cannot use TLS on " + url, rv);
+  return {};
+}
+
 // Opens a req socket and dials `url` synchronously (fails at once when nothing listens).
-Result<std::unique_ptr<DaemonClient::Impl>> dial(const std::string& url) {
+Result<std::unique_ptr<DaemonClient::Impl>> dial(const std::string& url, const std::string& tls_ca) {
   auto impl = std::make_unique<DaemonClient::Impl>();
   if (int rv = nng_req0_open(&impl->sock); rv != 0) return nng_failure("cannot open a socket", rv);
   nng_socket_set_size(impl->sock, NNG_OPT_RECVMAXSZ, 0);  // no limit: tensors are large
-  if (int rv = nng_dial(impl->sock, url.c_str(), nullptr, 0); rv != 0)
-    return nng_failure("no gpuemu daemon answers on " + url, rv);
+  nng_dialer d;
+  if (int rv = nng_dialer_create(&d, impl->sock, url.c_str()); rv != 0)
+    return nng_failure("cannot dial " + url, rv);
+  if (url.rfind("tls+tcp://", 0) == 0) GPUEMU_TRY_STATUS(use_tls(d, url, tls_ca));
+  if (int rv = nng_dialer_start(d, 0); rv != 0) {
+    std::string what = "no gpuemu daemon answers on " + url;
+    if (url.rfind("tls+tcp://", 0) == 0 && (rv == NNG_EPEERAUTH || rv == NNG_ECRYPTO))
+      what = "the daemon at " + url + " failed TLS verification against " + tls_ca +
+             " ($GPUEMU_TLS_CA)";
+    return nng_failure(what, rv);
+  }
   return impl;
 }
 
@@ -185,8 +231,11 @@ Result<std::unique_ptr<DaemonClient>> DaemonClient::connect(ClientOptions option
   std::string token = options.token;
   if (token.empty())
     if (const char* t = std::getenv("GPUEMU_TOKEN")) token = t;
+  std::string tls_ca = options.tls_ca;
+  if (tls_ca.empty())
+    if (const char* t = std::getenv("GPUEMU_TLS_CA")) tls_ca = t;
   auto try_once = [&]() -> Result<std::unique_ptr<DaemonClient>> {
-    GPUEMU_TRY(auto impl, dial(url));
+    GPUEMU_TRY(auto impl, dial(url, tls_ca));
     impl->timeout = options.timeout;
     impl->token = token;
     std::unique_ptr<DaemonClient> c(new DaemonClient(std::move(impl)));

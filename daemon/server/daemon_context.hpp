@@ -25,7 +25,8 @@ inline constexpr std::size_t k_max_message_mib = 4095;
 struct DaemonConfig {
   std::string home;
   std::string token;               // required on tcp:// connections (empty: tcp disabled)
-  std::string tcp_url;             // optional second listener
+  std::string tcp_url;             // optional second listener: tcp:// or tls+tcp://
+  std::string tls_cert, tls_key;   // PEM files of a tls+tcp:// listener's identity
   int workers = 0;                 // 0: max(2, hardware threads)
   int contexts = 32;               // requests in flight at once
   std::string python;              // script kernels' interpreter (empty: the project's venv)

@@ -3,9 +3,12 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
+#include <nng/supplemental/tls/tls.h>
 #include <spdlog/spdlog.h>
 
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include <unistd.h>
 
@@ -50,15 +53,70 @@ NngServer::~NngServer() {
   stop(std::chrono::milliseconds(0));
 }
 
+namespace {
+
+Result<std::string> read_pem(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return make_error(ErrorCode::invalid_argument, std::string("cannot read the TLS ") + what + " " + path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (ss.str().find("-----BEGIN ") == std::string::npos)
+    return make_error(ErrorCode::invalid_argument,
+                      std::string("the TLS ") + what + " " + path + " is not a PEM file");
+  return ss.str();
+}
+
+// The listener's TLS identity: --tls-cert (its certificate chain) and --tls-key (its private key).
+// Clients are not asked for certificates: the token authenticates them, inside the encryption.
+Status use_server_certificate(nng_listener l, const DaemonConfig& config) {
+  GPUEMU_TRY(std::string cert, read_pem(config.tls_cert, "certificate"));
+  GPUEMU_TRY(std::string key, read_pem(config.tls_key, "key"));
+  nng_tls_config* cfg = nullptr;
+  if (int rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_SERVER); rv != 0)
+    return make_error(ErrorCode::tool_missing,
+                      std::string("this libnng has no TLS: ") + nng_strerror(rv));
+  struct Free {
+    nng_tls_config* c;
+    ~Free() { nng_tls_config_free(c); }
+  } guard{cfg};
+  if (int rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_NONE); rv != 0)
+    return make_error(ErrorCode::internal, std::string("TLS auth mode: ") + nng_strerror(rv));
+  if (int rv = nng_tls_config_own_cert(cfg, cert.c_str(), key.c_str(), nullptr); rv != 0)
+    return make_error(ErrorCode::invalid_argument,
+                      "the TLS certificate " + config.tls_cert + " and key " +
+                          config.tls_key + " do not make a usable pair: " + nng_strerror(rv));
+  if (int rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, cfg); rv != 0)
+    return make_error(ErrorCode::internal, std::string("TLS listener: ") + nng_strerror(rv));
+  return {};
+}
+
+}  // namespace
+
 Status NngServer::listen(const std::string& url) {
   if (!m_impl->open) return make_error(ErrorCode::internal, "cannot open an NNG rep socket");
-  const bool tcp = url.rfind("tcp://", 0) == 0;
+  const bool tls = url.rfind("tls+tcp://", 0) == 0;
+  const bool tcp = tls || url.rfind("tcp://", 0) == 0;
+  if (!tcp && url.rfind("ipc://", 0) != 0)
+    return make_error(ErrorCode::invalid_argument,
+                      "cannot listen on " + url + ": the daemon listens on ipc://, tcp:// or tls+tcp://");
   if (tcp && m_ctx.config.token.empty())
     return make_error(ErrorCode::invalid_argument,
-                      "a tcp:// listener needs a token (--token-file or GPUEMU_TOKEN)");
+                      "a tcp:// or tls+tcp:// listener needs a token (--token-file or GPUEMU_TOKEN)");
+  if (tls && (m_ctx.config.tls_cert.empty() || m_ctx.config.tls_key.empty()))
+    return make_error(ErrorCode::invalid_argument,
+                      "a tls+tcp:// listener needs --tls-cert and --tls-key (PEM files)");
   nng_listener l;
   if (int rv = nng_listener_create(&l, m_impl->sock, url.c_str()); rv != 0)
     return make_error(ErrorCode::io_error, "cannot listen on " + url + ": " + nng_strerror(rv));
+  if (tls) {
+    if (auto st = use_server_certificate(l, m_ctx.config); !st) {
+      nng_listener_close(l);
+      return st;
+    }
+  }
+  if (tcp && !tls)
+    spdlog::warn("[W-cleartext] {} carries the token and the tensors in clear: use tls+tcp:// "
+                 "(--tls-cert, --tls-key) or a tunnel off a trusted network", url);
   if (url.rfind("ipc://", 0) == 0) nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
   // A tcp peer is not trusted until its token is read, and its token is read only once its whole
   // message is: the transport drops any message over the limit before allocating it.
@@ -130,8 +188,10 @@ void NngServer::on_event(Slot* slot) {
 void NngServer::handle_received(Slot* slot) {
   nng_msg* msg = nng_aio_get_msg(slot->aio);
   nng_sockaddr addr{};
-  slot->from_tcp = nng_pipe_get_addr(nng_msg_get_pipe(msg), NNG_OPT_REMADDR, &addr) == 0 &&
-                   (addr.s_family == NNG_AF_INET || addr.s_family == NNG_AF_INET6);
+  // Fail closed: only a pipe known to be the local socket is local; anything else (tcp, tls+tcp,
+  // a pipe whose address cannot be read) is a remote peer, held to the token and the remote rules.
+  slot->from_tcp = !(nng_pipe_get_addr(nng_msg_get_pipe(msg), NNG_OPT_REMADDR, &addr) == 0 &&
+                     addr.s_family == NNG_AF_IPC);
   const auto bytes =
       std::span(static_cast<const std::byte*>(nng_msg_body(msg)), nng_msg_len(msg));
   auto refuse = [&](const Error& e) {
@@ -143,8 +203,13 @@ void NngServer::handle_received(Slot* slot) {
     // The local socket is the user's: its directory is 0700 and the socket 0600, and the peer's
     // uid (SO_PEERCRED) is checked too, in case either was opened up.
     std::uint64_t uid = 0;
-    if (nng_pipe_get_uint64(nng_msg_get_pipe(msg), NNG_OPT_IPC_PEER_UID, &uid) == 0 &&
-        uid != static_cast<std::uint64_t>(geteuid())) {
+    if (nng_pipe_get_uint64(nng_msg_get_pipe(msg), NNG_OPT_IPC_PEER_UID, &uid) != 0) {
+      spdlog::warn("[W-peer] a request on the local socket whose peer uid is unknown was refused");
+      return refuse(make_error(ErrorCode::invalid_argument,
+                               "this daemon serves only its own user, and the peer's uid could "
+                               "not be read"));
+    }
+    if (uid != static_cast<std::uint64_t>(geteuid())) {
       spdlog::warn("[W-peer] a request from uid {} on the local socket was refused", uid);
       return refuse(make_error(ErrorCode::invalid_argument,
                                "this daemon serves only its own user (uid " +

@@ -21,7 +21,8 @@ class NngServer {
   NngServer(const NngServer&) = delete;
   NngServer& operator=(const NngServer&) = delete;
 
-  // Adds a listener. ipc:// sockets are created 0600; tcp:// requires ctx.config.token.
+  // Adds a listener. ipc:// sockets are created 0600; tcp:// and tls+tcp:// require
+  // ctx.config.token, tls+tcp:// also ctx.config.tls_cert and tls_key.
   Status listen(const std::string& url);
   // Starts the contexts and the workers.
   Status start();

@@ -23,6 +23,7 @@ struct ClientOptions {
   std::chrono::milliseconds start_timeout{std::chrono::seconds(20)};
   std::string daemon_path;  // empty: found next to this program, then on PATH
   std::string token;        // for tcp:// daemons ($GPUEMU_TOKEN when empty)
+  std::string tls_ca;       // PEM certificates a tls+tcp:// daemon must chain to ($GPUEMU_TLS_CA)
 };
 
 class DaemonClient {

@@ -468,5 +468,88 @@ TEST(DaemonTcp, RemoteClientsAreBoundedAndMayNotRunScriptsOrShutDown) {
   fs::remove_all(home);
 }
 
+// tls+tcp://: the token and the tensors travel encrypted; the client checks the daemon's
+// certificate against $GPUEMU_TLS_CA (ClientOptions::tls_ca) and the URL's host name, and the
+// token is still required inside. Test identities: tests/data/tls/README.md.
+TEST(DaemonTcp, TlsListenerIsVerifiedByItsClientsAndStillWantsTheToken) {
+  const std::string certs = GPUEMU_SOURCE_DIR "/tests/data/tls/";
+  char tmpl[] = "/tmp/gpuemu-daemon-tls-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string home = tmpl;
+  const std::string secret = "0123456789abcdef-tls-token";
+  const std::string token_file = home + "/token";
+  { std::ofstream(token_file) << secret << "\n"; }
+  const std::string port = std::to_string(20000 + (getpid() + 104729) % 20000);
+  const std::string listen = "tls+tcp://127.0.0.1:" + port;
+  // A tls+tcp listener without its identity, or with a key that is not the certificate's, does
+  // not start.
+  EXPECT_NE(run_daemon({"--home", home, "--tcp", listen, "--token-file", token_file}), 0);
+  EXPECT_NE(run_daemon({"--home", home, "--tcp", listen, "--token-file", token_file, "--tls-cert",
+                        certs + "localhost.pem", "--tls-key", certs + "other.key"}),
+            0);
+  ASSERT_EQ(run_daemon({"--home", home, "--tcp", listen, "--token-file", token_file, "--tls-cert",
+                        certs + "localhost.pem", "--tls-key", certs + "localhost.key"}),
+            0);
+  ClientOptions tls;
+  tls.url = "tls+tcp://localhost:" + port;
+  tls.autostart = false;
+  tls.token = secret;
+  tls.tls_ca = certs + "localhost.pem";
+  auto good = DaemonClient::connect(tls);
+  ASSERT_TRUE(good.ok()) << good.error().message;
+  EXPECT_TRUE((*good)->call_json("ping").ok());
+  // Remote rules hold inside TLS: the token, and no shutdown.
+  auto stop = (*good)->call_json("shutdown");
+  ASSERT_FALSE(stop.ok());
+  EXPECT_NE(stop.error().message.find("--allow-remote-shutdown"), std::string::npos);
+  ClientOptions wrong_token = tls;
+  wrong_token.token = "0123456789abcdef-not-it";
+  auto refused = DaemonClient::connect(wrong_token);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("token"), std::string::npos) << refused.error().message;
+  // A client that trusts another certificate, or none, does not talk to it.
+  ClientOptions other = tls;
+  other.tls_ca = certs + "other.pem";
+  auto untrusted = DaemonClient::connect(other);
+  ASSERT_FALSE(untrusted.ok());
+  EXPECT_NE(untrusted.error().message.find("failed TLS verification"), std::string::npos)
+      << untrusted.error().message;
+  ClientOptions none = tls;
+  none.tls_ca = "";
+  unsetenv("GPUEMU_TLS_CA");
+  auto no_ca = DaemonClient::connect(none);
+  ASSERT_FALSE(no_ca.ok());
+  EXPECT_NE(no_ca.error().message.find("GPUEMU_TLS_CA"), std::string::npos);
+  // A plain tcp client gets nothing from a TLS listener; the daemon goes on serving.
+  ClientOptions plain = tls;
+  plain.url = "tcp://127.0.0.1:" + port;
+  EXPECT_FALSE(DaemonClient::connect(plain).ok());
+  ASSERT_TRUE(DaemonClient::connect(tls).ok());
+  ClientOptions local;
+  local.home = home;
+  local.autostart = false;
+  auto ipc = DaemonClient::connect(local);
+  ASSERT_TRUE(ipc.ok()) << ipc.error().message;
+  ASSERT_TRUE((*ipc)->call_json("shutdown").ok());
+  for (int i = 0; i < 500 && fs::exists(home + "/run/gpuemu.sock"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // A daemon whose certificate names another host is refused by a client that trusts it.
+  ASSERT_EQ(run_daemon({"--home", home, "--tcp", listen, "--token-file", token_file, "--tls-cert",
+                        certs + "wrong-host.pem", "--tls-key", certs + "wrong-host.key"}),
+            0);
+  ClientOptions misnamed = tls;
+  misnamed.tls_ca = certs + "wrong-host.pem";
+  auto mismatch = DaemonClient::connect(misnamed);
+  ASSERT_FALSE(mismatch.ok());
+  EXPECT_NE(mismatch.error().message.find("failed TLS verification"), std::string::npos)
+      << mismatch.error().message;
+  auto ipc2 = DaemonClient::connect(local);
+  ASSERT_TRUE(ipc2.ok()) << ipc2.error().message;
+  ASSERT_TRUE((*ipc2)->call_json("shutdown").ok());
+  for (int i = 0; i < 500 && fs::exists(home + "/run/gpuemu.sock"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  fs::remove_all(home);
+}
+
 }  // namespace
 }  // namespace gpuemu
