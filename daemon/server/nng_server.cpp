@@ -3,6 +3,7 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
 #include <spdlog/spdlog.h>
 
@@ -90,6 +91,44 @@ Status use_server_certificate(nng_listener l, const DaemonConfig& config) {
   return {};
 }
 
+// nng takes any key with a certificate and fails only at each handshake: a TLS listener is tried
+// once, by a handshake of its own (the server signs with its key, the client checks that with the
+// certificate's public key), before the daemon says it serves.
+Status tls_self_check(nng_listener l, const std::string& url, const DaemonConfig& config) {
+  int port = 0;
+  if (int rv = nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port); rv != 0)
+    return make_error(ErrorCode::internal, std::string("TLS listener port: ") + nng_strerror(rv));
+  std::string host = url.substr(std::string("tls+tcp://").size());
+  host = host.substr(0, host.rfind(':'));
+  if (host.empty() || host == "*" || host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "[::]") host = "[::1]";
+  const std::string target = "tls+tcp://" + host + ":" + std::to_string(port);
+  nng_socket s;
+  if (int rv = nng_req0_open(&s); rv != 0)
+    return make_error(ErrorCode::internal, std::string("TLS self-check: ") + nng_strerror(rv));
+  struct Close {
+    nng_socket s;
+    ~Close() { nng_close(s); }
+  } closer{s};
+  nng_tls_config* cfg = nullptr;
+  if (int rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT); rv != 0)
+    return make_error(ErrorCode::internal, std::string("TLS self-check: ") + nng_strerror(rv));
+  struct Free {
+    nng_tls_config* c;
+    ~Free() { nng_tls_config_free(c); }
+  } guard{cfg};
+  nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_NONE);  // the name is the clients' to check
+  nng_dialer d;
+  int rv = nng_dialer_create(&d, s, target.c_str());
+  if (rv == 0) rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg);
+  if (rv == 0) rv = nng_dialer_start(d, 0);
+  if (rv != 0)
+    return make_error(ErrorCode::invalid_argument,
+                      "a TLS handshake with " + url + " failed (" + nng_strerror(rv) +
+                          "): is " + config.tls_key + " the private key of " + config.tls_cert + "?");
+  return {};
+}
+
 }  // namespace
 
 Status NngServer::listen(const std::string& url) {
@@ -129,6 +168,12 @@ Status NngServer::listen(const std::string& url) {
   if (int rv = nng_listener_start(l, 0); rv != 0)
     return make_error(rv == NNG_EADDRINUSE ? ErrorCode::conflict : ErrorCode::io_error,
                       "cannot listen on " + url + ": " + nng_strerror(rv));
+  if (tls) {
+    if (auto st = tls_self_check(l, url, m_ctx.config); !st) {
+      nng_listener_close(l);
+      return st;
+    }
+  }
   spdlog::info("listening on {}", url);
   return {};
 }
