@@ -41,6 +41,10 @@ struct Verdict {
 // Unit roundoff of the accumulator the error model assumes (fp32).
 constexpr double k_u_acc = 0x1.0p-24;
 
+// How far past the smallest normal a reference may lie and a correct result still reach the
+// subnormal range, in multiples of its bound (envelopes are 2 to 3 such bounds).
+constexpr double k_floor_reach = 4.0;
+
 // Normalised error of one element (finite out and ref).
 double normalised_error(double out, double ref, double c_acc, double c_in, DType out_dtype, DType in_dtype);
 

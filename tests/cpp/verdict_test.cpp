@@ -4,6 +4,9 @@
 // output dtype, the same way whether the infinity is the output's or the reference's.
 #include "gpuemu/verdict.hpp"
 
+#include "gpuemu/catalogue.hpp"
+#include "gpuemu/engine.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -159,6 +162,50 @@ TEST(Verdict, InputDtypeIntermediatePastItsRangeIsIndeterminate) {
   EXPECT_EQ(v.outputs[0].indeterminate, 1);
   // Below the dtype's max the product rounds finitely: an Inf there is a real overflow bug.
   EXPECT_FALSE(judge_with(k_inf, 1000.0, 60000.0, 0).passed);
+}
+
+// The floor near zero is the smallest normal only where a correct result can be flushed to zero
+// (its reference below it, give or take its bound); elsewhere it is the subnormal spacing.
+TEST(Verdict, FloorNearZeroIsTheSmallestNormalOnlyWhereFlushingCanHappen) {
+  const DType h = DType::float16;  // smallest normal 2^-14 = 6.1e-5
+  // 5 % off at 1e-3: 50 ulps, a failure (the old floor of 2^-14 everywhere made this 0.81)
+  EXPECT_GT(normalised_error(1.05e-3, 1e-3, 0.0, 0.0, h, h), 50.0);
+  // a subnormal reference flushed to zero: what FTZ hardware returns, well within the envelope
+  EXPECT_LT(normalised_error(0.0, 3e-5, 0.0, 0.0, h, h), 0.6);
+  // just past the smallest normal with a bound that reaches below it: flushing is possible
+  EXPECT_LT(normalised_error(0.0, 7e-5, 0.0, 0.01, h, h), 2.0);
+  // just past it with no such bound: a zero there is wrong
+  EXPECT_GT(normalised_error(0.0, 7e-5, 0.0, 0.0, h, h), 100.0);
+  // float32: the subnormal spacing keeps an exact zero against an exact zero at 0
+  EXPECT_EQ(normalised_error(0.0, 0.0, 0.0, 0.0, DType::float32, DType::float32), 0.0);
+}
+
+// End to end: a float16 softmax 5 % too large on constant rows, where every output is 1/N (found
+// by the load benchmark: it passed at N >= 1000), fails wherever 1/N is a normal float16 (from
+// N = 16384 on, 1/N is at or below the smallest normal, where flushing to zero is allowed); the
+// correct one passes.
+TEST(Verdict, Float16SoftmaxFivePercentOffFailsOnLongConstantRows) {
+  auto engine = Engine::create_default();
+  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  const OpSchema* schema = engine->catalogue().find("softmax");
+  ASSERT_NE(schema, nullptr);
+  for (const std::int64_t n : {64, 1000, 4096, 8192}) {
+    TestCase c;
+    c.op = "softmax";
+    c.inputs.emplace("x", Tensor::from_values(DType::float16, {2, n},
+                                              std::vector<double>(static_cast<std::size_t>(2 * n), 3.0)));
+    auto rc = make_ref_context(*schema, c.inputs, Json{{"dim", -1}}, DType::float16);
+    ASSERT_TRUE(rc.ok()) << rc.error().message;
+    c.dims = rc->dims;
+    c.attrs = rc->attrs;
+    c.dtype = rc->case_dtype;
+    for (const double scale : {1.0, 1.05}) {
+      const std::vector<double> out(static_cast<std::size_t>(2 * n), scale / static_cast<double>(n));
+      auto v = engine->judge_case(c, {Tensor::from_values(DType::float16, {2, n}, out)});
+      ASSERT_TRUE(v.ok()) << v.error().message;
+      EXPECT_EQ(v->passed, scale == 1.0) << "N " << n << " scale " << scale << ": " << v->message;
+    }
+  }
 }
 
 }  // namespace
