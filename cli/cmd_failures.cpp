@@ -35,6 +35,10 @@ void register_failure_commands(CLI::App& app, CliContext& ctx) {
     const Json r =
         call_daemon(*c, "failures", {{"action", "list"}, {"op", list_op}, {"limit", list_limit}});
     const Json items = r.value("failures", Json::array());
+    if (r.value("truncated", false))
+      std::cerr << "gpuemu: listed the newest " << items.size() << " of "
+                << r.value("matching", Json()).dump()
+                << " stored failures (a reply holds at most 12 MiB): narrow with --op or --limit\n";
     if (list_json) {
       std::cout << items.dump(2) << "\n";
     } else if (items.empty()) {

@@ -7,6 +7,9 @@
 namespace gpuemu::server {
 namespace {
 
+// Where a failures listing (or export) stops, well under the protocol's 16 MiB of reply JSON.
+constexpr std::size_t k_listing_bytes = std::size_t{12} << 20;
+
 using protocol::Frame;
 using protocol::make_reply;
 
@@ -45,9 +48,19 @@ Result<Frame> failures(DaemonContext& ctx, const Frame& req) {
     q.limit = p.value("limit", std::size_t{0});
     GPUEMU_TRY(auto list, store->list_failures(q));
     Json items = Json::array();
+    // A reply's JSON is bounded (16 MiB, docs/protocol.md): a listing stops before it and says so.
+    std::size_t bytes = 0;
+    bool truncated = false;
+    auto fits = [&](const Json& item) {
+      bytes += item.dump().size() + 1;
+      truncated = bytes > k_listing_bytes;
+      return !truncated;
+    };
     for (const auto& s : list) {
       if (action == "list") {
-        items.push_back(failure_list_item(s));
+        Json item = failure_list_item(s);
+        if (!fits(item)) break;
+        items.push_back(std::move(item));
         continue;
       }
       GPUEMU_TRY(FailureRecord rec, store->get_failure(s.id));
@@ -56,10 +69,15 @@ Result<Frame> failures(DaemonContext& ctx, const Frame& req) {
       m["op"] = rec.op;
       m["created_ms"] = rec.created_ms;
       m["snapshot"] = base64(rec.inputs);  // export only: never on the hot path
+      if (!fits(m)) break;
       items.push_back(std::move(m));
     }
-    return make_reply(
-        {{action == "list" ? "failures" : "records", items}, {"count", items.size()}});
+    Json result = {{action == "list" ? "failures" : "records", items}, {"count", items.size()}};
+    if (truncated) {
+      result["truncated"] = true;
+      result["matching"] = list.size();
+    }
+    return make_reply(result);
   }
   GPUEMU_TRY(std::string id, string_param(p, "id"));
   if (action == "get") {

@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <random>
 
 namespace gpuemu::server {
@@ -73,6 +74,9 @@ std::uint64_t random_seed() {
 
 // Stores failures in one transaction; returns their ids (empty strings when storing is off).
 // `kernels` holds one identity per failure, or one for all.
+// Failures a fuzz reply describes in full (all are stored and listed by id).
+constexpr std::size_t k_reported_failures = 1000;
+
 // The largest case `schema` can generate under `options` is over the daemon's element limit: the
 // shape sampler keeps every case within max_elements × element_budget_scale (pinned dims too).
 Status check_case_budget(const DaemonContext& ctx, const OpSchema& schema, const FuzzOptions& options) {
@@ -170,8 +174,13 @@ Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
   Json j = report.to_json();
   j["failures"] = Json::array();
   j["failure_ids"] = ids;
-  for (std::size_t i = 0; i < failures.size(); ++i)
+  // Every failure is stored and named in failure_ids; the first k_reported_failures are described
+  // in the reply too (a run of 30,000 cases failing half made 22 MiB of JSON, past the protocol's
+  // 16 MiB: the report was lost). `gpuemu failures show ID` has the rest.
+  const std::size_t described = std::min(failures.size(), k_reported_failures);
+  for (std::size_t i = 0; i < described; ++i)
     j["failures"].push_back(case_result_json(failures[i], ids[i]));
+  if (described < failures.size()) j["failures_not_described"] = failures.size() - described;
   if (minimized) j["minimized"] = minimized->to_json();
   j["kernel"] = kernel_identity(kernel);
   j["options"] = protocol::options_to_json(fr.options);

@@ -20,6 +20,7 @@ import json
 import os
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -612,7 +613,11 @@ class Client:
             params["op"] = op
         if limit:
             params["limit"] = int(limit)
-        return self.request("failures", params)[0].get("failures", [])
+        res = self.request("failures", params)[0]
+        if res.get("truncated"):
+            warnings.warn(f"listed the newest {res.get('count')} of {res.get('matching')} stored failures (a reply "
+                          "holds at most 12 MiB): pass op= or limit=", RuntimeWarning, stacklevel=2)
+        return res.get("failures", [])
 
     def failure(self, failure_id: str, snapshot: bool = False) -> Dict[str, Any]:
         return self.request("failures", {"action": "get", "id": failure_id, "snapshot": snapshot})[0]

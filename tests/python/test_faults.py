@@ -321,3 +321,23 @@ def test_request_limits_are_configurable_and_each_refusal_names_its_option(daemo
     r = subprocess.run([DAEMON, "--home", str(daemon.home / "other"), "--max-batch-cases", "0"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "--max-batch-cases" in r.stderr, r.stderr
+
+
+def test_thousands_of_failures_keep_their_report_and_listing_under_the_reply_limit(daemon):
+    # 45,000 cases of which about half fail: 22 MiB of report JSON before the cap, past the
+    # protocol's 16 MiB, and the CLI got nothing but a protocol error
+    daemon.start()
+    rep = daemon.cli_json("fuzz", "softmax", "--kernel", "tail_leak", "-n", "45000", "--seed", "3", "--dims", "N=129",
+                          "--dims", "R=1", expect_rc=1, timeout=300)
+    failed = rep["failed"]
+    assert failed > 20000
+    assert len(rep["failure_ids"]) == failed  # every failure stored and named
+    assert len(rep["failures"]) == 1000 and rep["failures_not_described"] == failed - 1000
+    r = daemon.cli("failures", "list", "--json")
+    assert r.returncode == 0, r.stderr
+    listed = json.loads(r.stdout)
+    assert 10000 < len(listed) < failed
+    assert f"of {failed} stored failures" in r.stderr and "--limit" in r.stderr
+    with pytest.warns(RuntimeWarning, match=f"of {failed} stored failures"):
+        assert len(gpuemu.Client(autostart=False).failures()) == len(listed)
+    assert len(daemon.cli_json("failures", "list", "--limit", "5")) == 5
