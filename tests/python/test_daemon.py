@@ -198,6 +198,18 @@ def test_bad_frames_get_errors_and_the_daemon_keeps_serving(daemon):
         encode_frame({"v": 1, "method": "submit_outputs", "params": {"op": "softmax", "items": [{"case": {"seed": 1}}]}},
                      [("items/0/outputs/0", "float32", [4, 4], [4, 1], 0, b"\0" * 8)]),  # view past its storage
         encode_frame({"v": 1, "method": "get_test_batch", "params": {"op": "softmax", "count": 10**9}}),
+        # unknown ops and dtypes, negative and huge dims, a tensor whose bytes do not match its shape
+        encode_frame({"v": 1, "method": "get_test_batch", "params": {"op": "no_such_op", "count": 1}}),
+        encode_frame({"v": 1, "method": "get_test_batch", "params": {"op": "softmax", "count": 1,
+                                                                    "options": {"dtypes": ["float13"]}}}),
+        encode_frame({"v": 1, "method": "get_test_batch", "params": {"op": "softmax", "count": 1,
+                                                                    "options": {"dims": {"N": [-4]}}}}),
+        encode_frame({"v": 1, "method": "get_test_batch", "params": {"op": "softmax", "count": 1,
+                                                                    "options": {"dims": {"N": [2**62]}}}}),
+        encode_frame({"v": 1, "method": "validate", "params": {"op": "softmax"}},
+                     [("inputs/x", "float32", [2**40, 2**40], [2**40, 1], 0, b"\0" * 64)]),
+        encode_frame({"v": 1, "method": "validate", "params": {"op": "softmax"}},
+                     [("inputs/x", "float99", [2], [1], 0, b"\0" * 8)]),
     ]
     texts = b"GEMU" + (40).to_bytes(4, "little") + b'{"v":1,"method":"ping","tensors":[{"key":1}]}'
     cases.append(texts)
@@ -206,7 +218,7 @@ def test_bad_frames_get_errors_and_the_daemon_keeps_serving(daemon):
         h = decode_header(daemon.raw_request(payload))
         assert h["ok"] is False, h
         codes.append(h["error"]["code"])
-    assert {"protocol_error", "invalid_argument", "not_found"} <= set(codes), codes
+    assert {"protocol_error", "invalid_argument", "not_found", "unknown_op"} <= set(codes), codes
     assert daemon.cli("daemon", "status").returncode == 0
     assert daemon.cli_json("daemon", "status")["errors"] >= len(codes)
 
