@@ -64,6 +64,21 @@ TEST(Cases, BadOptionsAreClearErrors) {
   EXPECT_FALSE(CaseGenerator(softmax(), o3).validate().ok());
 }
 
+// Pinned dims far past the schema's range are refused by the element budget, however their
+// product wraps: 2^62 x 512 is 2^71, which int64 arithmetic made 0.
+TEST(Cases, HugePinnedDimsAreRefusedNotWrapped) {
+  for (const std::int64_t r : {std::int64_t{512}, std::int64_t{3}, std::int64_t{1}}) {
+    FuzzOptions o;
+    o.dims["N"] = {std::int64_t{1} << 62};
+    o.dims["R"] = {r};
+    CaseGenerator gen(softmax(), o);
+    ASSERT_TRUE(gen.validate().ok());
+    auto c = gen.generate(7, 0);
+    ASSERT_FALSE(c.ok()) << "R " << r << ": a case of " << c->inputs.at("x").numel() << " elements";
+    EXPECT_NE(c.error().message.find("budget"), std::string::npos) << c.error().message;
+  }
+}
+
 TEST(Cases, RestrictionsAreCheckedAgainstTheSchema) {
   const OpSchema& ln = *engine().catalogue().find("layer_norm");
   auto error_of = [&](const OpSchema& s, FuzzOptions o) {

@@ -2,7 +2,11 @@
 #include "gpuemu/catalogue.hpp"
 #include "schema/expr.hpp"
 
+#include "gpuemu/tensor.hpp"
+
 #include <gtest/gtest.h>
+
+#include <limits>
 
 namespace gpuemu {
 namespace {
@@ -31,6 +35,21 @@ TEST(Expr, Arithmetic) {
   EXPECT_EQ(eval("!(H == 32) && 1"), 0);
   EXPECT_EQ(eval("H != 3"), 1);
   EXPECT_EQ(eval("H <= 32"), 1);
+}
+
+// Dims may come from requests: arithmetic past int64 is an error, never a wrapped value (a pinned
+// N = 2^62 with R = 512 once made 0 elements and slipped under the budget).
+TEST(Expr, OverflowIsAnError) {
+  auto lookup = [](const std::string& n, int) -> std::optional<std::int64_t> {
+    return n == "N" ? std::int64_t{1} << 62 : n == "M" ? std::numeric_limits<std::int64_t>::min() : 512;
+  };
+  for (const char* text : {"N * R", "N + N", "0 - N - N - N", "-M", "M / (0 - 1)"}) {
+    auto v = Expr::parse(text)->eval(lookup);
+    ASSERT_FALSE(v.ok()) << text;
+    EXPECT_NE(v.error().message.find("overflows a 64-bit integer"), std::string::npos) << v.error().message;
+  }
+  EXPECT_EQ(*Expr::parse("N / R")->eval(lookup), (std::int64_t{1} << 62) / 512);
+  EXPECT_EQ(shape_numel({std::int64_t{1} << 62, 512}), std::numeric_limits<std::int64_t>::max());
 }
 
 TEST(Expr, Errors) {

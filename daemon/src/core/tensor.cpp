@@ -3,14 +3,17 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
 namespace gpuemu {
 
 std::int64_t shape_numel(const Shape& shape) {
+  // Saturates: a product past int64 (dims from a request) is "too many", never a wrapped count.
   std::int64_t n = 1;
-  for (auto s : shape) n *= s;
+  for (auto s : shape)
+    if (__builtin_mul_overflow(n, s, &n)) return std::numeric_limits<std::int64_t>::max();
   return n;
 }
 

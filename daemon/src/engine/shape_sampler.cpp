@@ -3,6 +3,7 @@
 #include "schema/expr.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace gpuemu {
 
@@ -101,14 +102,18 @@ std::int64_t ShapeSampler::draw_dim(const DimDomain& d, Rng& rng) const {
 
 std::int64_t ShapeSampler::input_elements(const std::map<std::string, std::int64_t, std::less<>>& dims,
                                           const Json& attrs) const {
+  // Saturating, and an input whose shape cannot be evaluated (an overflow) counts as too large:
+  // pinned dims come from requests, and a wrapped product once let 2^62 x 512 pass as 0.
+  constexpr std::int64_t too_many = std::numeric_limits<std::int64_t>::max();
   std::int64_t total = 0;
   for (const auto& in : m_schema.inputs) {
     std::int64_t n = 1;
     for (const auto& e : in.shape) {
       auto v = eval_expr(e, dims, attrs);
-      n *= v.ok() ? std::max<std::int64_t>(*v, 0) : 0;
+      if (!v.ok()) return too_many;
+      if (__builtin_mul_overflow(n, std::max<std::int64_t>(*v, 0), &n)) return too_many;
     }
-    total += n;
+    if (__builtin_add_overflow(total, n, &total)) return too_many;
   }
   return total;
 }
@@ -168,7 +173,7 @@ Result<std::map<std::string, std::int64_t, std::less<>>> ShapeSampler::sample(
       if (input_elements(dims, attrs) > budget) return true;
       if (m_schema.work.empty()) return false;
       auto w = eval_expr(m_schema.work, dims, attrs);
-      return w.ok() && *w > m_schema.max_work;
+      return !w.ok() || *w > m_schema.max_work;  // an overflowing work count is over the budget
     };
     for (int shrink = 0; shrink < 64 && over(); ++shrink) {
       const DimDomain* largest = nullptr;

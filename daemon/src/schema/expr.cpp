@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 
 namespace gpuemu {
 
@@ -157,6 +158,10 @@ Result<std::int64_t> eval_node(const Expr::Node& n, const Expr::Lookup& lookup, 
     }
     case K::unary: {
       GPUEMU_TRY(std::int64_t v, eval_node(*n.lhs, lookup, text));
+      if (n.op == "-" && v == std::numeric_limits<std::int64_t>::min())
+        return make_error(ErrorCode::invalid_argument,
+                          "expression '" + text + "': -(" + std::to_string(v) +
+                              ") overflows a 64-bit integer");
       return n.op == "-" ? -v : static_cast<std::int64_t>(v == 0);
     }
     case K::binary: {
@@ -165,12 +170,25 @@ Result<std::int64_t> eval_node(const Expr::Node& n, const Expr::Lookup& lookup, 
       if (n.op == "||" && a) return std::int64_t{1};
       GPUEMU_TRY(std::int64_t b, eval_node(*n.rhs, lookup, text));
       const std::string& op = n.op;
-      if (op == "+") return a + b;
-      if (op == "-") return a - b;
-      if (op == "*") return a * b;
+      // Dims come from requests (a pinned dim may be anything >= its minimum): arithmetic that
+      // leaves int64 is an error, never a wrapped value that slips under a budget.
+      std::int64_t r = 0;
+      const bool overflow = op == "+"   ? __builtin_add_overflow(a, b, &r)
+                            : op == "-" ? __builtin_sub_overflow(a, b, &r)
+                            : op == "*" ? __builtin_mul_overflow(a, b, &r)
+                                        : false;
+      if (overflow)
+        return make_error(ErrorCode::invalid_argument,
+                          "expression '" + text + "': " + std::to_string(a) + " " + op + " " +
+                              std::to_string(b) + " overflows a 64-bit integer");
+      if (op == "+" || op == "-" || op == "*") return r;
       if (op == "/" || op == "%") {
         if (b == 0) return make_error(ErrorCode::invalid_argument,
                                       "expression '" + text + "': division by zero");
+        if (a == std::numeric_limits<std::int64_t>::min() && b == -1)
+          return make_error(ErrorCode::invalid_argument,
+                            "expression '" + text + "': " + std::to_string(a) + " " + op +
+                                " -1 overflows a 64-bit integer");
         return op == "/" ? a / b : a % b;
       }
       if (op == "==") return std::int64_t{a == b};
