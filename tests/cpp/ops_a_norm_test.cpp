@@ -189,6 +189,42 @@ TEST(OpsANorm, WelfordVarianceNearFp32ResolutionPasses) {
   EXPECT_GT(max_error(*ok_ref, {off}, DType::float32), 1000.0);
 }
 
+TEST(OpsANorm, LayerNormOfOneElementKnowsItsMeanExactly) {
+  // Over N = 1 the mean is the element itself, exactly, in every correct kernel (no addition; a
+  // division by 1). The only error left is PyTorch's folded affine, x * rstd + (-rstd * mean) as
+  // one FMA: the rounding of rstd * mean (torch 1.13's fp32 F.layer_norm: 1.69 where b = 0, for
+  // x = 60000 and w = 1.7). The bound was twice that, so an output 0.25 off b passed at 1.3 (issue
+  // 21: float16, weight only, fuzz seed 78, case 226); now it fails and the fold still passes.
+  for (DType dt : {DType::float16, DType::bfloat16, DType::float32}) {
+    const std::vector<double> x = {round_to(dt, 3000.0), -7.0, 0.5, round_to(dt, 60000.0),
+                                   round_to(dt, -12345.0)};
+    const double w = round_to(dt, 1.7);
+    auto ctx = make_ctx("layer_norm", dt, {{"x", arg(dt, {5, 1}, x)}, {"weight", arg(dt, {1}, {w})}});
+    auto ref = builtin_of("layer_norm").reference(ctx);
+    ASSERT_TRUE(ref.ok());
+    for (double v : ref->at(0).value) EXPECT_EQ(v, 0.0);
+    // The fold in fp32, as PyTorch's CPU kernel runs it (eps 1e-5, var 0).
+    const float rstd = 1.0f / std::sqrt(1e-5f), wf = static_cast<float>(w);
+    std::vector<double> folded;
+    for (double v : x) {
+      const float xf = static_cast<float>(v), bias = -(rstd * xf);
+      folded.push_back(static_cast<double>(round_to(dt, std::fma(xf, rstd, bias) * wf)));
+    }
+    EXPECT_NE(folded[3], 0.0) << dtype_name(dt);
+    EXPECT_LE(max_error(*ref, {folded}, dt), 1.05) << dtype_name(dt);
+    EXPECT_EQ(max_error(*ref, {std::vector<double>(5, 0.0)}, dt), 0.0) << dtype_name(dt);
+    EXPECT_GT(max_error(*ref, {{0.25, 0.0, 0.0, 0.0, 0.0}}, dt), 2.5) << dtype_name(dt);
+    // With a bias the output is b, rounded once, and the bias's own rounding counts.
+    auto bctx = make_ctx("layer_norm", dt,
+                         {{"x", arg(dt, {5, 1}, x)},
+                          {"weight", arg(dt, {1}, {1.0})},
+                          {"bias", arg(dt, {1}, {0.75})}});
+    auto bref = builtin_of("layer_norm").reference(bctx);
+    ASSERT_TRUE(bref.ok());
+    EXPECT_GT(max_error(*bref, {{0.75, 0.75, 0.75, 0.75, 1.5}}, dt), 3.0) << dtype_name(dt);
+  }
+}
+
 TEST(OpsANorm, LayerNorm) {
   score_op("layer_norm", last_dim_scenarios("layer_norm", true), norm_exemptions());
 }

@@ -217,8 +217,18 @@ struct NormJob {
                    : SumGrowth::growth(len, ssq / len, hi * hi - lo * lo) +
                          SumGrowth::absorbed(len_i, ssq,
                                              [row](std::int64_t k) { return row[k] * row[k]; });
-      const double amp = rstd_hi * growth,
-                   c_base = mean_abs * amp + k_fp32_min_normal * (centered ? 1.0 + rstd_hi : 1.0);
+      // A layer_norm row of one element has an exact mean (no addition, a division by 1;
+      // Welford's first step is x / 1), so x - mean is exactly 0. What a correct kernel can still
+      // get wrong there is PyTorch's folded affine, x * rstd + (-rstd * mean) contracted to an
+      // FMA: the rounding of rstd * mean, at most u |mean| rstd (torch 1.13's fp32 layer_norm
+      // gives 1.69 where b = 0 for x = 60000, w = 1.7). That one term replaces the mean's error,
+      // counted twice for longer rows (|x| and mean|x|, each times rstd * G): halving an N = 1
+      // bound that let an output of 0.25 where b = 0 pass at 1.3 (issue 21: float16, weight only,
+      // fuzz seed 78, case 226). Not group_norm, whose folded affine is bounded below.
+      const bool exact_mean = centered && len_i == 1 && !nr->grouped;
+      const double amp = exact_mean ? 0.0 : rstd_hi * growth,
+                   c_base = (exact_mean ? mean_abs * rstd_hi : mean_abs * amp) +
+                            k_fp32_min_normal * (centered && !exact_mean ? 1.0 + rstd_hi : 1.0);
       // Where an fp32 intermediate may overflow, the whole row is indeterminate.
       const double floor_c =
           intermediate >= k_fp32_max / 4 && finite(intermediate) ? intermediate : 0.0;
