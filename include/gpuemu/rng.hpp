@@ -28,9 +28,17 @@ class Rng {
     return Rng(derive_seed(parent, domain));
   }
 
-  std::uint64_t next_u64();
+  std::uint64_t next_u64() {  // inline: the value generator draws millions a case
+    std::uint64_t s1 = m_s0;
+    const std::uint64_t s0 = m_s1;
+    const std::uint64_t result = s0 + s1;
+    m_s0 = s0;
+    s1 ^= s1 << 23;
+    m_s1 = s1 ^ s0 ^ (s1 >> 18) ^ (s0 >> 5);
+    return result;
+  }
   // Uniform in [0, 1) with 53 random bits.
-  double uniform01();
+  double uniform01() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
   // Uniform in [lo, hi).
   double uniform(double lo, double hi);
   // Uniform integer in [0, n), n >= 1, unbiased (rejection).
@@ -39,6 +47,10 @@ class Rng {
   std::int64_t integer(std::int64_t lo, std::int64_t hi);
   // Standard normal (Marsaglia's polar method with gpuemu's own log; see docs/rng.md).
   double normal();
+  // n successive normal() values into out, bit for bit, drawing exactly the same u64s: the value
+  // generator's bulk path (det_log's series runs over a block of values at a time, SIMD, instead
+  // of one dependent chain per value).
+  void normals(double* out, std::size_t n);
   // True with probability num/den (integers, so no rounding question arises).
   bool chance(std::uint64_t num, std::uint64_t den) { return bounded(den) < num; }
   // An index drawn with integer weights (sum > 0).

@@ -522,3 +522,20 @@ TEST(Rng, DetLogAccuracy) {
 }
 
 }  // namespace
+
+// The bulk path is normal() n times, bit for bit, and leaves the stream where they would.
+TEST(Rng, NormalsAreNormalBitForBit) {
+  for (std::uint64_t seed : {1ULL, 7ULL, 0xdeadbeefULL, 20261202ULL}) {
+    for (std::size_t n : {0u, 1u, 3u, 4u, 5u, 255u, 256u, 257u, 1000u, 4099u}) {
+      Rng a(seed), b(seed);
+      std::vector<double> bulk(n);
+      a.normals(bulk.data(), n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const double one = b.normal();
+        ASSERT_EQ(std::bit_cast<std::uint64_t>(bulk[i]), std::bit_cast<std::uint64_t>(one))
+            << "seed " << seed << " n " << n << " at " << i;
+      }
+      EXPECT_EQ(a.next_u64(), b.next_u64()) << "seed " << seed << " n " << n;
+    }
+  }
+}

@@ -38,8 +38,12 @@ double dtype_cap(DType d) {
 }
 
 void fill_regular(std::vector<double>& v, Rng& rng, double scale) {
-  const bool uniform = rng.chance(1, 3);
-  for (auto& x : v) x = uniform ? rng.uniform(-scale, scale) : rng.normal() * scale;
+  if (rng.chance(1, 3)) {
+    for (auto& x : v) x = rng.uniform(-scale, scale);
+    return;
+  }
+  rng.normals(v.data(), v.size());
+  for (auto& x : v) x = x * scale;
 }
 
 // Logits with a large spread, and a running max that rises late in each row, so that both
@@ -59,9 +63,13 @@ void fill_logits(std::vector<double>& v, const Shape& shape, Rng& rng, DType d, 
     case 2: offset = -spread * rng.uniform(4.0, 12.0) - 4.0; break;
     default: break;
   }
+  // The draws in index order: the late spike's chance() interleaves with them, so that pattern
+  // draws one by one; every other takes the normals in bulk (the same stream, the same bits).
+  const bool bulk = key_like || pattern != 2;
+  if (bulk) rng.normals(v.data(), v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
     const auto k = static_cast<std::int64_t>(i) % n;
-    double x = rng.normal() * spread + offset;
+    double x = (bulk ? v[i] : rng.normal()) * spread + offset;
     if (key_like) {
       // Keys: grow along the sequence dim so later keys give larger scores.
       const auto row = (static_cast<std::int64_t>(i) / n) % std::max<std::int64_t>(rows_len, 1);
@@ -91,15 +99,18 @@ void fill_norm(std::vector<double>& v, const Shape& shape, Rng& rng, DType d, bo
   if (l2 && rng.chance(1, 3)) {
     const double tiny[] = {1e-7, 3e-7, 1e-6};
     sigma = tiny[rng.bounded(3)] / std::sqrt(static_cast<double>(std::max<std::int64_t>(n, 1)));
-    for (auto& x : v) x = rng.normal() * sigma;
+    rng.normals(v.data(), v.size());
+    for (auto& x : v) x = x * sigma;
     return;
   }
   for (std::int64_t r = 0; r * n < static_cast<std::int64_t>(v.size()); ++r) {
     // offset / sigma up to 2^(mantissa-2): the offset stays resolvable in the dtype.
     double offset = rng.chance(1, 4) ? 0.0 : sigma * pow2(rng, 2, std::max(3, mant - 2)) * (rng.chance(1, 2) ? 1 : -1);
     offset = std::clamp(offset, -dtype_cap(d), dtype_cap(d));
-    for (std::int64_t k = 0; k < n && r * n + k < static_cast<std::int64_t>(v.size()); ++k)
-      v[r * n + k] = offset + rng.normal() * sigma;
+    const std::int64_t len = std::min<std::int64_t>(n, static_cast<std::int64_t>(v.size()) - r * n);
+    double* row = v.data() + r * n;
+    rng.normals(row, static_cast<std::size_t>(len));
+    for (std::int64_t k = 0; k < len; ++k) row[k] = offset + row[k] * sigma;
   }
 }
 
@@ -114,7 +125,8 @@ void fill_accumulated(std::vector<double>& v, Rng& rng) {
       break;
     default: {
       const double mean = rng.uniform(0.25, 1.0);
-      for (auto& x : v) x = mean + rng.normal() * 0.5;
+      rng.normals(v.data(), v.size());
+      for (auto& x : v) x = mean + x * 0.5;
     }
   }
 }
