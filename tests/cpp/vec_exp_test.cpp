@@ -251,8 +251,11 @@ void plain_norm(const std::vector<double>& x, std::int64_t len, const std::vecto
       const double drop = var - dvar > 0.0 ? dvar : var + eps - a;
       d_rstd = drop * rstd_hi * rstd / (std::sqrt(a) + std::sqrt(var + eps)) * 0x1p24;
     }
-    const double amp = rstd_hi * growth,
-                 c_base = mean_abs * amp + 0x1p-126 * (centered ? 1.0 + rstd_hi : 1.0);
+    // One element: the mean is exact, and only the folded affine's rounding of rstd * mean is left.
+    const bool exact_mean = centered && n == 1;
+    const double amp = exact_mean ? 0.0 : rstd_hi * growth,
+                 c_base = (exact_mean ? mean_abs * rstd_hi : mean_abs * amp) +
+                          0x1p-126 * (centered && !exact_mean ? 1.0 + rstd_hi : 1.0);
     const double floor_c =
         intermediate >= k_fp32_max / 4 && std::isfinite(intermediate) ? intermediate : 0.0;
     for (std::int64_t k = 0; k < len; ++k) {
