@@ -22,45 +22,6 @@
 
 namespace gpuemu {
 
-// One input as a reference sees it: the exact values the kernel received, as doubles, contiguous
-// row-major (whatever layout the kernel's tensor had).
-struct RefArg {
-  DType dtype = DType::float32;
-  Shape shape;
-  std::vector<double> data;
-  std::int64_t size(std::int64_t d) const {
-    return shape.at(static_cast<std::size_t>(d < 0 ? d + static_cast<std::int64_t>(shape.size()) : d));
-  }
-  std::int64_t numel() const { return shape_numel(shape); }
-};
-
-// Everything a reference or a control gets: inputs by schema name, attrs resolved (every attr
-// present, defaults filled in), the case dims and dtype.
-class RefContext {
- public:
-  DType case_dtype = DType::float32;
-  std::map<std::string, RefArg, std::less<>> inputs;
-  AttrMap attrs = Json::object();
-  std::map<std::string, std::int64_t, std::less<>> dims;
-  const OpSchema* schema = nullptr;
-  // The relative error a declared precision policy allows on each GEMM operand (0: IEEE fp32;
-  // gpuemu/precision.hpp). The gemm, conv and attention references widen c_acc by what that
-  // operand rounding can move the result, and nothing else reads it.
-  double operand_roundoff = 0.0;
-
-  bool has_input(std::string_view name) const { return inputs.find(name) != inputs.end(); }
-  const RefArg& input(std::string_view name) const;  // throws GpuemuException when absent
-  bool attr_is_null(std::string_view name) const;
-  bool attr_bool(std::string_view name) const;
-  std::int64_t attr_int(std::string_view name) const;
-  double attr_float(std::string_view name) const;
-  std::string attr_string(std::string_view name) const;
-  // An int or a list of ints, as `n` ints (an int is repeated): conv's stride=2 or stride=[2, 1].
-  std::vector<std::int64_t> attr_ints(std::string_view name, std::size_t n) const;
-  // The dtype of output `index` under the schema's rule.
-  DType output_dtype(std::size_t index = 0) const;
-};
-
 // The tag that asks RefAllocator to leave a new element uninitialised (see RefVec).
 struct RefNoInit {};
 
@@ -115,6 +76,50 @@ struct RefAllocator {
 // zeros; made by ops::uninit_output() its elements are unwritten and every one of them must be
 // written by the caller before it is read.
 using RefVec = std::vector<double, RefAllocator<double>>;
+
+// The tensor's exact values as doubles, row-major, in a RefVec that was never zero-filled (from the
+// reference heap, so that a fuzz run's per-case buffers reuse memory instead of faulting in pages).
+RefVec exact_values(const Tensor& t);
+
+// One input as a reference sees it: the exact values the kernel received, as doubles, contiguous
+// row-major (whatever layout the kernel's tensor had).
+struct RefArg {
+  DType dtype = DType::float32;
+  Shape shape;
+  RefVec data;  // the exact values, row-major (the reference heap: no page faults per case)
+  std::int64_t size(std::int64_t d) const {
+    return shape.at(static_cast<std::size_t>(d < 0 ? d + static_cast<std::int64_t>(shape.size()) : d));
+  }
+  std::int64_t numel() const { return shape_numel(shape); }
+};
+
+// Everything a reference or a control gets: inputs by schema name, attrs resolved (every attr
+// present, defaults filled in), the case dims and dtype.
+class RefContext {
+ public:
+  DType case_dtype = DType::float32;
+  std::map<std::string, RefArg, std::less<>> inputs;
+  AttrMap attrs = Json::object();
+  std::map<std::string, std::int64_t, std::less<>> dims;
+  const OpSchema* schema = nullptr;
+  // The relative error a declared precision policy allows on each GEMM operand (0: IEEE fp32;
+  // gpuemu/precision.hpp). The gemm, conv and attention references widen c_acc by what that
+  // operand rounding can move the result, and nothing else reads it.
+  double operand_roundoff = 0.0;
+
+  bool has_input(std::string_view name) const { return inputs.find(name) != inputs.end(); }
+  const RefArg& input(std::string_view name) const;  // throws GpuemuException when absent
+  bool attr_is_null(std::string_view name) const;
+  bool attr_bool(std::string_view name) const;
+  std::int64_t attr_int(std::string_view name) const;
+  double attr_float(std::string_view name) const;
+  std::string attr_string(std::string_view name) const;
+  // An int or a list of ints, as `n` ints (an int is repeated): conv's stride=2 or stride=[2, 1].
+  std::vector<std::int64_t> attr_ints(std::string_view name, std::size_t n) const;
+  // The dtype of output `index` under the schema's rule.
+  DType output_dtype(std::size_t index = 0) const;
+};
+
 
 // One reference output, with the per-element condition terms the error model normalises by
 // (docs/error-model.md): err = |out - ref| / (u_out*|ref| + u_acc*c_acc + u_in*c_in + tiny_out).

@@ -25,7 +25,7 @@ struct OutputVerdict {
   std::int64_t indeterminate = 0;      // elements whose intermediates overflow legitimately
   std::int64_t alternative = 0;        // non-finite results another correct formulation gives
   std::string message;
-  std::vector<double> errors;          // per-element normalised error, row-major (diagnosis and
+  RefVec errors;                       // per-element normalised error, row-major (diagnosis and
                                        // the error map, gpuemu/error_map.hpp); inf: mismatch
 };
 

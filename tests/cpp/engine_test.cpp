@@ -123,8 +123,9 @@ TEST(Cases, PinnedOptionalInputsAndNothingElseChanges) {
     free_absent += c->inputs.size() < 3;
     EXPECT_EQ(tensor_digest(a->inputs.at("x")), tensor_digest(c->inputs.at("x")));
     EXPECT_EQ(a->dims, c->dims);
-    if (c->inputs.count("weight"))
+    if (c->inputs.count("weight")) {
       EXPECT_EQ(tensor_digest(a->inputs.at("weight")), tensor_digest(c->inputs.at("weight")));
+    }
   }
   EXPECT_GT(free_absent, 5);
 }

@@ -61,7 +61,7 @@ inline RefArg arg(DType dtype, Shape shape, std::vector<double> values) {
   RefArg a;
   a.dtype = dtype;
   a.shape = std::move(shape);
-  a.data = std::move(values);
+  a.data.assign(values.begin(), values.end());
   return a;
 }
 

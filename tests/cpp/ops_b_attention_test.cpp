@@ -210,7 +210,7 @@ RefContext decode_ctx(DType dt, std::int64_t B, std::int64_t H, std::int64_t Hkv
   ctx.inputs["q"] = make_arg(dt, {B, H, D}, rng, gq);
   ctx.inputs["k_cache"] = make_arg(dt, {B, Hkv, L, D}, rng, gk);
   ctx.inputs["v_cache"] = make_arg(dt, {B, Hkv, L, D}, rng, gv);
-  ctx.inputs["seq_lens"] = RefArg{DType::int32, {B}, std::move(lens)};
+  ctx.inputs["seq_lens"] = RefArg{DType::int32, {B}, RefVec(lens.begin(), lens.end())};
   return ctx;
 }
 

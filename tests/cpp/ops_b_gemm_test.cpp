@@ -48,8 +48,8 @@ TEST(OpsBGemm, SpecialValuesPropagateLikeIeee) {
 
 TEST(OpsBGemm, ShapeErrors) {
   RefContext ctx = gemm_ctx(DType::float32, {});
-  ctx.inputs["a"] = RefArg{DType::float32, {2, 3}, std::vector<double>(6)};
-  ctx.inputs["b"] = RefArg{DType::float32, {2, 2}, std::vector<double>(4)};
+  ctx.inputs["a"] = RefArg{DType::float32, {2, 3}, RefVec(6)};
+  ctx.inputs["b"] = RefArg{DType::float32, {2, 2}, RefVec(4)};
   auto out = builtin("matmul").reference(ctx);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.error().code, ErrorCode::shape_mismatch);

@@ -31,7 +31,7 @@ void dgemm_rm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
 
 // |x| element-wise, as a new vector.
 RefVec abs_copy(const double* x, std::int64_t n);
-inline RefVec abs_copy(const std::vector<double>& x) {
+inline RefVec abs_copy(const RefVec& x) {
   return abs_copy(x.data(), static_cast<std::int64_t>(x.size()));
 }
 

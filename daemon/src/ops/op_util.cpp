@@ -142,6 +142,18 @@ RefVec uninit_output(std::int64_t n) {
   return v;
 }
 
+}  // namespace gpuemu::ops
+
+namespace gpuemu {
+RefVec exact_values(const Tensor& t) {
+  RefVec v = ops::uninit_output(t.numel());
+  t.to_f64(v.data());
+  return v;
+}
+}  // namespace gpuemu
+
+namespace gpuemu::ops {
+
 bool cpu_has_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool has = __builtin_cpu_supports("avx2");

@@ -33,7 +33,7 @@ constexpr double k_neg_inf = -std::numeric_limits<double>::infinity();
 
 // Row r (= o * inner + i) of a tensor seen as [outer, len, inner]: a pointer to its `len` values,
 // contiguous (gathered into `buf` when the reduced dim is not the innermost).
-const double* row_of(const std::vector<double>& x, const ReduceGeom& g, std::int64_t r,
+const double* row_of(const RefVec& x, const ReduceGeom& g, std::int64_t r,
                      std::vector<double>& buf) {
   if (g.inner == 1) return x.data() + r * g.len;
   buf.resize(static_cast<std::size_t>(g.len));
@@ -65,7 +65,7 @@ Result<ReduceArgs> reduce_args(const RefContext& ctx, const RefArg& x, bool same
 
 // Runs fn(r, row) over every row, in parallel, with a per-thread gather buffer.
 template <class Fn>
-void for_rows(const std::vector<double>& x, const ReduceGeom& g, Fn&& fn) {
+void for_rows(const RefVec& x, const ReduceGeom& g, Fn&& fn) {
   const std::int64_t rows = g.outer * g.inner;
   parallel_for(
       rows,

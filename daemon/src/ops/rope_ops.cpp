@@ -65,7 +65,7 @@ Result<RopeProblem> problem_of(const RefContext& ctx) {
 
 Result<std::vector<RefOutput>> reference(const RefContext& ctx) {
   GPUEMU_TRY(RopeProblem p, problem_of(ctx));
-  const std::vector<double>& x = ctx.input("x").data;
+  const RefVec& x = ctx.input("x").data;
   const std::int64_t half = p.D / 2;
   // Per (l, i): cos, sin, and the angle's condition factor.
   std::vector<double> cs(static_cast<std::size_t>(p.L * half)), sn(cs.size()), ang(cs.size());
@@ -128,7 +128,7 @@ enum class RopeKind {
 KernelFn emulated(RopeKind kind) {
   return [kind](const RefContext& ctx) -> KernelOut {
     GPUEMU_TRY(RopeProblem p, problem_of(ctx));
-    const std::vector<double>& x = ctx.input("x").data;
+    const RefVec& x = ctx.input("x").data;
     const DType dt = ctx.case_dtype, out_dtype = ctx.output_dtype();
     const std::int64_t half = p.D / 2;
     const bool pair_swap = kind == RopeKind::style_swapped;

@@ -176,7 +176,7 @@ enum class Variant { two_pass, online, tail_leak, no_max, online_no_rescale };
 
 // One row the way a tiled fp32 kernel computes it: inputs are the case dtype's values, all math in
 // float, tiles of `block` elements, output rounded to the output dtype by the caller.
-void kernel_row(const std::vector<double>& x, const ReduceGeom& g, std::int64_t o, std::int64_t i,
+void kernel_row(const RefVec& x, const ReduceGeom& g, std::int64_t o, std::int64_t i,
                 bool log, Variant variant, std::int64_t block, std::vector<double>& out) {
   const std::int64_t len = g.len;
   const std::int64_t padded = (len + block - 1) / block * block;

@@ -157,7 +157,7 @@ Result<RefContext> make_ref_context(const OpSchema& schema,
     RefArg arg;
     arg.dtype = t.dtype();
     arg.shape = t.shape();
-    arg.data = t.to_f64();
+    arg.data = exact_values(t);
     ctx.inputs.emplace(spec.name, std::move(arg));
   }
   ctx.case_dtype = case_dtype ? *case_dtype : first_case.value_or(schema.dtypes.front());
