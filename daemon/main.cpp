@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -42,6 +43,7 @@ struct Options {
   std::size_t max_message_mib = server::k_max_message_mib;
   std::int64_t max_batch_cases = 100000;
   std::int64_t max_case_elements = std::int64_t{1} << 28;
+  std::size_t case_cache_mib = 512;
   bool allow_remote_scripts = false;
   bool allow_remote_shutdown = false;
 };
@@ -127,6 +129,7 @@ int serve(const Options& o, const protocol::HomePaths& paths,
   ctx.config.max_message_bytes = o.max_message_mib << 20;
   ctx.config.max_batch_cases = o.max_batch_cases;
   ctx.config.max_case_elements = o.max_case_elements;
+  ctx.case_cache = std::make_unique<server::CaseCache>(o.case_cache_mib << 20);
   ctx.config.allow_remote_scripts = o.allow_remote_scripts;
   ctx.config.allow_remote_shutdown = o.allow_remote_shutdown;
   if (!o.token_file.empty()) {
@@ -225,6 +228,8 @@ int main(int argc, char** argv) {
     o.max_batch_cases = std::atoll(v);
   if (const char* v = std::getenv("GPUEMU_MAX_CASE_ELEMENTS"); v && std::atoll(v) > 0)
     o.max_case_elements = std::atoll(v);
+  if (const char* v = std::getenv("GPUEMU_CASE_CACHE_MB"); v && *v && std::atoll(v) >= 0)
+    o.case_cache_mib = static_cast<std::size_t>(std::atoll(v));
   app.add_option("--max-message-mb", o.max_message_mib,
                  "largest message a local client may send, in MiB (default and most 4095: nng's "
                  "bound, under the protocol's 4 GiB; larger ones are dropped unread)")
@@ -235,6 +240,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-case-elements", o.max_case_elements,
                  "most elements one case may hold, inputs and outputs together (default 2^28)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  app.add_option("--case-cache-mb", o.case_cache_mib,
+                 "MiB of handed-out cases kept, with their references computed while the client "
+                 "runs its kernel, for the submissions that judge them (default 512, 0: none; "
+                 "also GPUEMU_CASE_CACHE_MB)")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 20));
   app.add_flag("--allow-remote-scripts", o.allow_remote_scripts,
                "let tcp clients run script kernels and script references (off: only the local "
                "socket may)");
@@ -262,6 +272,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{100}));
   app.set_version_flag("--version", std::string("gpuemu-daemon ") + GPUEMU_VERSION);
   CLI11_PARSE(app, argc, argv);
+  // glibc hands a freed block of 128 KiB or more back to the kernel (its own mapping, or a heap top
+  // it trims), so each request's tensors faulted their pages in afresh: a fuzz case's inputs,
+  // outputs and their copies are mostly 0.1-10 MiB, and a float32 softmax run through
+  // fuzz_op_client_side spent a fifth of the daemon's time in page faults. Blocks up to 32 MiB
+  // (glibc's most) now come from the heap, and its top is kept up to 64 MiB; what a large request
+  // or a listing leaves is still handed back by the explicit malloc_trim after it (nng_server.cpp).
+  ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 64 << 20);
   const protocol::HomePaths paths =
       o.home.empty() ? protocol::home_paths() : protocol::home_paths(o.home);
   setenv("GPUEMU_HOME", paths.home.c_str(), 1);

@@ -6,6 +6,7 @@
 #include "gpuemu/engine.hpp"
 #include "gpuemu/protocol.hpp"
 #include "gpuemu/store.hpp"
+#include "server/case_cache.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -106,6 +107,9 @@ struct DaemonContext {
   Engine engine;
   mutable std::shared_mutex engine_mutex;  // exclusive only while envelopes change (calibrate)
   std::unique_ptr<Store> store;
+  // Cases handed out by get_test_batch, with their references computed meanwhile (case_cache.hpp);
+  // null: none kept, every submission regenerates.
+  std::unique_ptr<CaseCache> case_cache;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::int64_t started_ms = 0;
   std::atomic<std::int64_t> requests{0};

@@ -2,6 +2,7 @@
 #include "server/coverage.hpp"
 #include "server/records.hpp"
 #include "server/request_engine.hpp"
+#include "gpuemu/verdict.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -211,6 +212,29 @@ Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
   return make_reply(j);
 }
 
+// Cases of the daemon's own catalogue are kept between get_test_batch and submit_outputs
+// (case_cache.hpp); a custom op's schema lives only as long as its request.
+bool cacheable(const DaemonContext& ctx, const Json& p) {
+  return ctx.case_cache && ctx.case_cache->limit_bytes() > 0 && p.value("custom_op", Json()).is_null();
+}
+
+// The kept case a submitted item refers to, if it is still kept and is the same case (its seed).
+std::shared_ptr<CaseCache::Entry> kept_case(CaseCache* cache, const std::string& op,
+                                            const std::string& options_key, const Json& c,
+                                            std::string& key) {
+  if (cache == nullptr || !c.is_object() || !c.contains("master_seed") || !c.contains("index") ||
+      !c["master_seed"].is_number_unsigned() || !c["index"].is_number_integer())
+    return nullptr;
+  const auto index = c["index"].get<std::int64_t>();
+  if (index < 0) return nullptr;
+  key = CaseCache::key(op, options_key, c["master_seed"].get<std::uint64_t>(), index);
+  auto e = cache->find(key);
+  if (e && c.contains("seed") &&
+      !(c["seed"].is_number_unsigned() && c["seed"].get<std::uint64_t>() == e->test_case().seed))
+    return nullptr;
+  return e;
+}
+
 Result<Frame> get_test_batch(DaemonContext& ctx, const Frame& req) {
   const Json p = params_of(req);
   GPUEMU_TRY(std::string op, string_param(p, "op"));
@@ -229,10 +253,14 @@ Result<Frame> get_test_batch(DaemonContext& ctx, const Frame& req) {
   GPUEMU_TRY_STATUS(gen.validate());
   Frame reply = make_reply();
   Json cases = Json::array();
+  CaseCache* cache = cacheable(ctx, p) ? ctx.case_cache.get() : nullptr;
+  const std::string options_key = cache ? protocol::options_to_json(options).dump() : "";
   for (std::int64_t i = start; i < start + count; ++i) {
     GPUEMU_TRY(TestCase c, gen.generate(master, i));
     cases.push_back(protocol::case_to_json(c));
     protocol::add_case_tensors(reply, c, "cases/" + std::to_string(i - start) + "/");
+    if (cache)
+      cache->put(CaseCache::key(op, options_key, master, i), c, re.engine().catalogue_ptr(), schema);
   }
   reply.header["result"] = {{"op", op},
                             {"master_seed", master},
@@ -327,11 +355,18 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
   std::int64_t first_index = -1;  // the smallest case index of the batch
   Json results = Json::array();
   bool undiagnosed = false;  // a judged failure without a client diagnosis (hold_for_diagnosis)
+  CaseCache* cache = cacheable(ctx, p) ? ctx.case_cache.get() : nullptr;
+  const std::string options_key = cache ? protocol::options_to_json(options).dump() : "";
+  std::vector<std::string> used;  // keys of the kept cases judged here
   for (std::size_t i = 0; i < items.size(); ++i) {
     const Json& item = items[i];
     const std::string prefix = "items/" + std::to_string(i) + "/";
     GPUEMU_TRY(auto from_client, client_diagnosis(item));
-    GPUEMU_TRY(TestCase c, regenerate(gen, item.value("case", Json())));
+    std::string key;
+    const auto kept = kept_case(cache, op, options_key, item.value("case", Json()), key);
+    if (kept) used.push_back(key);
+    GPUEMU_TRY(TestCase c, kept ? Result<TestCase>(kept->test_case())
+                                : regenerate(gen, item.value("case", Json())));
     coverage_add(cov, c);
     if (!master_seed) master_seed = c.master_seed;
     if (first_index < 0 || c.index < first_index) first_index = c.index;
@@ -361,7 +396,14 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
       if (outs.empty())
         return make_error(ErrorCode::invalid_argument,
                           "item " + std::to_string(i) + " carries no outputs");
-      GPUEMU_TRY(r.verdict, engine.judge_case(c, outs));
+      if (kept) {
+        const auto& prepared = cache->prepared(*kept);
+        if (!prepared) return prepared.error();
+        r.verdict = judge(kept->schema(), prepared->ctx, prepared->reference, outs,
+                          engine.envelopes().get(op, c.dtype), &prepared->rounded);
+      } else {
+        GPUEMU_TRY(r.verdict, engine.judge_case(c, outs));
+      }
       if (!r.verdict.passed && from_client) {
         r.diagnosis = *from_client;
       } else if (!r.verdict.passed) {
@@ -391,6 +433,7 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
   // The client diagnoses these failures by re-running its kernel on the probes, then submits the
   // batch again with the diagnoses: nothing is stored and no run is recorded now.
   if (hold && undiagnosed) return make_reply({{"op", op}, {"results", results}, {"held", true}});
+  for (const auto& k : used) cache->erase(k);  // judged for good: the memory goes
   GPUEMU_TRY(auto ids,
              store_failures(ctx, failures, options, failure_kernels, client, store, re));
   for (std::size_t f = 0; f < failures.size(); ++f)

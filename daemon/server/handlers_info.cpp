@@ -49,6 +49,12 @@ Result<Frame> stats(DaemonContext& ctx, const Frame&) {
                     {"baselines", s->baselines}, {"runs", s->runs},
                     {"map_bytes", s->map_bytes}, {"used_bytes", s->used_bytes}};
   }
+  if (ctx.case_cache)
+    j["case_cache"] = {{"limit_bytes", ctx.case_cache->limit_bytes()},
+                       {"bytes", ctx.case_cache->bytes()},
+                       {"cases", ctx.case_cache->size()},
+                       {"hits", ctx.case_cache->hits()},
+                       {"misses", ctx.case_cache->misses()}};
   return make_reply(j);
 }
 

@@ -130,6 +130,8 @@ class Engine {
   static Result<Engine> create_default();
 
   const Catalogue& catalogue() const { return *m_catalogue; }
+  // The catalogue, shared: what keeps its schemas alive for as long as a holder needs them.
+  const std::shared_ptr<const Catalogue>& catalogue_ptr() const { return m_catalogue; }
   const EnvelopeTable& envelopes() const { return m_envelopes; }
   EnvelopeTable& envelopes() { return m_envelopes; }
 

@@ -552,3 +552,51 @@ def test_kernel_identity_follows_a_lambda_to_its_function(tmp_path):
     assert direct == via_module
     here = _kernel_identity(lambda inputs: inputs["x"])
     assert here["name"].endswith("<lambda>") and here["file"] == __file__
+
+
+def test_kept_cases_judge_as_regenerated_ones(daemon, tmp_path, monkeypatch):
+    """The daemon keeps the cases get_test_batch hands out, with references computed while the
+    kernel runs (daemon/server/case_cache.hpp). The verdicts must be the ones of a daemon that
+    regenerates every case (GPUEMU_CASE_CACHE_MB=0), and submissions must actually use the kept
+    cases."""
+    def buggy(i):  # right on most cases, 3% too large on rows longer than 64
+        x = i["x"].astype(np.float64)
+        e = np.exp(x - x.max(axis=i["dim"], keepdims=True))
+        y = e / e.sum(axis=i["dim"], keepdims=True)
+        if x.shape[-1] > 64:
+            y = y * 1.03
+        return y.astype(i["x"].dtype)
+
+    def runs(client):
+        out = []
+        for fn in (buggy,):
+            r = client.fuzz_op_client_side("softmax", fn, iterations=40, seed=1234, dtypes=["float32", "float16"])
+            out.append((r.total, r.passed, r.worst_ratio,
+                        sorted((f.index, f.max_error, f.message) for f in r.failures)))
+        batch = client.get_test_batch("softmax", count=6, seed=99, dtypes=["float32"])
+        for case in batch:
+            v = client.submit_output("softmax", case["inputs"], buggy(dict(case["inputs"], **case["attrs"])),
+                                     case["seed"])
+            out.append((case["index"], v.passed, v.max_error))
+        return out
+
+    kept = Client(home=str(daemon.home))
+    with_cache = runs(kept)
+    stats = kept.request("stats")[0]["case_cache"]
+    assert stats["hits"] >= 46, stats  # every submitted case was found kept
+    assert stats["limit_bytes"] == 512 << 20
+    kept.request("shutdown")
+
+    other_home = tmp_path / "no-cache"
+    monkeypatch.setenv("GPUEMU_CASE_CACHE_MB", "0")
+    monkeypatch.setenv("GPUEMU_HOME", str(other_home))
+    regenerated = Client(home=str(other_home))
+    try:
+        without = runs(regenerated)
+        off = regenerated.request("stats")[0]["case_cache"]
+        assert off["limit_bytes"] == 0 and off["hits"] == 0, off
+    finally:
+        regenerated.request("shutdown")
+    assert any(not r[1] for r in with_cache[1:]), "the bug must fail some single submissions"
+    assert with_cache[0][1] < with_cache[0][0], "the bug must fail some fuzzed cases"
+    assert with_cache == without
