@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 namespace gpuemu::server {
@@ -303,6 +304,19 @@ Result<std::optional<Diagnosis>> client_diagnosis(const Json& item) {
   return std::optional<Diagnosis>(std::move(d));
 }
 
+// Whether two tensors of the same dtype and shape hold the same bytes, element by element: one
+// memcmp when both are contiguous (the usual case: a copy was not made per submitted input).
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  if (a.is_contiguous() && b.is_contiguous()) {
+    const std::size_t es = dtype_size(a.dtype());
+    const auto n = static_cast<std::size_t>(a.numel()) * es;
+    if (n == 0) return true;
+    return std::memcmp(a.storage()->data() + static_cast<std::size_t>(a.offset()) * es,
+                       b.storage()->data() + static_cast<std::size_t>(b.offset()) * es, n) == 0;
+  }
+  return a.contiguous_bytes() == b.contiguous_bytes();
+}
+
 // "input mutated" when the kernel changed an input it was given.
 std::string mutation_message(const TestCase& c, const Frame& req, const std::string& prefix) {
   for (const auto& [name, t] : c.inputs) {
@@ -310,7 +324,7 @@ std::string mutation_message(const TestCase& c, const Frame& req, const std::str
     if (sent == req.tensors.end()) continue;
     if (sent->second.shape() != t.shape()) return "input mutated: '" + name + "' changed shape";
     if (sent->second.dtype() != t.dtype()) return "input mutated: '" + name + "' changed dtype";
-    if (sent->second.contiguous_bytes() != t.contiguous_bytes()) {
+    if (!same_bytes(sent->second, t)) {
       std::int64_t changed = 0;
       for (std::int64_t k = 0; k < t.numel(); ++k) {
         const double a = t.get_flat(k), b = sent->second.get_flat(k);

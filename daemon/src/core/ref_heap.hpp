@@ -6,10 +6,10 @@
 // kept, up to a byte limit, and handed to the next request it fits. A fuzz run or a benchmark
 // calls the references over and over with outputs of similar sizes: a fresh mapping costs a page
 // fault per page, and the kernel clears every page it faults in, which for a 4096 x 4096 softmax
-// was a third of the call (docs/performance.md). A kept large block has its pages marked
-// MADV_FREE, so the kernel may take them back under memory pressure (they then come back as zero
-// pages on the next write) instead of swapping them out; kept mid-sized blocks stay resident, at
-// most k_mid_kept_bytes of them. Reference inputs (RefArg), outputs and the verdict's per-element
+// was a third of the call (docs/performance.md). Kept blocks stay resident up to k_mid_kept_bytes
+// of mid-sized ones and k_resident_bytes of large ones; past that a kept large block has its pages
+// marked MADV_FREE, so the kernel may take them back under memory pressure (they then come back
+// as zero pages on the next write) instead of swapping them out. Reference inputs (RefArg), outputs and the verdict's per-element
 // errors all live here.
 //
 // What a reused block holds is unspecified: RefVec value-initialises as any std::vector, and
@@ -39,6 +39,9 @@ class RefHeap {
   static constexpr std::size_t k_mid_grain = std::size_t{64} << 10;
   // Mid-sized blocks kept stay resident (no MADV_FREE: see deallocate), at most this many bytes.
   static constexpr std::size_t k_mid_kept_bytes = std::size_t{64} << 20;
+  // Kept large blocks are marked MADV_FREE beyond this many bytes of them; below it they stay
+  // resident (reusing a MADV_FREE'd block faulted every page in again on this kind of VM).
+  static constexpr std::size_t k_resident_bytes = std::size_t{256} << 20;
 
   // Keeps at most `cache_limit` bytes of freed large blocks (0: none, every one is unmapped).
   explicit RefHeap(std::size_t cache_limit) : m_limit(cache_limit) {}
