@@ -23,9 +23,15 @@ HALF = ("float16", "bfloat16")
 
 
 def ieee_defaults() -> None:
-    """TF32 off for matmuls and cuDNN: what an fp32 op means (called once per sweep process)."""
+    """TF32 off for matmuls and cuDNN: what an fp32 op means; and fp32 accumulation in cuBLAS's
+    fp16/bf16 GEMMs (torch allows "reduced precision reductions" by default: split-K partial sums
+    kept in the low dtype, an accumulator gpuemu rightly flags; probe_cuda_gemm.py shows both).
+    Called once per sweep process."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    for flag in ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"):
+        if hasattr(torch.backends.cuda.matmul, flag):
+            setattr(torch.backends.cuda.matmul, flag, False)
 
 
 @contextlib.contextmanager

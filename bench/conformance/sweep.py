@@ -36,8 +36,9 @@ MASTER_SEED_BASE = 20261201  # master seed i of the sweep is MASTER_SEED_BASE + 
 
 
 def _unsupported(tb: Optional[str]) -> bool:
-    """torch has no CPU kernel for this dtype (e.g. "not implemented for 'Half'")."""
-    return bool(tb) and "not implemented for" in tb
+    """torch has no kernel for this dtype (e.g. "not implemented for 'Half'"), or an SDPA backend
+    refuses this shape ("No available kernel"): the case was not computed, so it is not judged."""
+    return bool(tb) and ("not implemented for" in tb or "No available kernel" in tb)
 
 
 def run_variant(key: Tuple[int, str, str], cases: int, seed: int, strategy: str,
@@ -67,6 +68,20 @@ def run_variant(key: Tuple[int, str, str], cases: int, seed: int, strategy: str,
                            "torch": torch.__version__}
     if res.failures and all(_unsupported(f.traceback) for f in res.failures) and res.failed == res.total:
         row["unsupported"] = res.failures[0].traceback.strip().splitlines()[-1]
+    else:
+        # Cases a backend refused (a flash kernel for some head dims) are counted apart, not as
+        # failures: the row's cases and failures are the cases the kernel computed.
+        refused = [f for f in res.failures if _unsupported(f.traceback)]
+        if refused:
+            row["refused"] = len(refused)
+            row["refused_why"] = refused[0].traceback.strip().splitlines()[-1]
+            row["cases"] -= len(refused)
+            row["failed"] -= len(refused)
+            res.failures[:] = [f for f in res.failures if not _unsupported(f.traceback)]
+            # The run's worst ratio was a refused case's (inf); what is known is the computed
+            # failures' worst, or nothing (the passing cases' ratios are not reported one by one).
+            ratios = [f.max_error / f.envelope for f in res.failures if f.envelope]
+            row["worst_ratio"] = max(ratios) if ratios else None
     row["failures"] = [{"index": f.index, "seed": f.seed, "dims": f.dims, "attrs": f.attrs, "layout": f.layout,
                         "max_error": f.max_error, "envelope": f.envelope, "message": f.message[:300],
                         "repro": f.repro, "traceback": (f.traceback or "").strip().splitlines()[-1:]}
@@ -125,6 +140,7 @@ def summarize(rows: List[Dict[str, Any]], device: str = "cpu") -> Dict[Tuple[str
             excused[version] = imprecise_table(device, version)
         k = (r["op"], r["impl"], r["style"], r["dtype"], r["strategy"])
         t = table.setdefault(k, {"cases": 0, "failed": 0, "worst": 0.0, "runs": 0, "unsupported": None,
+                                 "refused": 0,
                                  "imprecise": (r["op"], r["style"], r["dtype"]) in excused[version]})
         t["runs"] += 1
         if r.get("unsupported"):
@@ -132,7 +148,11 @@ def summarize(rows: List[Dict[str, Any]], device: str = "cpu") -> Dict[Tuple[str
             continue
         t["cases"] += r["cases"]
         t["failed"] += r["failed"]
-        t["worst"] = max(t["worst"], r["worst_ratio"] if r["worst_ratio"] is not None else float("inf"))
+        t["refused"] += r.get("refused", 0)
+        worst = r["worst_ratio"]
+        if worst is None:  # only refused cases failed: the computed ones' worst is not known
+            worst = 0.0 if r.get("refused") and not r["failed"] else float("inf")
+        t["worst"] = max(t["worst"], worst)
     return table
 
 
@@ -150,7 +170,8 @@ def markdown(table: Dict[Tuple[str, str, str, str, str], Dict[str, Any]], strate
             elif t["unsupported"]:
                 cells.append("n/a")
             else:
-                cells.append(f"{'imprecise ' if t['imprecise'] else ''}{t['failed']}/{t['cases']} ({t['worst']:.2f})")
+                refused = f" +{t['refused']} refused" if t["refused"] else ""
+                cells.append(f"{'imprecise ' if t['imprecise'] else ''}{t['failed']}/{t['cases']} ({t['worst']:.2f}){refused}")
         lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -219,7 +240,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"resuming: {len(rows)} runs already done, {len(jobs)} to go", file=sys.stderr)
     out = open(a.json, "a" if a.resume else "w") if a.json else None
     ctx = mp.get_context("spawn")
-    with ctx.Pool(max(1, a.jobs)) as pool:
+    # On CUDA each run gets a process of its own: a kernel that raises a CUDA error (a misaligned
+    # address) leaves its process's context broken, and every later case in it failed the same way.
+    with ctx.Pool(max(1, a.jobs), maxtasksperchild=1 if a.device != "cpu" else None) as pool:
         for n, row in enumerate(pool.imap_unordered(_job, jobs), 1):
             rows.append(row)
             if out:
