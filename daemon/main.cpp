@@ -1,5 +1,6 @@
 // gpuemu-daemon: owns the fuzzer, the fp64 oracle, the calibrator, the analyzer and the failure
 // store; clients talk to it over NNG (docs/protocol.md). One daemon per GPUEMU_HOME (a lock file).
+#include "gpuemu/op.hpp"
 #include "server/nng_server.hpp"
 
 #include <spdlog/sinks/rotating_file_sink.h>
@@ -181,12 +182,30 @@ int serve(const Options& o, const protocol::HomePaths& paths,
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGHUP);
+  // An idle daemon gives back what it keeps for speed: after 2 s without a request, the reference
+  // heap's kept blocks and glibc's free memory (malloc_trim), and the kept cases nobody fetched or
+  // submitted for a minute. A run in progress keeps its cases (its kernel may take a while).
+  std::int64_t seen_requests = -1;
+  int idle_ticks = 0;
+  bool released = true;
   while (!stop) {
     timespec ts{0, 100'000'000};
     const int sig = sigtimedwait(&set, nullptr, &ts);
     if (sig > 0) {
       spdlog::info("signal {}: shutting down", strsignal(sig));
       break;
+    }
+    const std::int64_t r = ctx.requests.load();
+    if (r != seen_requests || ctx.in_flight.load() > 0) {
+      seen_requests = r;
+      idle_ticks = 0;
+      released = false;
+    } else if (++idle_ticks >= 20 && !released) {
+      if (ctx.case_cache) ctx.case_cache->drop_unused(std::chrono::seconds(60));
+      gpuemu::detail::ref_release_cache();
+      ::malloc_trim(0);
+      released = ctx.case_cache == nullptr || ctx.case_cache->size() == 0;
+      idle_ticks = 0;
     }
   }
   spdlog::info("draining (up to {} s)", o.drain_s);

@@ -61,11 +61,13 @@ void CaseCache::put(const std::string& key, const TestCase& c,
     std::lock_guard lock(m_mu);
     if (auto it = m_map.find(key); it != m_map.end()) {  // the same case fetched again: keep it
       m_lru.splice(m_lru.begin(), m_lru, it->second.lru);
+      it->second.entry->m_used = std::chrono::steady_clock::now();
       return;
     }
     m_lru.push_front(key);
     m_map.emplace(key, Slot{e, m_lru.begin()});
     e->m_kept = true;
+    e->m_used = std::chrono::steady_clock::now();
     m_bytes += e->m_bytes;
     evict_locked();
     if (m_thread.joinable()) m_queue.push_back(e);
@@ -82,7 +84,25 @@ std::shared_ptr<CaseCache::Entry> CaseCache::find(const std::string& key) {
   }
   ++m_hits;
   m_lru.splice(m_lru.begin(), m_lru, it->second.lru);
+  it->second.entry->m_used = std::chrono::steady_clock::now();
   return it->second.entry;
+}
+
+std::size_t CaseCache::drop_unused(std::chrono::steady_clock::duration age) {
+  const auto cutoff = std::chrono::steady_clock::now() - age;
+  std::lock_guard lock(m_mu);
+  std::size_t dropped = 0;
+  // The least recently used are at the back; the first one used since the cutoff ends the walk.
+  while (!m_lru.empty()) {
+    auto it = m_map.find(m_lru.back());
+    if (it->second.entry->m_used > cutoff) break;
+    m_bytes -= it->second.entry->m_bytes;
+    it->second.entry->m_kept = false;
+    m_map.erase(it);
+    m_lru.pop_back();
+    ++dropped;
+  }
+  return dropped;
 }
 
 void CaseCache::erase(const std::string& key) {

@@ -18,6 +18,7 @@
 #include "gpuemu/fuzz.hpp"
 #include "gpuemu/op.hpp"
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -56,6 +57,7 @@ class CaseCache {
     std::optional<Result<Prepared>> m_prepared;
     std::size_t m_bytes = 0;
     bool m_kept = false;  // in the map (guarded by the cache's mutex)
+    std::chrono::steady_clock::time_point m_used;  // last put or find (guarded likewise)
   };
 
   // Keeps at most `limit_bytes` (0: nothing is kept); `background`: compute references on a thread
@@ -77,6 +79,10 @@ class CaseCache {
   // The entry's reference: computed now if the background thread has not done it yet (a caller
   // that arrives while it runs waits for it).
   const Result<Prepared>& prepared(Entry& entry);
+
+  // Drops the cases not fetched or found for `age` (their client went away, or never submits):
+  // what an idle daemon gives back. Returns how many went.
+  std::size_t drop_unused(std::chrono::steady_clock::duration age);
 
   std::size_t limit_bytes() const { return m_limit; }
   std::size_t bytes() const;

@@ -31,6 +31,8 @@ namespace detail {
 // (up to GPUEMU_REF_CACHE_MB), so repeated references skip the page faults of fresh memory.
 void* ref_allocate(std::size_t bytes);
 void ref_deallocate(void* p, std::size_t bytes) noexcept;
+// Unmaps the blocks the heap keeps for reuse (an idle daemon gives its memory back).
+void ref_release_cache() noexcept;
 }  // namespace detail
 
 // The reference heap (detail::ref_allocate), plus one way to make elements without writing them.

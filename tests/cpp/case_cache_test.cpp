@@ -134,3 +134,21 @@ TEST(CaseCache, BackgroundAndSubmissionComputeEachReferenceOnce) {
                 std::bit_cast<std::uint64_t>(p1->reference[0].value[j]));
   }
 }
+
+TEST(CaseCache, AnIdleDaemonDropsTheCasesNobodyCameBackFor) {
+  CaseCache cache(std::size_t{64} << 20, /*background=*/false);
+  const OpSchema* schema = engine().catalogue().get("softmax").value();
+  const TestCase c = make_case("softmax", 0);
+  cache.put("old", c, engine().catalogue_ptr(), schema);
+  cache.put("touched", c, engine().catalogue_ptr(), schema);
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  ASSERT_TRUE(cache.find("touched"));
+  cache.put("new", c, engine().catalogue_ptr(), schema);
+  EXPECT_EQ(cache.drop_unused(std::chrono::milliseconds(40)), 1u);
+  EXPECT_FALSE(cache.find("old"));
+  EXPECT_TRUE(cache.find("touched"));
+  EXPECT_TRUE(cache.find("new"));
+  EXPECT_EQ(cache.drop_unused(std::chrono::seconds(0)), 2u);
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_EQ(cache.bytes(), 0u);
+}

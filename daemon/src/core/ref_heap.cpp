@@ -224,4 +224,8 @@ void ref_deallocate(void* p, std::size_t bytes) noexcept {
   ref_heap().deallocate(p, bytes);
 }
 
+void ref_release_cache() noexcept {
+  ref_heap().release_cache();
+}
+
 }  // namespace gpuemu::detail
