@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from report import markdown, curve_markdown, margin_flag, summarize  # noqa: E402
+from report import markdown, curve_markdown, margin_flag, per_run_flag, summarize  # noqa: E402
 from rounding import default_grid, log2_of  # noqa: E402
 
 MASTER_SEED_BASE = 20261201  # master seed i is MASTER_SEED_BASE + i (the Conformance sweep's)
@@ -160,6 +160,17 @@ def _parse_k(values: Optional[Sequence[str]]) -> Tuple[int, ...]:
     return tuple(ks)
 
 
+LEGEND = """Errors are normalised as the verdicts normalise them (the case fails above the envelope). \
+*control worst*: the unmutated control's worst error over every case. *smallest k caught*: the \
+smallest k of the grid from which every larger k fails >= 95% of the runs. *margin* (pooled): the \
+mutant's worst error at that k over the control's worst, both over all the runs' cases; *ratio at \
+k/2*: the same for the k just below, which escaped. *margin per run*: each (run, k > 1) is one \
+kernel judged on one run's 100 cases, r = its worst error there over the control's worst on the very \
+same cases; the margin is the smallest r above which >= 95% of such pairs failed their run (inf: a \
+pair at the top escaped); *runs >= 4x caught*: of the pairs with r >= 4, how many failed. The goal \
+(issue 21) is a margin of 4 or less."""
+
+
 def write_outputs(out: Path, entries: List[Dict[str, Any]], meta: Dict[str, Any]) -> None:
     from svg_plot import render
 
@@ -168,7 +179,7 @@ def write_outputs(out: Path, entries: List[Dict[str, Any]], meta: Dict[str, Any]
         json.dump({"meta": meta, "entries": entries}, f, indent=1, default=lambda x: None)
         f.write("\n")
     with open(out / "power_curve.md", "w") as f:
-        f.write(f"Command: `{meta['command']}`\n\n{markdown(entries)}\n\n"
+        f.write(f"Command: `{meta['command']}`\n\n{LEGEND}\n\n{markdown(entries)}\n\n"
                 "The mutant's worst error at each k (* caught in >= 95% of runs):\n\n"
                 f"{curve_markdown(entries)}\n")
     with open(out / "power_curve.svg", "w") as f:
@@ -235,6 +246,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if flagged:
         print("\nop x dtype missing the goal (margin <= 4): " +
               ", ".join(f"{e['op']} {e['dtype']} ({margin_flag(e)})" for e in flagged))
+    flagged_run = [e for e in entries if per_run_flag(e)]
+    if flagged_run:
+        print("\nop x dtype missing the goal read run by run (margin per run <= 4): " +
+              ", ".join(f"{e['op']} {e['dtype']} ({per_run_flag(e)}: {e['margin_per_run']:.3g})" for e in flagged_run))
     seeds = sorted({s for e in entries for s in e["seeds"]})
     meta = {"command": command, "grid": sorted({c["k"] for e in entries for c in e["curve"]}),
             "master_seeds": seeds, "seconds": round(time.perf_counter() - t0, 1),

@@ -42,7 +42,7 @@ def _curve(op: str, dtype: str, sites: List[str], rs: List[Dict[str, Any]]) -> D
     judged = [r for r in rs if r["cases"]]
     curve = []
     for k in ks:
-        with_k = [(r, r["ks"].index(k)) for r in judged if k in r["ks"]]
+        with_k = _once_per_seed([(r, r["ks"].index(k)) for r in judged if k in r["ks"]])
         run_worst = [max(e[j] for e in r["errors"]) for r, j in with_k]
         caught = sum(any(f[j] for f in r["failed"]) for r, j in with_k)
         cases_failed = sum(sum(f[j] for f in r["failed"]) for r, j in with_k)
@@ -61,8 +61,8 @@ def _curve(op: str, dtype: str, sites: List[str], rs: List[Dict[str, Any]]) -> D
     ctrl = curve[control]
     entry: Dict[str, Any] = {
         "op": op, "dtype": dtype, "sites": sites, "envelope": next((r["envelope"] for r in judged), None),
-        "seeds": [r["seed"] for r in rs], "runs": len(judged),
-        "cases": sum(r["cases"] for r in judged), "cases_per_run": max((r["cases"] for r in rs), default=0),
+        "seeds": sorted({r["seed"] for r in rs}), "runs": len({r["seed"] for r in judged}),
+        "cases": curve[control]["cases"], "cases_per_run": max((r["cases"] for r in rs), default=0),
         "control_worst": ctrl["worst"], "control_failed_cases": ctrl["cases_failed"],
         "k_star": k_star, "curve": curve,
         "problems": [p for r in rs for p in r.get("problems", [])],
@@ -87,7 +87,57 @@ def _curve(op: str, dtype: str, sites: List[str], rs: List[Dict[str, Any]]) -> D
     else:
         entry["worst_at_k_star"] = entry["rate_at_k_star"] = entry["rate_below_k_star"] = None
         entry["margin"] = entry["escaped_ratio"] = entry["runs_at_k_star"] = None
+    entry.update(_per_run(judged))
     return entry
+
+
+def _once_per_seed(with_k: List[Tuple[Dict[str, Any], int]]) -> List[Tuple[Dict[str, Any], int]]:
+    """One measurement of a k per master seed: a resumed scouted run can measure a seed's window
+    twice (the cases are the same, so are the errors), and counting both would weigh that seed
+    double."""
+    seen = set()
+    out = []
+    for r, j in with_k:
+        if r["seed"] not in seen:
+            seen.add(r["seed"])
+            out.append((r, j))
+    return out
+
+
+def _per_run(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The margin read run by run: every (run, k > 1) pair is one kernel judged on one run's cases,
+    with r = its worst error over those cases / the control's worst over the very same cases.
+    ``margin_per_run`` is the smallest ratio t such that, for every t' >= t, at least 95% of the
+    pairs with r >= t' were caught (inf when a pair at the top escaped, None without pairs);
+    ``goal_runs`` counts the pairs with r >= 4 and how many of them failed the run."""
+    pairs: List[Tuple[float, bool]] = []
+    seen = set()
+    for r in runs:
+        if 1 not in r["ks"]:
+            continue
+        c = r["ks"].index(1)
+        ctrl = max((e[c] for e in r["errors"]), default=0.0)
+        for j, k in enumerate(r["ks"]):
+            if k == 1 or (r["seed"], k) in seen:
+                continue
+            seen.add((r["seed"], k))
+            worst = max((e[j] for e in r["errors"]), default=0.0)
+            ratio = worst / ctrl if ctrl > 0 else (math.inf if worst > 0 else 1.0)
+            pairs.append((ratio, any(f[j] for f in r["failed"])))
+    if not pairs:
+        return {"margin_per_run": None, "goal_runs": None}
+    pairs.sort(key=lambda p: -p[0])
+    margin = math.inf
+    caught = 0
+    for n, (ratio, hit) in enumerate(pairs, 1):  # the share caught among the n largest ratios
+        caught += hit
+        if n < len(pairs) and pairs[n][0] == ratio:  # a threshold sits between distinct ratios only
+            continue
+        if caught / n < DETECTION_RATE:
+            break
+        margin = ratio
+    goal = [hit for ratio, hit in pairs if ratio >= MARGIN_GOAL]
+    return {"margin_per_run": margin, "goal_runs": [sum(goal), len(goal)]}
 
 
 def _worst_cases(runs: List[Dict[str, Any]], k: int, failing_only: bool, limit: int) -> List[Dict[str, Any]]:
@@ -121,6 +171,15 @@ def margin_flag(e: Dict[str, Any]) -> str:
     return ""
 
 
+def per_run_flag(e: Dict[str, Any]) -> str:
+    """Why an entry misses the goal read run by run ('' when it meets it)."""
+    if e.get("margin_per_run") is None:
+        return "no mutant runs"
+    if e["control_failed_cases"]:
+        return "control fails"
+    return "margin per run > 4" if e["margin_per_run"] > MARGIN_GOAL else ""
+
+
 def _fmt(x: Optional[float], digits: int = 3) -> str:
     if x is None:
         return "-"
@@ -135,10 +194,14 @@ def _k(k: Optional[int]) -> str:
     return "-" if k is None else f"2^{int(round(math.log2(k)))} ({23 - int(round(math.log2(k)))} bits)"
 
 
+def _goal(g: Optional[List[int]]) -> str:
+    return "-" if not g else f"{g[0]}/{g[1]}"
+
+
 def markdown(entries: List[Dict[str, Any]]) -> str:
     lines = ["| op | dtype | envelope | control worst | smallest k caught (bits kept) | runs caught at k / at k/2 "
-             "| mutant worst at k | margin | ratio at k/2 | runs at k x cases | |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| mutant worst at k | margin | ratio at k/2 | runs at k x cases | | margin per run | runs >= 4x caught |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
         rate = "-"
         if e["k_star"] is not None:
@@ -147,7 +210,8 @@ def markdown(entries: List[Dict[str, Any]]) -> str:
         lines.append(f"| {e['op']} | {e['dtype']} | {_fmt(e['envelope'])} | {_fmt(e['control_worst'])} | "
                      f"{_k(e['k_star'])} | {rate} | {_fmt(e['worst_at_k_star'])} | {_fmt(e['margin'])} | "
                      f"{_fmt(e['escaped_ratio'])} | "
-                     f"{e['runs_at_k_star'] or e['runs']} x {e['cases_per_run']} | {margin_flag(e)} |")
+                     f"{e['runs_at_k_star'] or e['runs']} x {e['cases_per_run']} | {margin_flag(e)} | "
+                     f"{_fmt(e.get('margin_per_run'))} | {_goal(e.get('goal_runs'))} |")
     return "\n".join(lines)
 
 

@@ -117,3 +117,41 @@ def test_default_cases_control_passes_and_gross_loss_is_caught(engine, op, dtype
     assert any(f[2] for f in run["failed"]), run["errors"]
     if dtype == "float32":
         assert any(e[1] != e[0] for e in run["errors"]), "k = 2 left every output as the control's"
+
+
+def _run(seed, ks, errors, envelope=2.0):
+    """A run as measure_run writes it, from per-case errors at each k."""
+    return {"op": "sum", "dtype": "float32", "seed": seed, "ks": list(ks), "sites": ["accumulator"], "cases": len(errors),
+            "envelope": envelope, "errors": errors, "failed": [[e > envelope for e in row] for row in errors],
+            "case_info": [{"index": i} for i in range(len(errors))], "problems": []}
+
+
+def test_margin_per_run_compares_each_run_with_its_own_control():
+    """The per-run margin: a mutant whose worst error on a run is r times the control's worst on the
+    same cases. Here every run with r >= 4 fails, and one with r = 3 escapes, so the margin is 4;
+    a run with r = 8 that escapes makes it inf (no threshold above which 95% are caught)."""
+    from report import summarize
+
+    ks = (1, 2, 4)
+    runs = [_run(s, ks, [[0.5, 1.5, 2.5], [0.1, 0.2, 0.3]]) for s in range(19)]  # r = 3 (passes), 5 (fails)
+    runs.append(_run(19, ks, [[0.6, 2.4, 4.8], [0.0, 0.0, 0.0]]))                # r = 4 and 8, both fail
+    e = summarize(runs)[0]
+    assert e["margin_per_run"] == pytest.approx(4.0)
+    assert e["goal_runs"] == [21, 21]
+    escaped = _run(20, ks, [[0.2, 1.6, 1.9]])                                   # r = 8 and 9.5, neither fails
+    e = summarize(runs + [escaped])[0]
+    assert e["margin_per_run"] == float("inf") and e["goal_runs"] == [21, 23]
+
+
+def test_a_seed_measured_twice_counts_once():
+    """A resumed scouted run can measure the same seed's window twice: the curve and the per-run
+    pairs count it once."""
+    from report import summarize
+
+    a = _run(1, (1, 2, 4), [[0.5, 1.0, 3.0]])
+    b = _run(1, (1, 4), [[0.5, 3.0]])
+    c = _run(2, (1, 2, 4), [[0.5, 1.0, 1.0]])
+    e = summarize([a, b, c])[0]
+    at4 = next(p for p in e["curve"] if p["k"] == 4)
+    assert (e["runs"], at4["runs"], at4["runs_caught"], e["cases"]) == (2, 2, 1, 2)
+    assert e["goal_runs"] == [1, 1]
