@@ -22,6 +22,9 @@ adds per case. The machine's limit is measured in the same run: memcpy bandwidth
 64 MiB), and each row's bytes (inputs + output, float32) give the cases/s a pure copy of them
 would reach. Each timing is the best of ``--repeat``. Ratios are gpuemu / loop cases/s (> 1:
 gpuemu is faster).
+
+Then ``gpuemu.reference`` against numpy float64 on the same arrays (matmul 1024^3, a four-line
+softmax over 2048x4096), ratio numpy time / gpuemu time (``--no-reference`` skips it).
 """
 
 from __future__ import annotations
@@ -142,6 +145,41 @@ def best_of(repeat: int, fn: Callable[[], Any]) -> float:
     return min(times)
 
 
+def np_softmax(x: np.ndarray) -> np.ndarray:
+    m = x.max(axis=-1, keepdims=True)
+    e = np.exp(x - m)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+# gpuemu.reference against numpy float64 on the same arrays (issue 16: matmul >= 0.9x, softmax >= 1x)
+REFERENCE_RACE = (
+    ("matmul", "1024x1024 @ 1024x1024", 0.9,
+     lambda rng: {"a": rng.standard_normal((1024, 1024)), "b": rng.standard_normal((1024, 1024))},
+     lambda a: a["a"] @ a["b"]),
+    ("softmax", "2048x4096, dim -1", 1.0,
+     lambda rng: {"x": rng.standard_normal((2048, 4096)) * 4.0},
+     lambda a: np_softmax(a["x"])),
+)
+
+
+def race_reference(repeat: int) -> List[Dict[str, Any]]:
+    """Best of ``repeat`` (at least 3) for each side, alternating, on the same float64 arrays; the
+    values agree to a few ulps of the largest (both are fp64 computations of the same formula)."""
+    rows = []
+    rng = np.random.default_rng(16)
+    for op, shape, goal, make, peer in REFERENCE_RACE:
+        args = make(rng)
+        ours, theirs = gpuemu.reference(op, args), peer(args)
+        diff = float(np.max(np.abs(ours - theirs)) / np.max(np.abs(theirs)))
+        t_np, t_ge = math.inf, math.inf
+        for _ in range(max(repeat, 3)):
+            t_np = min(t_np, best_of(1, lambda: peer(args)))
+            t_ge = min(t_ge, best_of(1, lambda: gpuemu.reference(op, args)))
+        rows.append({"op": op, "shape": shape, "numpy_ms": t_np * 1e3, "reference_ms": t_ge * 1e3,
+                     "ratio": t_np / t_ge, "goal": goal, "max_rel_diff": diff})
+    return rows
+
+
 def race_op(client: Client, op: str, n: int, seed: int, repeat: int, gbps: float) -> Dict[str, Any]:
     fn = KERNELS[op]
     batch = client.get_test_batch(op, count=n, seed=seed, dtypes=["float32"], framework="torch")
@@ -201,6 +239,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--no-reference", action="store_true", help="skip gpuemu.reference against numpy")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -232,12 +271,20 @@ def main() -> int:
               f"| {r['loop_overhead_ms']:.2f}, {r['client_overhead_ms']:.2f}, {r['submit_overhead_ms']:.2f}, "
               f"{r['inproc_overhead_ms']:.2f} "
               f"| {r['cases'] / r['copy_s']:.0f} |")
+    ref_rows = [] if args.no_reference else race_reference(args.repeat)
+    if ref_rows:
+        print("\n| gpuemu.reference vs numpy, float64 | numpy ms | gpuemu.reference ms | ratio (goal) "
+              "| max difference / max value |")
+        print("|---|---:|---:|---:|---:|")
+        for r in ref_rows:
+            print(f"| {r['op']} {r['shape']} | {r['numpy_ms']:.1f} | {r['reference_ms']:.1f} "
+                  f"| {r['ratio']:.2f}x (>= {r['goal']}x) | {r['max_rel_diff']:.1e} |")
     bad = [r for r in rows if r["client_failed"] or r["inproc_failed"] or r["submit_failed"]]
     for r in bad:
         print(f"warning: {r['op']}: gpuemu flagged torch's kernel (client {r['client_failed']}, "
               f"submit {r['submit_failed']}, in-process {r['inproc_failed']})", file=sys.stderr)
     if args.json:
-        Path(args.json).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        Path(args.json).write_text("\n".join(json.dumps(r) for r in rows + ref_rows) + "\n")
     return 1 if bad else 0
 
 

@@ -46,6 +46,10 @@ class Catalogue {
 Result<RefContext> make_ref_context(const OpSchema& schema,
                                     const std::map<std::string, Tensor, std::less<>>& inputs,
                                     const AttrMap& attrs, std::optional<DType> case_dtype = {});
+// The same from inputs already held as their exact values (RefArg: dtype, shape, row-major fp64),
+// which it takes over: the path of callers that decode foreign memory themselves.
+Result<RefContext> make_ref_context(const OpSchema& schema, std::map<std::string, RefArg, std::less<>> inputs,
+                                    const AttrMap& attrs, std::optional<DType> case_dtype = {});
 
 // Convenience: reference outputs of `op` for the given inputs and attrs.
 Result<std::vector<RefOutput>> compute_reference(const OpSchema& schema,

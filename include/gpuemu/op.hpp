@@ -108,6 +108,10 @@ class RefContext {
   // gpuemu/precision.hpp). The gemm, conv and attention references widen c_acc by what that
   // operand rounding can move the result, and nothing else reads it.
   double operand_roundoff = 0.0;
+  // The caller wants the fp64 value alone (gpuemu.reference): a reference may then skip the work
+  // that only the error bounds need and leave c_acc, c_in and alt_nonfinite empty. Verdicts,
+  // calibration and minimizing never set it.
+  bool value_only = false;
 
   bool has_input(std::string_view name) const { return inputs.find(name) != inputs.end(); }
   const RefArg& input(std::string_view name) const;  // throws GpuemuException when absent

@@ -1,5 +1,7 @@
 #include "convert.hpp"
 
+#include "gpuemu/strided.hpp"
+
 #include <pybind11/stl.h>
 
 #include <algorithm>
@@ -29,7 +31,11 @@ Overflow overflow_from_name(const std::string& name) {
               "overflow must be 'to_nan' or 'saturate', not '" + name + "'");
 }
 
-Tensor tensor_from_array(const py::array& array_in, DType dtype, const std::string& what) {
+namespace {
+
+// The array with whole-element strides (a view into a record array is copied contiguously first),
+// after checking that its items are `dtype`'s size.
+py::array element_strided(const py::array& array_in, DType dtype, const std::string& what) {
   const auto itemsize = static_cast<std::int64_t>(array_in.itemsize());
   const auto esize = static_cast<std::int64_t>(dtype_size(dtype));
   if (itemsize != esize)
@@ -37,15 +43,17 @@ Tensor tensor_from_array(const py::array& array_in, DType dtype, const std::stri
                                                  " tensor needs " + std::to_string(esize) +
                                                  "-byte items, the array has " +
                                                  std::to_string(itemsize) + "-byte items");
-  py::array array = array_in;
+  for (py::ssize_t d = 0; d < array_in.ndim(); ++d)
+    if (array_in.strides(d) % itemsize != 0) return py::array::ensure(array_in, py::array::c_style);
+  return array_in;
+}
+
+}  // namespace
+
+Tensor tensor_from_array(const py::array& array_in, DType dtype, const std::string& what) {
+  const py::array array = element_strided(array_in, dtype, what);
+  const auto itemsize = static_cast<std::int64_t>(array.itemsize());
   const auto ndim = static_cast<std::size_t>(array.ndim());
-  for (std::size_t d = 0; d < ndim; ++d) {
-    if (array.strides(static_cast<py::ssize_t>(d)) % itemsize != 0) {
-      // Strides that are not whole elements (a view into a record array): copy contiguously.
-      array = py::array::ensure(array, py::array::c_style);
-      break;
-    }
-  }
   Shape shape(ndim);
   std::vector<std::int64_t> strides(ndim);
   std::int64_t lo = 0, hi = 0, numel = 1;  // byte offsets reachable from data()
@@ -65,6 +73,22 @@ Tensor tensor_from_array(const py::array& array_in, DType dtype, const std::stri
       Tensor::view(dtype, std::move(shape), std::move(strides), -lo / itemsize, std::move(storage));
   if (!t) throw GpuemuException(t.error());
   return std::move(t).value();
+}
+
+RefArg ref_arg_from_array(const py::array& array_in, DType dtype, const std::string& what) {
+  const py::array array = element_strided(array_in, dtype, what);
+  const auto itemsize = static_cast<std::int64_t>(array.itemsize());
+  const auto ndim = static_cast<std::size_t>(array.ndim());
+  RefArg arg;
+  arg.dtype = dtype;
+  arg.shape.resize(ndim);
+  std::vector<std::int64_t> strides(ndim);
+  for (std::size_t d = 0; d < ndim; ++d) {
+    arg.shape[d] = static_cast<std::int64_t>(array.shape(static_cast<py::ssize_t>(d)));
+    strides[d] = static_cast<std::int64_t>(array.strides(static_cast<py::ssize_t>(d))) / itemsize;
+  }
+  arg.data = exact_values_of(dtype, static_cast<const std::byte*>(array.data()), arg.shape, strides);
+  return arg;
 }
 
 Json json_from_py(py::handle value, const std::string& what) {

@@ -3,6 +3,7 @@
 
 #include "gpuemu/dtype.hpp"
 #include "gpuemu/error.hpp"
+#include "gpuemu/op.hpp"
 #include "gpuemu/op_schema.hpp"
 #include "gpuemu/tensor.hpp"
 
@@ -27,6 +28,9 @@ Overflow overflow_from_name(const std::string& name);
 // dtype's storage (float16 values, or the uint16/uint8 bits of bfloat16 and fp8), so its item size
 // must equal the dtype's.
 Tensor tensor_from_array(const pybind11::array& array, DType dtype, const std::string& what);
+// The array's elements as their exact values (no intermediate copy of its bytes), for the
+// reference oracle: the same checks as tensor_from_array.
+RefArg ref_arg_from_array(const pybind11::array& array, DType dtype, const std::string& what);
 
 // Attribute values: None, bool, int, float, str, lists/tuples and dicts of those, numpy scalars.
 Json json_from_py(pybind11::handle value, const std::string& what);

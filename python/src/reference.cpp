@@ -1,9 +1,11 @@
 // The op catalogue and the fp64 reference oracle, in process:
 //   reference(op, inputs, attrs, dtype) -> [(output name, float64 array), ...]
 // where each input is (array, dtype name): the array's items are that dtype's storage (bfloat16
-// and fp8 as their bits) and its layout (strides, offset, broadcast) is kept in the gpuemu::Tensor
-// the reference reads. The Python facade (gpuemu/_reference.py) turns numpy arrays and torch
-// tensors into that form.
+// and fp8 as their bits), read through its own strides (offset, broadcast and negative strides
+// included) straight into the exact fp64 values the reference takes, with no copy of its bytes
+// first; the result arrays own the reference's buffers (no copy out either), and only the value
+// is computed (RefContext::value_only: no error bounds, which nobody reads here). The Python
+// facade (gpuemu/_reference.py) turns numpy arrays and torch tensors into that form.
 #include "convert.hpp"
 #include "register.hpp"
 
@@ -45,8 +47,9 @@ std::shared_ptr<const Catalogue> catalogue_nogil(bool reload = false) {
 
 py::list reference(const std::string& op, const py::dict& inputs, const py::dict& attrs,
                    const std::optional<std::string>& case_dtype) {
-  // Convert everything while holding the GIL, then compute without it.
-  std::map<std::string, Tensor, std::less<>> tensors;
+  // Decode everything to exact values while holding the GIL (straight from the arrays' memory),
+  // then compute without it.
+  std::map<std::string, RefArg, std::less<>> args;
   for (auto [key, value] : inputs) {
     if (!py::isinstance<py::str>(key))
       throw_error(ErrorCode::invalid_argument, "input names must be strings");
@@ -58,7 +61,7 @@ py::list reference(const std::string& op, const py::dict& inputs, const py::dict
     const DType dtype = dtype_from_name(pair[1].cast<std::string>());
     auto array = py::array::ensure(pair[0]);
     if (!array) throw py::error_already_set();
-    tensors.emplace(name, tensor_from_array(array, dtype, "input '" + name + "'"));
+    args.emplace(name, ref_arg_from_array(array, dtype, "input '" + name + "'"));
   }
   const Json attr_json = json_from_py(attrs, "attrs");
   std::optional<DType> dtype;
@@ -70,8 +73,9 @@ py::list reference(const std::string& op, const py::dict& inputs, const py::dict
     auto cat = catalogue();
     auto schema = cat->get(op);
     if (!schema) throw GpuemuException(schema.error());
-    auto ctx = make_ref_context(**schema, tensors, attr_json, dtype);
+    auto ctx = make_ref_context(**schema, std::move(args), attr_json, dtype);
     if (!ctx) throw GpuemuException(ctx.error());
+    ctx->value_only = true;  // nobody judges here: the value alone, no error bounds
     auto result = run_reference(**schema, *ctx);
     if (!result) throw GpuemuException(result.error());
     outputs = std::move(result).value();
@@ -84,8 +88,10 @@ py::list reference(const std::string& op, const py::dict& inputs, const py::dict
       throw_error(ErrorCode::internal, "op '" + op + "': reference output '" + o.name + "' has " +
                                            std::to_string(o.value.size()) + " values for shape " +
                                            shape_to_string(o.shape));
-    py::array_t<double> arr(shape);
-    std::copy(o.value.begin(), o.value.end(), arr.mutable_data());
+    // The array takes the reference's buffer as it is (no copy): the capsule frees it with the array.
+    auto* held = new RefVec(std::move(o.value));
+    py::capsule owner(held, [](void* p) { delete static_cast<RefVec*>(p); });
+    py::array_t<double> arr(shape, held->data(), owner);
     out.append(py::make_tuple(o.name, std::move(arr), std::string(dtype_name(o.dtype))));
   }
   return out;

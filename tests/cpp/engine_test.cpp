@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace gpuemu {
@@ -308,6 +309,63 @@ TEST(Calibrate, EnvelopeIsFlooredAndFromControls) {
   EXPECT_EQ(c->controls.size(), 2u);
   // Calibration seeds never collide with a fuzz run's case seeds.
   EXPECT_NE(calibration_case_seed(9, DType::bfloat16, 0), case_seed(9, 0));
+}
+
+
+// gpuemu.reference asks for the value alone (RefContext::value_only): every op's value must be the
+// one a verdict judges against, bit for bit, on every strategy (special values included), with
+// layouts and attrs varied; the ops that skip their bounds leave c_acc and c_in empty.
+TEST(Reference, ValueOnlyGivesTheVerdictsValueBitForBit) {
+  int skipped_bounds = 0;
+  for (const OpSchema* s : engine().catalogue().all()) {
+    if (s->reference.rfind("builtin:", 0) != 0) continue;
+    for (auto dist : {Distribution::adversarial, Distribution::special}) {
+      FuzzOptions o;
+      o.distribution = dist;
+      o.element_budget_scale = 0.05;
+      for (const auto& attr : s->attrs)
+        if (!attr.values.empty()) o.vary_attrs.push_back(attr.name);
+      CaseGenerator gen(*s, o);
+      for (std::int64_t i = 0; i < 3; ++i) {
+        auto c = gen.generate(77, i);
+        ASSERT_TRUE(c.ok()) << s->name << ": " << c.error().message;
+        auto ctx = make_ref_context(*s, c->inputs, c->attrs, c->dtype).value();
+        auto full = run_reference(*s, ctx);
+        ASSERT_TRUE(full.ok()) << s->name << ": " << full.error().message;
+        ctx.value_only = true;
+        auto alone = run_reference(*s, ctx);
+        ASSERT_TRUE(alone.ok()) << s->name << ": " << alone.error().message;
+        ASSERT_EQ(full->size(), alone->size()) << s->name;
+        for (std::size_t k = 0; k < full->size(); ++k) {
+          const auto &f = (*full)[k], &a = (*alone)[k];
+          EXPECT_EQ(f.shape, a.shape) << s->name;
+          ASSERT_EQ(f.value.size(), a.value.size()) << s->name;
+          EXPECT_EQ(0, std::memcmp(f.value.data(), a.value.data(), f.value.size() * sizeof(double)))
+              << s->name << " case " << i << " (" << distribution_name(dist) << "): output " << f.name;
+          skipped_bounds += a.c_acc.empty() && !f.c_acc.empty();
+        }
+      }
+    }
+  }
+  EXPECT_GT(skipped_bounds, 0) << "no reference skipped its bounds";
+}
+
+// An embedding's output is B·L·D, far more than its inputs (indices B·L, a V×D table) can say: the
+// schema's work budget bounds it (an uncapped case once asked for 537M output elements, 4 GiB in
+// fp64, and took the power harness down), while still drawing outputs past the input budget.
+TEST(Cases, EmbeddingOutputsStayWithinTheWorkBudget) {
+  const OpSchema& s = *engine().catalogue().find("embedding");
+  ASSERT_EQ(s.work, "B*L*D");
+  CaseGenerator gen(s, FuzzOptions{});
+  std::int64_t largest = 0;
+  for (std::int64_t i = 0; i < 300; ++i) {
+    auto c = gen.generate(5, i);
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    const std::int64_t out = c->dims.at("B") * c->dims.at("L") * c->dims.at("D");
+    EXPECT_LE(out, s.max_work) << c->describe().dump();
+    largest = std::max(largest, out);
+  }
+  EXPECT_GT(largest, s.max_elements);
 }
 
 }  // namespace

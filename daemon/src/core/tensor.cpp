@@ -1,5 +1,7 @@
 #include "gpuemu/tensor.hpp"
 
+#include "gpuemu/strided.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -141,31 +143,43 @@ std::vector<double> Tensor::to_f64() const {
 }
 
 void Tensor::to_f64(double* out) const {
-  const std::int64_t n = numel();
+  if (numel() == 0) return;
+  const std::byte* first = m_storage->data() + m_offset * static_cast<std::int64_t>(dtype_size(m_dtype));
+  decode_strided(m_dtype, first, m_shape, m_strides, out);
+}
+
+void decode_strided(DType dtype, const std::byte* first, std::span<const std::int64_t> shape,
+                    std::span<const std::int64_t> strides, double* out) {
+  std::int64_t n = 1, expected = 1;
+  bool contiguous = true;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    n *= shape[i];
+    if (shape[i] == 1) continue;
+    contiguous &= strides[i] == expected;
+    expected *= shape[i];
+  }
   if (n == 0) return;
-  const std::size_t es = dtype_size(m_dtype);
-  const std::byte* base = m_storage->data();
-  if (is_contiguous()) {
-    const std::byte* p = base + m_offset * static_cast<std::int64_t>(es);
-    if (m_dtype == DType::float64) {
-      std::memcpy(out, p, static_cast<std::size_t>(n) * sizeof(double));
+  const auto es = static_cast<std::int64_t>(dtype_size(dtype));
+  if (contiguous) {
+    if (dtype == DType::float64) {
+      std::memcpy(out, first, static_cast<std::size_t>(n) * sizeof(double));
     } else {
-      for (std::int64_t i = 0; i < n; ++i) out[i] = decode_element(m_dtype, p + i * es);
+      for (std::int64_t i = 0; i < n; ++i) out[i] = decode_element(dtype, first + i * es);
     }
     return;
   }
   // Odometer walk over the multi-index.
-  const std::size_t rank = m_shape.size();
+  const std::size_t rank = shape.size();
   std::vector<std::int64_t> idx(rank, 0);
-  std::int64_t pos = m_offset;
+  std::int64_t pos = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    out[i] = decode_element(m_dtype, base + pos * static_cast<std::int64_t>(es));
+    out[i] = decode_element(dtype, first + pos * es);
     for (std::size_t d = rank; d-- > 0;) {
-      if (++idx[d] < m_shape[d]) {
-        pos += m_strides[d];
+      if (++idx[d] < shape[d]) {
+        pos += strides[d];
         break;
       }
-      pos -= m_strides[d] * (m_shape[d] - 1);
+      pos -= strides[d] * (shape[d] - 1);
       idx[d] = 0;
     }
   }

@@ -1,6 +1,7 @@
 #include "ops/op_util.hpp"
 
 #include "core/ref_heap.hpp"
+#include "gpuemu/strided.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -148,6 +149,15 @@ namespace gpuemu {
 RefVec exact_values(const Tensor& t) {
   RefVec v = ops::uninit_output(t.numel());
   t.to_f64(v.data());
+  return v;
+}
+
+RefVec exact_values_of(DType dtype, const std::byte* first, std::span<const std::int64_t> shape,
+                       std::span<const std::int64_t> strides) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  RefVec v = ops::uninit_output(n);
+  decode_strided(dtype, first, shape, strides, v.data());
   return v;
 }
 }  // namespace gpuemu

@@ -27,6 +27,7 @@ constexpr double k_inf = std::numeric_limits<double>::infinity();
 // x - max NaN; exp(-inf) = 0.
 struct SoftmaxRows {
   bool log = false;
+  bool bounds = true;  // false: the value alone (RefContext::value_only), c_acc is not written
   std::int64_t len = 0;
 
   template <Isa I>
@@ -56,18 +57,28 @@ struct SoftmaxRows {
       const vd4 d = load4(x + k) - m;
       const vd4 e = vexp<I>(d);
       store4(out + k, e);
-      if (log) wv += select4(e > splat4(0.0), e * vabs(d), splat4(0.0));
+      if (log && bounds) wv += select4(e > splat4(0.0), e * vabs(d), splat4(0.0));
       sv += e;
       lov = select4(e < lov, e, lov);
     }
     for (std::int64_t k = n4; k < n; ++k) {
       const double e = vexp1(x[k] - m);
       out[k] = e;
-      if (log && e > 0.0) wtail += e * std::fabs(x[k] - m);
+      if (log && bounds && e > 0.0) wtail += e * std::fabs(x[k] - m);
       tail += e;
       lo = std::min(lo, e);
     }
     const double s = ((sv[0] + sv[1]) + (sv[2] + sv[3])) + tail;
+    if (!bounds) {  // pass 3, the value alone
+      const double lse = m + std::log(s);
+      elementwise(
+          n,
+          [&](std::int64_t k) __attribute__((always_inline)) { out[k] = log ? x[k] - lse : out[k] / s; },
+          [&](std::int64_t k) __attribute__((always_inline)) {
+            store4(out + k, log ? load4(x + k) - lse : load4(out + k) / s);
+          });
+      return;
+    }
     for (int l = 0; l < 4; ++l) lo = std::min(lo, lov[l]);
     // The sum's growth: sqrt(N), or more over near-equal terms (exp(x - max) in [lo, 1]: SumGrowth),
     // plus the terms within an ulp or two of the sum (absorbed: most of a row far below its max).
@@ -121,7 +132,7 @@ template <Isa I>
                                                 std::int64_t rb, std::int64_t re) {
   if (g.inner == 1) {
     for (std::int64_t r = rb; r < re; ++r)
-      rows.row<I>(x + r * g.len, out + r * g.len, c_acc + r * g.len);
+      rows.row<I>(x + r * g.len, out + r * g.len, rows.bounds ? c_acc + r * g.len : nullptr);
     return;
   }
   std::vector<double> scratch(static_cast<std::size_t>(3 * g.len));
@@ -134,7 +145,7 @@ template <Isa I>
     rows.row<I>(sx, so, sc);
     for (std::int64_t k = 0; k < g.len; ++k) {
       out[g.index(o, k, i)] = so[k];
-      c_acc[g.index(o, k, i)] = sc[k];
+      if (rows.bounds) c_acc[g.index(o, k, i)] = sc[k];
     }
   }
 }
@@ -158,9 +169,10 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, bool log) {
   // Not zeroed: every element of both is written below. The rows cover every (outer, inner) pair,
   // and each row writes all `len` of its elements, whatever its values (NaN, ±Inf, all -Inf):
   // softmax in passes 2 and 3, log_softmax in pass 3; strided rows scatter all of them back.
-  RefVec out = uninit_output(n), c_acc = uninit_output(n);
+  RefVec out = uninit_output(n), c_acc = ctx.value_only ? RefVec{} : uninit_output(n);
   SoftmaxRows rows;
   rows.log = log;
+  rows.bounds = !ctx.value_only;
   rows.len = g.len;
   const auto run = cpu_has_avx2() ? softmax_rows_avx2 : softmax_rows_baseline;
   parallel_rows(g.outer * g.inner,

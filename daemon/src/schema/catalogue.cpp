@@ -116,6 +116,13 @@ std::vector<const OpSchema*> Catalogue::all() const {
 Result<RefContext> make_ref_context(const OpSchema& schema,
                                     const std::map<std::string, Tensor, std::less<>>& inputs,
                                     const AttrMap& attrs, std::optional<DType> case_dtype) {
+  std::map<std::string, RefArg, std::less<>> args;
+  for (const auto& [name, t] : inputs) args.emplace(name, RefArg{t.dtype(), t.shape(), exact_values(t)});
+  return make_ref_context(schema, std::move(args), attrs, case_dtype);
+}
+
+Result<RefContext> make_ref_context(const OpSchema& schema, std::map<std::string, RefArg, std::less<>> inputs,
+                                    const AttrMap& attrs, std::optional<DType> case_dtype) {
   RefContext ctx;
   ctx.schema = &schema;
   GPUEMU_TRY(ctx.attrs, schema.resolve_attrs(attrs));
@@ -127,22 +134,23 @@ Result<RefContext> make_ref_context(const OpSchema& schema,
                         "op '" + schema.name + "' has no input '" + name + "' (inputs: " + known + ")");
     }
   }
-  // Each input's rank first (nothing converted yet): the schema's, or at least its rank - 1
+  // Each input's rank: the schema's, or at least its rank - 1
   // where the first entry stands for any number of leading dims.
   for (const auto& spec : schema.inputs) {
     auto it = inputs.find(spec.name);
     if (it == inputs.end() || spec.shape.empty()) continue;
-    const auto want = static_cast<std::int64_t>(spec.shape.size()), rank = it->second.dim();
+    const auto want = static_cast<std::int64_t>(spec.shape.size());
+    const auto rank = static_cast<std::int64_t>(it->second.shape.size());
     if (spec.any_leading_dims ? rank < want - 1 : rank != want)
       return make_error(ErrorCode::shape_mismatch,
                         "input '" + spec.name + "' of op '" + schema.name + "' must have rank " +
                             (spec.any_leading_dims ? "at least " + std::to_string(want - 1)
                                                    : std::to_string(want)) +
-                            ", got shape " + shape_to_string(it->second.shape()));
+                            ", got shape " + shape_to_string(it->second.shape));
   }
   GPUEMU_TRY_STATUS(schema.check_dim_attrs(ctx.attrs, [&](const InputSpec& in) -> std::int64_t {
     auto it = inputs.find(in.name);
-    return it == inputs.end() ? -1 : it->second.dim();
+    return it == inputs.end() ? -1 : static_cast<std::int64_t>(it->second.shape.size());
   }));
   std::optional<DType> first_case;
   for (const auto& spec : schema.inputs) {
@@ -152,13 +160,8 @@ Result<RefContext> make_ref_context(const OpSchema& schema,
       return make_error(ErrorCode::invalid_argument,
                         "op '" + schema.name + "' needs input '" + spec.name + "'");
     }
-    const Tensor& t = it->second;
-    if (spec.dtype_rule == InputDtypeRule::case_dtype && !first_case) first_case = t.dtype();
-    RefArg arg;
-    arg.dtype = t.dtype();
-    arg.shape = t.shape();
-    arg.data = exact_values(t);
-    ctx.inputs.emplace(spec.name, std::move(arg));
+    if (spec.dtype_rule == InputDtypeRule::case_dtype && !first_case) first_case = it->second.dtype;
+    ctx.inputs.emplace(spec.name, std::move(it->second));
   }
   ctx.case_dtype = case_dtype ? *case_dtype : first_case.value_or(schema.dtypes.front());
   // Dims named by plain input shape entries, for references that want them. A leading entry that

@@ -1,0 +1,24 @@
+// Decoding elements held in someone else's memory (a numpy array, a torch tensor's storage) to
+// their exact fp64 values, through any strides: what Tensor::to_f64 does for a Tensor, without
+// first copying the bytes into one.
+#pragma once
+
+#include "gpuemu/dtype.hpp"
+#include "gpuemu/op.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace gpuemu {
+
+// out[i] = the exact value of element i (row-major over `shape`) of the `dtype` elements at
+// `first` + Σ index_d·strides[d] elements. Strides are in elements and may be 0 or negative.
+void decode_strided(DType dtype, const std::byte* first, std::span<const std::int64_t> shape,
+                    std::span<const std::int64_t> strides, double* out);
+
+// The same into a fresh reference buffer (never zero-filled: every element is written).
+RefVec exact_values_of(DType dtype, const std::byte* first, std::span<const std::int64_t> shape,
+                       std::span<const std::int64_t> strides);
+
+}  // namespace gpuemu
