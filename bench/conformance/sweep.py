@@ -41,6 +41,25 @@ def _unsupported(tb: Optional[str]) -> bool:
     return bool(tb) and ("not implemented for" in tb or "No available kernel" in tb)
 
 
+def _commit() -> Optional[str]:
+    """The gpuemu commit the run was judged at ($GPUEMU_SWEEP_COMMIT, else this checkout's HEAD, with
+    "+dirty" when the error model's sources differ from it): rows of one table must come from one
+    error model and one case generator, and the report says which commits it holds."""
+    if os.environ.get("GPUEMU_SWEEP_COMMIT"):
+        return os.environ["GPUEMU_SWEEP_COMMIT"]
+    import subprocess
+
+    root = HERE.parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "daemon", "include",
+                                "schemas", "python"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
 def run_variant(key: Tuple[int, str, str], cases: int, seed: int, strategy: str,
                 device: str = "cpu") -> Dict[str, Any]:
     """One fuzz run of one variant: the row of the table (JSON-able)."""
@@ -65,7 +84,7 @@ def run_variant(key: Tuple[int, str, str], cases: int, seed: int, strategy: str,
                            "strategy": strategy, "seed": seed, "cases": res.total, "failed": res.failed,
                            "worst_ratio": res.worst_ratio, "worst_case": res.worst_index,
                            "seconds": round(time.perf_counter() - t0, 2), "device": device,
-                           "torch": torch.__version__}
+                           "torch": torch.__version__, "gpuemu": _commit()}
     if res.failures and all(_unsupported(f.traceback) for f in res.failures) and res.failed == res.total:
         row["unsupported"] = res.failures[0].traceback.strip().splitlines()[-1]
     else:
@@ -199,7 +218,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rows = [json.loads(line) for line in f if line.strip()]
         table = summarize(rows, a.device)
         print(f"{len(rows)} runs of {sorted({r['cases'] for r in rows})} cases, seeds "
-              f"{sorted({r['seed'] for r in rows})}, torch {sorted({r.get('torch', '1.13') for r in rows})}\n")
+              f"{sorted({r['seed'] for r in rows})}, torch {sorted({r.get('torch', '1.13') for r in rows})}, "
+              f"gpuemu {sorted({str(r.get('gpuemu')) for r in rows})}\n")
         print(markdown(table, a.strategies))
         return 1 if sum(t["failed"] for t in table.values() if not t["imprecise"]) else 0
     if a.evidence:
