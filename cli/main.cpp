@@ -1,7 +1,10 @@
 // gpuemu: the command line. Each command family registers itself from its cmd_*.cpp.
 #include "cli_common.hpp"
 
+#include <gpuemu/client.hpp>
 #include <gpuemu/error.hpp>
+#include <gpuemu/install_paths.hpp>
+#include <gpuemu/protocol.hpp>
 
 int main(int argc, char** argv) {
   using namespace gpuemu::cli;
@@ -17,15 +20,24 @@ int main(int argc, char** argv) {
   register_coverage_commands(app, ctx);
   register_project_commands(app, ctx);
   register_lsp_commands(app, ctx);
-  auto* version = app.add_subcommand("version", "Print gpuemu's version (and the protocol's)");
+  auto* version = app.add_subcommand(
+      "version", "Print gpuemu's version, the protocol's, and where its schemas and daemon are");
   static bool version_json = false;
   version->add_flag("--json", version_json, "JSON output");
   version->callback([] {
+    const int protocol = gpuemu::protocol::k_protocol_version;
+    const std::string schemas = gpuemu::builtin_schema_dir(), daemon = gpuemu::find_daemon_binary();
     if (version_json)
-      std::cout << nlohmann::json{{"version", GPUEMU_VERSION_STRING}, {"protocol", 1}}.dump(2)
+      std::cout << nlohmann::json{{"version", GPUEMU_VERSION_STRING},
+                                  {"protocol", protocol},
+                                  {"schemas", schemas},
+                                  {"daemon", daemon}}
+                       .dump(2)
                 << "\n";
     else
-      std::cout << "gpuemu " << GPUEMU_VERSION_STRING << " (protocol 1)\n";
+      std::cout << "gpuemu " << GPUEMU_VERSION_STRING << " (protocol " << protocol << ")\n"
+                << "  schemas: " << schemas << "\n  daemon:  " << (daemon.empty() ? "not found" : daemon)
+                << "\n";
   });
   try {
     app.parse(argc, argv);

@@ -7,7 +7,7 @@
 namespace gpuemu::lsp {
 namespace {
 
-std::string str(const Json& j, const char* key) {
+std::string string_or_empty(const Json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
@@ -27,10 +27,10 @@ struct Run {
 Run run_of(const Json& r) {
   Run run;
   run.json = &r;
-  run.id = str(r, "id");
+  run.id = string_or_empty(r, "id");
   run.key = kernel_key(r.value("kernel", Json::object()));
-  run.op = str(r, "op");
-  run.kind = str(r, "kind");
+  run.op = string_or_empty(r, "op");
+  run.kind = string_or_empty(r, "kind");
   run.seed = r.contains("seed") && !r["seed"].is_null() ? r["seed"].dump() : "";
   run.started_ms = int_of(r, "started_ms", 0);
   run.first_index = int_of(r, "first_index", 0);
@@ -60,11 +60,11 @@ bool new_session(const Run& later, const Run* found_in) {
 
 std::string kernel_key(const Json& kernel) {
   if (!kernel.is_object()) return "||";
-  const std::string kind = str(kernel, "kind");
-  std::string file = str(kernel, "file");
-  if (file.empty()) file = str(kernel, "script");
-  std::string name = str(kernel, "function");
-  if (name.empty()) name = str(kernel, "name");
+  const std::string kind = string_or_empty(kernel, "kind");
+  std::string file = string_or_empty(kernel, "file");
+  if (file.empty()) file = string_or_empty(kernel, "script");
+  std::string name = string_or_empty(kernel, "function");
+  if (name.empty()) name = string_or_empty(kernel, "name");
   return kind + "|" + (kind == "builtin" ? std::string() : file) + "|" + name;
 }
 
@@ -83,9 +83,9 @@ std::vector<FailureGroup> current_failure_groups(const Json& failures, const Jso
   for (const auto& f : failures) {
     if (!f.is_object()) continue;
     const Json kernel = f.value("kernel", Json::object());
-    const std::string key = kernel_key(kernel), op = str(f, "op"), dtype = str(f, "dtype");
+    const std::string key = kernel_key(kernel), op = string_or_empty(f, "op"), dtype = string_or_empty(f, "dtype");
     const std::int64_t created = int_of(f, "created_ms", 0);
-    auto found = run_of_failure.find(str(f, "id"));
+    auto found = run_of_failure.find(string_or_empty(f, "id"));
     const Run* found_in = found == run_of_failure.end() ? nullptr : found->second;
     bool superseded = false;
     for (const Run& r : all) {

@@ -20,7 +20,7 @@ std::uint32_t get_u32(const std::byte* p) {
   return v;
 }
 
-Error bad(std::string message) {
+Error frame_error(std::string message) {
   return make_error(ErrorCode::protocol_error, std::move(message));
 }
 
@@ -29,11 +29,11 @@ Result<std::vector<std::int64_t>> int_array(const Json& d, const char* field,
                                             const std::string& key) {
   auto it = d.find(field);
   if (it == d.end() || !it->is_array())
-    return bad("tensor '" + key + "': '" + field + "' must be an array of integers");
+    return frame_error("tensor '" + key + "': '" + field + "' must be an array of integers");
   std::vector<std::int64_t> v;
   for (const auto& x : *it) {
     if (!x.is_number_integer())
-      return bad("tensor '" + key + "': '" + field + "' must be an array of integers");
+      return frame_error("tensor '" + key + "': '" + field + "' must be an array of integers");
     v.push_back(x.get<std::int64_t>());
   }
   return v;
@@ -42,7 +42,7 @@ Result<std::vector<std::int64_t>> int_array(const Json& d, const char* field,
 Result<std::int64_t> int_field(const Json& d, const char* field, const std::string& key) {
   auto it = d.find(field);
   if (it == d.end() || !it->is_number_integer() || it->get<std::int64_t>() < 0)
-    return bad("tensor '" + key + "': '" + field + "' must be a non-negative integer");
+    return frame_error("tensor '" + key + "': '" + field + "' must be a non-negative integer");
   return it->get<std::int64_t>();
 }
 
@@ -57,7 +57,7 @@ std::vector<std::string> capabilities() {
 
 Result<Tensor> Frame::tensor(std::string_view key) const {
   auto it = tensors.find(key);
-  if (it == tensors.end()) return bad("the message carries no tensor '" + std::string(key) + "'");
+  if (it == tensors.end()) return frame_error("the message carries no tensor '" + std::string(key) + "'");
   return it->second;
 }
 
@@ -97,19 +97,19 @@ std::vector<std::byte> encode(const Frame& frame) {
 
 Result<Json> decode_header(std::span<const std::byte> bytes) {
   if (bytes.size() < 8)
-    return bad("frame of " + std::to_string(bytes.size()) +
+    return frame_error("frame of " + std::to_string(bytes.size()) +
                " bytes is shorter than its 8-byte prefix");
   if (std::memcmp(bytes.data(), k_magic, 4) != 0)
-    return bad("frame does not start with the magic \"GEMU\"");
+    return frame_error("frame does not start with the magic \"GEMU\"");
   const std::size_t hlen = get_u32(bytes.data() + 4);
   if (hlen > k_max_header_bytes)
-    return bad("header of " + std::to_string(hlen) + " bytes exceeds the 16 MiB limit");
+    return frame_error("header of " + std::to_string(hlen) + " bytes exceeds the 16 MiB limit");
   if (8 + hlen > bytes.size())
-    return bad("header length " + std::to_string(hlen) + " runs past the end of the frame");
+    return frame_error("header length " + std::to_string(hlen) + " runs past the end of the frame");
   Json header = Json::parse(reinterpret_cast<const char*>(bytes.data()) + 8,
                             reinterpret_cast<const char*>(bytes.data()) + 8 + hlen, nullptr, false);
-  if (header.is_discarded()) return bad("header is not valid JSON");
-  if (!header.is_object()) return bad("header must be a JSON object");
+  if (header.is_discarded()) return frame_error("header is not valid JSON");
+  if (!header.is_object()) return frame_error("header must be a JSON object");
   return header;
 }
 
@@ -121,44 +121,44 @@ Result<Frame> decode(std::span<const std::byte> bytes) {
   const std::size_t payload = bytes.size() > head ? bytes.size() - head : 0;
   auto descs = frame.header.find("tensors");
   if (descs == frame.header.end()) return frame;
-  if (!descs->is_array()) return bad("'tensors' must be an array");
+  if (!descs->is_array()) return frame_error("'tensors' must be an array");
   for (const auto& d : *descs) {
     if (!d.is_object() || !d.contains("key") || !d["key"].is_string())
-      return bad("a tensor descriptor has no string 'key'");
+      return frame_error("a tensor descriptor has no string 'key'");
     const std::string key = d["key"].get<std::string>();
     if (!d.contains("dtype") || !d["dtype"].is_string())
-      return bad("tensor '" + key + "': 'dtype' must be a string");
+      return frame_error("tensor '" + key + "': 'dtype' must be a string");
     auto dt = parse_dtype(d["dtype"].get<std::string>());
     if (!dt)
-      return bad("tensor '" + key + "': unknown dtype '" + d["dtype"].get<std::string>() + "'");
+      return frame_error("tensor '" + key + "': unknown dtype '" + d["dtype"].get<std::string>() + "'");
     GPUEMU_TRY(auto shape, int_array(d, "shape", key));
     GPUEMU_TRY(auto strides, int_array(d, "strides", key));
     GPUEMU_TRY(auto offset, int_field(d, "offset", key));
     GPUEMU_TRY(auto nbytes, int_field(d, "storage_nbytes", key));
     if (!d.contains("data_offset"))
-      return bad("tensor '" + key +
+      return frame_error("tensor '" + key +
                  "' has no 'data_offset' (this daemon carries tensor bytes inline only)");
     GPUEMU_TRY(auto at, int_field(d, "data_offset", key));
     if (static_cast<std::size_t>(at) % k_alignment != 0)
-      return bad("tensor '" + key + "': data_offset is not 64-byte aligned");
+      return frame_error("tensor '" + key + "': data_offset is not 64-byte aligned");
     if (static_cast<std::size_t>(at) > payload ||
         static_cast<std::size_t>(nbytes) > payload - static_cast<std::size_t>(at))
-      return bad("tensor '" + key + "': bytes [" + std::to_string(at) + ", " +
+      return frame_error("tensor '" + key + "': bytes [" + std::to_string(at) + ", " +
                  std::to_string(at + nbytes) + ") run past the payload of " +
                  std::to_string(payload) + " bytes");
     if (shape.size() != strides.size())
-      return bad("tensor '" + key + "': shape and strides differ in rank");
+      return frame_error("tensor '" + key + "': shape and strides differ in rank");
     for (auto s : shape)
-      if (s < 0) return bad("tensor '" + key + "': negative size in shape");
+      if (s < 0) return frame_error("tensor '" + key + "': negative size in shape");
     if (static_cast<std::size_t>(nbytes) % dtype_size(*dt) != 0)
-      return bad("tensor '" + key + "': storage_nbytes is not a multiple of the element size");
+      return frame_error("tensor '" + key + "': storage_nbytes is not a multiple of the element size");
     auto storage = std::make_shared<std::vector<std::byte>>(
         bytes.begin() + static_cast<std::ptrdiff_t>(head + at),
         bytes.begin() + static_cast<std::ptrdiff_t>(head + at + nbytes));
     auto t = Tensor::view(*dt, shape, strides, offset, std::move(storage));
-    if (!t) return bad("tensor '" + key + "': " + t.error().message);
+    if (!t) return frame_error("tensor '" + key + "': " + t.error().message);
     if (!frame.tensors.emplace(key, std::move(t).value()).second)
-      return bad("tensor key '" + key + "' appears twice");
+      return frame_error("tensor key '" + key + "' appears twice");
   }
   frame.header.erase("tensors");
   return frame;
@@ -188,7 +188,7 @@ Frame make_error_reply(const Error& error) {
 
 Result<Json> reply_result(const Frame& reply) {
   const Json& h = reply.header;
-  if (!h.contains("ok") || !h["ok"].is_boolean()) return bad("reply has no boolean 'ok'");
+  if (!h.contains("ok") || !h["ok"].is_boolean()) return frame_error("reply has no boolean 'ok'");
   if (h["ok"].get<bool>()) return h.contains("result") ? h["result"] : Json::object();
   // Typed lookups: a reply whose error code or message is not a string (a broken or hostile
   // daemon) made value() throw type_error in the client (fuzz_frame).

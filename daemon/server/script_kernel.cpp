@@ -10,11 +10,6 @@
 namespace gpuemu::server {
 namespace {
 
-std::string string_field(const Json& h, const char* key, const char* fallback = "") {
-  auto it = h.find(key);
-  return it != h.end() && it->is_string() ? it->get<std::string>() : std::string(fallback);
-}
-
 std::shared_ptr<const Catalogue> default_catalogue() {
   static std::once_flag once;
   static std::shared_ptr<const Catalogue> catalogue;

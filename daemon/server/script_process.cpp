@@ -1,6 +1,8 @@
 // The script subprocess (script_process.hpp; docs/script-kernels.md is the spec of the exchange).
 #include "server/script_process.hpp"
 
+#include "gpuemu/install_paths.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/resource.h>
@@ -42,11 +44,6 @@ std::string errno_text(int err) {
   return std::strerror(err);
 }
 
-std::string string_field(const Json& h, const char* key, const char* fallback = "") {
-  auto it = h.find(key);
-  return it != h.end() && it->is_string() ? it->get<std::string>() : std::string(fallback);
-}
-
 void put_u64(std::vector<std::byte>& out, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xffu));
 }
@@ -65,6 +62,11 @@ bool is_file(const fs::path& p) {
 }
 
 }  // namespace
+
+std::string string_field(const Json& h, const char* key, const char* fallback) {
+  auto it = h.find(key);
+  return it != h.end() && it->is_string() ? it->get<std::string>() : std::string(fallback);
+}
 
 std::string tail_of(const std::string& s, std::size_t n) {
   if (s.size() <= n) return s;
@@ -406,6 +408,11 @@ Result<std::string> locate_script_runner(const std::string& runner) {
   std::vector<fs::path> tried;
   if (const char* dir = std::getenv("GPUEMU_PYTHON_DIR"); dir && *dir)
     tried.push_back(fs::path(dir) / "gpuemu" / "_script_runner.py");
+  // installed: the wheel's gpuemu/bin/../_script_runner.py, the .deb's /usr/share/gpuemu/
+  if (const std::string img = image_dir(); !img.empty())
+    tried.push_back((fs::path(img) / ".." / "_script_runner.py").lexically_normal());
+  if (const std::string data = installed_data_dir(); !data.empty())
+    tried.push_back(fs::path(data) / "_script_runner.py");
   if (const std::string src = source_dir(); !src.empty())
     tried.push_back(fs::path(src) / "python" / "gpuemu" / "_script_runner.py");
   std::string where;
@@ -428,6 +435,18 @@ std::string default_script_python(const std::string& runner_path) {
   for (const auto& tree : trees) {
     const fs::path venv = tree / ".venv" / "bin" / "python";
     if (::access(venv.c_str(), X_OK) == 0) return venv.string();
+  }
+  // A wheel: <prefix>/lib/pythonX.Y/site-packages/gpuemu/_script_runner.py runs under the
+  // interpreter that installed it, <prefix>/bin/pythonX.Y (the venv's, with its numpy and torch).
+  if (!runner_path.empty()) {
+    const fs::path pkgs = fs::path(runner_path).parent_path().parent_path();
+    const fs::path lib_py = pkgs.parent_path();
+    if ((pkgs.filename() == "site-packages" || pkgs.filename() == "dist-packages") &&
+        lib_py.filename().string().rfind("python", 0) == 0) {
+      const fs::path prefix = lib_py.parent_path().parent_path();
+      for (const fs::path& cand : {prefix / "bin" / lib_py.filename(), prefix / "bin" / "python3"})
+        if (::access(cand.c_str(), X_OK) == 0) return cand.string();
+    }
   }
   return "/usr/bin/python3";
 }

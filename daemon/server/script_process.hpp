@@ -17,6 +17,9 @@
 
 namespace gpuemu::server {
 
+// The string at h[key], or `fallback` when it is missing or not a string (script headers).
+std::string string_field(const Json& h, const char* key, const char* fallback = "");
+
 class ScriptProcess {
  public:
   // `role` names the script in messages: "kernel script" or "reference script".

@@ -34,7 +34,7 @@ from .errors import (
 )
 from .rng import Rng, derive_seed
 
-__version__ = "0.1.0"  # the CMake project's version; tests check _core.__version__ agrees
+from ._core import __version__  # VERSION at the top of the tree, through CMake (one number everywhere)
 
 __all__ = [
     "Client",

@@ -6,6 +6,8 @@ import numpy as np
 import numpy.typing as npt
 
 __version__: str
+
+def builtin_schema_dir() -> str: ...
 error_codes: Tuple[str, ...]
 
 def _raise_error(code: str, message: str) -> None: ...

@@ -69,12 +69,13 @@ class Verdict:
 
 
 def _default_daemon() -> Optional[str]:
-    """$GPUEMU_DAEMON, else the gpuemu-daemon of this package's build, else None (the C++ client
-    then looks on PATH)."""
+    """$GPUEMU_DAEMON, else $GPUEMU_BIN_DIR's, else the one an installed wheel carries (gpuemu/bin/),
+    else the build tree's, else None (the C++ client then looks on PATH)."""
     env = os.environ.get("GPUEMU_DAEMON")
     if env:
         return env
-    for d in (os.environ.get("GPUEMU_BIN_DIR"), Path(__file__).resolve().parents[2] / "build" / "bin"):
+    here = Path(__file__).resolve().parent
+    for d in (os.environ.get("GPUEMU_BIN_DIR"), here / "bin", here.parents[1] / "build" / "bin"):
         if d:
             cand = Path(d) / "gpuemu-daemon"
             if os.access(cand, os.X_OK):

@@ -6,6 +6,7 @@ are on the page. Not only "the file has a DOCTYPE"."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import textwrap
@@ -14,7 +15,7 @@ from pathlib import Path
 import PIL.Image  # python3-pil, installed by scripts/install-deps.sh (missing: this suite fails)
 
 from daemon_harness import daemon  # noqa: F401  (the shared daemon fixture)
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM = os.environ.get("GPUEMU_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 FRAME = (0x11, 0x22, 0x33)  # cli/error_map_svg.hpp frames the map in #112233
 
 KERNEL = textwrap.dedent('''\

@@ -1,4 +1,5 @@
 #include "gpuemu/engine.hpp"
+#include "gpuemu/install_paths.hpp"
 
 #include <cstdlib>
 #include <fstream>
@@ -39,7 +40,7 @@ Result<EnvelopeTable> EnvelopeTable::load_file(const std::string& path) {
 
 EnvelopeTable EnvelopeTable::load_default() {
   const char* env = std::getenv("GPUEMU_ENVELOPES");
-  std::string path = env && *env ? env : std::string(GPUEMU_SOURCE_SCHEMA_DIR) + "/envelopes.json";
+  std::string path = env && *env ? env : builtin_schema_dir() + "/envelopes.json";
   auto t = load_file(path);
   return t ? std::move(t).value() : EnvelopeTable{};
 }

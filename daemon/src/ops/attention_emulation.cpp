@@ -10,12 +10,12 @@
 namespace gpuemu::ops {
 namespace {
 
-constexpr float k_neg_inf = -std::numeric_limits<float>::infinity();
+constexpr float k_neg_inf_f = -std::numeric_limits<float>::infinity();
 constexpr float k_log2e = 1.44269504088896340736f;
 
 // The online-softmax state of one split of the keys.
 struct Partial {
-  float m = k_neg_inf;
+  float m = k_neg_inf_f;
   float l = 0.0f;
   std::vector<float> acc;
 };
@@ -32,7 +32,7 @@ void online_pass(const float* q, const float* kt, std::int64_t ld_kt, const floa
     // Scores of the tile: a sequential fp32 dot over D for each key (vectorised over keys).
     std::fill(s.begin(), s.begin() + w, 0.0f);
     for (std::int64_t c = 0; c < d; ++c) axpy_f32(q[c], kt + c * ld_kt + t, s.data(), w);
-    float tile_max = k_neg_inf;
+    float tile_max = k_neg_inf_f;
     for (std::int64_t j = 0; j < w; ++j) {
       s[j] *= score_scale;
       tile_max = std::isnan(s[j]) || std::isnan(tile_max) ? std::numeric_limits<float>::quiet_NaN()
@@ -41,7 +41,7 @@ void online_pass(const float* q, const float* kt, std::int64_t ld_kt, const floa
     const float m_new = std::isnan(tile_max) ? tile_max : std::max(st.m, tile_max);
     // While every score so far is -inf, exponentiate against 0 (FA2's Check_inf): the -inf
     // scores then weigh 0 instead of exp(-inf - -inf) = NaN.
-    const float m_use = m_new == k_neg_inf ? 0.0f : m_new;
+    const float m_use = m_new == k_neg_inf_f ? 0.0f : m_new;
     const float alpha = cfg.exp2 ? std::exp2(st.m - m_use) : std::exp(st.m - m_use);
     float tile_sum = 0.0f;
     for (std::int64_t j = 0; j < w; ++j) {
@@ -89,7 +89,7 @@ void attention_row(const float* q, const float* kt, std::int64_t ld_kt, const fl
   }
   // flash-decoding's combine: each split stores its normalised output and its lse in fp32.
   std::vector<float> lse(parts.size());
-  float lse_max = k_neg_inf;
+  float lse_max = k_neg_inf_f;
   for (std::size_t i = 0; i < parts.size(); ++i) {
     lse[i] = parts[i].m + (cfg.exp2 ? std::log2(parts[i].l) : std::log(parts[i].l));
     lse_max = std::isnan(lse[i]) ? lse[i] : std::max(lse_max, lse[i]);

@@ -3,6 +3,7 @@
 #include "gpuemu/op.hpp"
 #include "ops/gemm_blas.hpp"
 #include "ops/lowp_emu.hpp"
+#include "ops/op_util.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,12 +14,6 @@ namespace gpuemu::ops {
 namespace {
 
 constexpr double k_u_fp32 = 0x1.0p-24;
-
-bool all_finite(const double* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(x[i])) return false;
-  return true;
-}
 
 }  // namespace
 

@@ -26,12 +26,6 @@ Shape out_shape(const ConvGeom& g, int spatial_dims) {
   return spatial_dims == 2 ? Shape{g.B, g.Cout, g.Hout, g.Wout} : Shape{g.B, g.Cout, g.Wout};
 }
 
-bool all_finite(const double* v, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(v[i])) return false;
-  return true;
-}
-
 // Padding takes no part, as masked keys take none in attention: out = Σ over the taps inside the
 // input only. im2col's explicit zeros give the same sum except where a padded tap meets a non-finite
 // weight (0·Inf = NaN): such an element is recomputed over its in-bounds taps (value and |W|·|x|),

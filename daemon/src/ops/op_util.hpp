@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace gpuemu::ops {
@@ -39,6 +40,15 @@ std::vector<RefOutput> single_output(DType dtype, Shape shape, RefVec value, Ref
 
 inline bool finite(double x) {
   return std::isfinite(x);
+}
+
+inline constexpr double k_neg_inf = -std::numeric_limits<double>::infinity();
+
+// Whether all of x[0..n) are finite.
+inline bool all_finite(const double* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
 }
 
 // Buffers of n doubles for a reference's outputs (0 for n < 0), from the reference heap

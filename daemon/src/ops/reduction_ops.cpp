@@ -29,8 +29,6 @@
 namespace gpuemu::ops {
 namespace {
 
-constexpr double k_neg_inf = -std::numeric_limits<double>::infinity();
-
 // Row r (= o * inner + i) of a tensor seen as [outer, len, inner]: a pointer to its `len` values,
 // contiguous (gathered into `buf` when the reduced dim is not the innermost).
 const double* row_of(const RefVec& x, const ReduceGeom& g, std::int64_t r,

@@ -15,7 +15,6 @@
 namespace gpuemu::ops {
 namespace {
 
-constexpr double k_neg_inf = -std::numeric_limits<double>::infinity();
 constexpr double k_inf = std::numeric_limits<double>::infinity();
 
 // The reference over rows of `len` contiguous doubles, four lanes at a time (vec_exp.hpp), one exp

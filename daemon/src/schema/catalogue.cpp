@@ -1,5 +1,7 @@
 #include "gpuemu/catalogue.hpp"
 
+#include "gpuemu/install_paths.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -52,7 +54,7 @@ std::vector<std::string> default_schema_path() {
   if (const char* builtin = std::getenv("GPUEMU_BUILTIN_SCHEMAS"); builtin && *builtin)
     dirs.emplace_back(builtin);
   else
-    dirs.emplace_back(std::string(GPUEMU_SOURCE_SCHEMA_DIR) + "/ops");
+    dirs.emplace_back(builtin_schema_dir() + "/ops");
   return dirs;
 }
 
