@@ -100,43 +100,54 @@ def venv(wheel, tmp_path_factory) -> Path:
     return d
 
 
-def test_installed_package_runs_the_quick_start_from_the_venv_alone(venv, tmp_path):
-    """import gpuemu from site-packages (not python/), its schemas from the wheel, Client() starting
-    the daemon the wheel carries, a fuzz that passes a correct kernel and catches a wrong one."""
-    script = tmp_path / "quick.py"
-    script.write_text('''
-import json, sys
+def readme_quick_start() -> str:
+    """The README's Python quick start, as written (the first python block of "## Python")."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("\n## Python\n"):]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start:section.index("```\n", start)]
+
+
+QUICK_START = '''
+import json
 import numpy as np
 import gpuemu
-from gpuemu import Client, _core
+from gpuemu import _core
 
-def softmax(x, dim=-1):
+def my_softmax(x, dim=-1):
     x32 = np.asarray(x, dtype=np.float32)
     m = np.max(x32, axis=dim, keepdims=True)
     e = np.exp(x32 - np.where(np.isfinite(m), m, 0))
     out = e / np.sum(e, axis=dim, keepdims=True)
     return out.astype(x.dtype) if x.dtype == np.float16 else out
 
-c = Client()
-ok = c.fuzz_op_client_side("softmax", lambda i: softmax(i["x"], i["dim"]), iterations=20, seed=7,
-                           dtypes=["float32"])
-bad = c.fuzz_op_client_side("softmax", lambda i: softmax(i["x"], i["dim"]) * np.float32(1.05),
-                            iterations=5, seed=7, dtypes=["float32"])
-hello = c.hello
-print(json.dumps({"file": gpuemu.__file__, "version": gpuemu.__version__, "schemas": _core.builtin_schema_dir(),
-                  "ok": [ok.passed, ok.total], "bad": [bad.passed, bad.failed], "daemon_version": hello["version"]}))
-''')
+{readme}
+bad = client.fuzz_op_client_side("softmax", lambda i: my_softmax(i["x"], i["dim"]) * np.float32(1.05),
+                                 iterations=5, seed=7)
+print(json.dumps({{"file": gpuemu.__file__, "version": gpuemu.__version__, "schemas": _core.builtin_schema_dir(),
+                  "ok": [results.passed, results.total], "verdict": bool(verdict.passed),
+                  "bad": [bad.passed, bad.failed], "daemon_version": client.hello["version"]}}))
+'''
+
+
+def test_installed_package_runs_the_readme_quick_start(venv, tmp_path):
+    """The README's quick start, as written, under the venv's interpreter: gpuemu imported from
+    site-packages (not python/), its schemas from the wheel, Client() starting the daemon the wheel
+    carries, the correct kernel passing; then a wrong one is caught."""
+    script = tmp_path / "quick.py"
+    script.write_text(QUICK_START.format(readme=readme_quick_start()))
     env = clean_env(tmp_path / "home")
     r = subprocess.run([str(venv / "bin" / "python"), str(script)], cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=600)
     try:
-        assert r.returncode == 0, r.stderr[-4000:]
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+        assert "Passed: 100/100" in r.stdout, r.stdout
         got = json.loads(r.stdout.strip().splitlines()[-1])
         site = str(venv / "lib")
         assert got["file"].startswith(site), got
         assert got["schemas"].startswith(site) and got["schemas"].endswith("gpuemu/share/gpuemu/schemas"), got
         assert got["version"] == got["daemon_version"] == VERSION
-        assert got["ok"] == [20, 20] and got["bad"] == [0, 5], got
+        assert got["ok"] == [100, 100] and got["verdict"] is True and got["bad"] == [0, 5], got
     finally:
         subprocess.run([str(venv / "bin" / "gpuemu"), "daemon", "stop"], env=env, capture_output=True, timeout=60)
 
