@@ -228,3 +228,27 @@ def test_deb_package_runs_from_a_scratch_root(tmp_path):
         assert st["version"] == VERSION
     finally:
         subprocess.run([exe, "daemon", "stop"], env=env, capture_output=True, timeout=60)
+
+
+def _deps(os_release: str, tmp_path: Path) -> list:
+    f = tmp_path / "os-release"
+    f.write_text(os_release)
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "install-deps.sh"), "--list"], capture_output=True, text=True,
+                       env=dict(os.environ, GPUEMU_OS_RELEASE=str(f)), check=True)
+    return r.stdout.split()
+
+
+def test_install_deps_uses_each_distributions_names(tmp_path):
+    """Debian 12 and Ubuntu 24.04 differ in clang's runtime, chromium (a snap on Ubuntu) and
+    python3-torch (none in Ubuntu 24.04); the rest is common (checked against packages.ubuntu.com)."""
+    debian = _deps('ID=debian\nVERSION_ID="12"\n', tmp_path)
+    ubuntu = _deps('ID=ubuntu\nVERSION_ID="24.04"\n', tmp_path)
+    for must in ("libnng-dev", "liblmdb-dev", "libtomlplusplus-dev", "pybind11-dev", "python3-pytest-xdist",
+                 "python3-setuptools", "python3-wheel", "dpkg-dev", "cmake", "ninja-build"):
+        assert must in debian and must in ubuntu, must
+    assert "libclang-rt-14-dev" in debian and "libclang-rt-18-dev" not in debian
+    assert "libclang-rt-18-dev" in ubuntu and "libclang-rt-14-dev" not in ubuntu
+    assert "python3-torch" in debian and "python3-torch" not in ubuntu
+    assert "chromium" in debian and "chromium" not in ubuntu
+    assert set(debian) - {"libclang-rt-14-dev", "python3-torch", "chromium"} == \
+        set(ubuntu) - {"libclang-rt-18-dev"}
