@@ -145,6 +145,38 @@ def _logsumexp() -> Tuple[str, bool]:
         abs(got - exact) > 4 * abs(torch.tensor(exact).to(BF16).item() - exact) + 1e-5
 
 
+def _bf16_daz(op: str) -> Callable[[], Tuple[str, bool]]:
+    """bf16 products on the CPU's blocked (oneDNN) path: subnormal inputs count as zero."""
+    def demo() -> Tuple[str, bool]:
+        tiny, big = 2.0 ** -130, 2.0 ** 120  # a bf16 subnormal and a normal: the product 2^-10 is normal
+        if op in ("conv1d", "conv2d"):
+            x = torch.full((1, 1, 8), tiny).to(BF16)
+            w = torch.full((1, 1, 3), big).to(BF16)
+            if op == "conv2d":
+                x, w = x.reshape(1, 1, 2, 4), w.reshape(1, 1, 1, 3)
+            got = (F.conv1d(x, w) if op == "conv1d" else F.conv2d(x, w)).flatten()[0].item()
+            exact, shape = 3 * 2.0 ** -10, "a 3-tap kernel"
+        else:
+            a = torch.full((771, 7), tiny).to(BF16)
+            b = torch.full((7, 512), big).to(BF16)
+            got = {"bmm": lambda: torch.bmm(a[None], b[None])[0], "matmul": lambda: a @ b,
+                   "linear": lambda: F.linear(a, b.t())}[op]()[0, 0].item()
+            exact, shape = 7 * 2.0 ** -10, "771x7x512"
+        one = (torch.tensor([[tiny]], dtype=BF16) @ torch.tensor([[big]], dtype=BF16)).item()
+        return (f"{op} in bfloat16 of subnormal x (2^-130) times w (2^120), {shape}: {got:g} (exact {exact:g}; the "
+                f"products are normal, 2^-10 each; a 1x1x1 matmul gives {one:g}): subnormal inputs are "
+                f"flushed to zero"), got == 0.0 and exact > 0
+    return demo
+
+
+def _either(first: Callable[[], Tuple[str, bool]], second: Callable[[], Tuple[str, bool]]) -> Callable[[], Tuple[str, bool]]:
+    """Two mechanisms of which the CPU decides one: the demonstration holds when either shows."""
+    def demo() -> Tuple[str, bool]:
+        (a, ha), (b, hb) = first(), second()
+        return f"{a}; {b}", ha or hb
+    return demo
+
+
 ONEDNN_CONV = ("on CPUs with AVX512-BF16, bf16 convolutions go through oneDNN, which accumulates in fp32 "
                "(4096 ones sum to 4096)")
 
@@ -156,19 +188,21 @@ IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
         "accumulates in bf16", _bf16_accumulator(
             "torch.bmm", lambda: torch.bmm(torch.ones(1, 1, K, dtype=BF16), torch.ones(1, K, 1, dtype=BF16)).item())),
     ("linear", "native", "bfloat16"): Imprecision(
-        "accumulates in bf16 when x or weight is not contiguous", _bf16_accumulator(
+        "accumulates in bf16 when x or weight is not contiguous; on oneDNN's path, flushes subnormal inputs",
+        _either(_bf16_accumulator(
             "F.linear with a transposed weight", lambda: F.linear(
-                torch.ones(1, K, dtype=BF16), torch.ones(K, 2, dtype=BF16).t())[0, 0].item()),
+                torch.ones(1, K, dtype=BF16), torch.ones(K, 2, dtype=BF16).t())[0, 0].item()), _bf16_daz("linear")),
         cpu_dependent="on CPUs with AVX512-BF16, F.linear in bf16 goes through oneDNN's GEMM, which "
                       "accumulates in fp32 (4096 ones sum to 4096)"),
     ("conv1d", "native", "bfloat16"): Imprecision(
-        "accumulates in bf16", _bf16_accumulator(
+        "accumulates in bf16; on oneDNN's path, flushes subnormal inputs", _either(_bf16_accumulator(
             "F.conv1d", lambda: F.conv1d(torch.ones(1, 1, K, dtype=BF16), torch.ones(1, 1, K, dtype=BF16)).item()),
+            _bf16_daz("conv1d")),
         cpu_dependent=ONEDNN_CONV),
     ("conv2d", "native", "bfloat16"): Imprecision(
-        "accumulates in bf16", _bf16_accumulator(
+        "accumulates in bf16; on oneDNN's path, flushes subnormal inputs", _either(_bf16_accumulator(
             "F.conv2d", lambda: F.conv2d(torch.ones(1, 1, 64, 64, dtype=BF16),
-                                         torch.ones(1, 1, 64, 64, dtype=BF16)).item()),
+                                         torch.ones(1, 1, 64, 64, dtype=BF16)).item()), _bf16_daz("conv2d")),
         cpu_dependent=ONEDNN_CONV),
     ("gelu", "native", "bfloat16"): Imprecision("computes in bf16 (1 + erf cancels)", _gelu),
     ("geglu", "native", "bfloat16"): Imprecision("its F.gelu computes in bf16 (as gelu)", _gelu),
@@ -265,6 +299,42 @@ def _batch_norm_cancel(dtype: torch.dtype) -> Callable[[], Tuple[str, bool]]:
     return demo
 
 
+def _bf16_gemm_inf_leak() -> Tuple[str, bool]:
+    torch.manual_seed(0)
+    a = torch.randn(496, 129).to(BF16)
+    a[5, 3] = float("-inf")
+    b = torch.rand(129, 384).to(BF16) + 0.5
+    out = a @ b
+    leaked = int((~out.isfinite()).sum() - (~out[5].isfinite()).sum())
+    return (f"bfloat16 a @ b (496x129 @ 129x384, b > 0) with one -inf in row 5 of a: row 5 is -inf (exact), and "
+            f"{leaked} outputs of rows that hold no infinity are non-finite too (float16 and the upcast: 0)"), leaked > 0
+
+
+def _bf16_dilated_conv2d() -> Tuple[str, bool]:
+    torch.manual_seed(1)
+    x = torch.randn(1, 64, 31, 7).to(BF16)
+    w = torch.randn(64, 16, 5, 4).to(BF16)
+    kw = dict(stride=3, padding=1, dilation=2, groups=4)
+    got = F.conv2d(x, w, **kw).double()
+    exact = F.conv2d(x.double(), w.double(), **kw)
+    up = F.conv2d(x.float(), w.float(), **kw).double()
+    err, uerr = (got - exact).abs().max().item(), (up - exact).abs().max().item()
+    return (f"conv2d in bfloat16 of contiguous randn x[1,64,31,7], w[64,16,5,4], stride 3, padding 1, "
+            f"dilation 2, groups 4: largest error {err:.3g} with outputs up to {exact.abs().max().item():.3g} "
+            f"(the upcast: {uerr:.2g}; float16: rounding only): wrong results, not rounding"), err > 1.0 and uerr < 1e-3
+
+
+def _fp16_norm_in_fp16() -> Tuple[str, bool]:
+    x = torch.full((1000,), 60000.0, dtype=torch.float16)
+    over = F.normalize(x, dim=0)[0].item()
+    t = torch.tensor([2.0 ** -24, 2.0 ** -24], dtype=torch.float16)
+    small = F.normalize(t, dim=0)[0].item()
+    return (f"F.normalize in float16 divides by a norm held in float16: 60000 x 1000 gives {over:g} (exact "
+            f"{1 / math.sqrt(1000):.6g}: the norm overflows to inf), [2^-24, 2^-24] gives {small:g} (exact "
+            f"{1 / math.sqrt(2):.6g}: the norm rounds in float16's subnormal range); the upcast gives both"), \
+        over == 0.0 and abs(small - 1 / math.sqrt(2)) > 0.1
+
+
 H = torch.float16
 IMPRECISE_TORCH2_11: Dict[Tuple[str, str, str], Imprecision] = {
     **{(op, style, dt_name): Imprecision("F.gelu(+inf) is NaN in the vectorized path (the tanh form and one "
@@ -285,6 +355,20 @@ IMPRECISE_TORCH2_11: Dict[Tuple[str, str, str], Imprecision] = {
     ("logsumexp", "native", "float16"): Imprecision("stores the sum of exp in fp16 before the log", _logsumexp_sum(H)),
     ("batch_norm", "native", "bfloat16"): Imprecision("more than one bf16 rounding of x_hat * w", _batch_norm_cancel(BF16)),
     ("batch_norm", "native", "float16"): Imprecision("more than one fp16 rounding of x_hat * w", _batch_norm_cancel(H)),
+    # bench/conformance/probe_torch2_lowp.py, docs/conformance/probe_torch2_lowp.txt (2026-12-02)
+    **{(op, "native", "bfloat16"): Imprecision(
+        "bf16 GEMM on the blocked CPU path flushes subnormal inputs and leaks a -inf into other rows",
+        (lambda d: lambda: (lambda a, b: (a[0] + "; " + b[0], a[1] and b[1]))(d(), _bf16_gemm_inf_leak()))(_bf16_daz(op)),
+        cpu_dependent="oneDNN's bf16 kernels (AVX512-BF16 / AMX CPUs); small shapes take another path")
+       for op in ("bmm", "matmul", "linear")},
+    ("conv1d", "native", "bfloat16"): Imprecision("bf16 convolution flushes subnormal inputs", _bf16_daz("conv1d"),
+                                                  cpu_dependent="oneDNN's bf16 kernels (AVX512-BF16 / AMX CPUs)"),
+    ("conv2d", "native", "bfloat16"): Imprecision(
+        "bf16 dilated convolution computes wrong values; subnormal inputs are flushed",
+        lambda: (lambda a, b: (a[0] + "; " + b[0], a[1] and b[1]))(_bf16_dilated_conv2d(), _bf16_daz("conv2d")()),
+        cpu_dependent="oneDNN's bf16 kernels (AVX512-BF16 / AMX CPUs)"),
+    ("l2norm", "native", "float16"): Imprecision("the norm is held in fp16 (x.norm() in the input dtype)",
+                                                 _fp16_norm_in_fp16),
 }
 
 
