@@ -180,27 +180,46 @@ class Client:
         url = socket
         if url is not None and "://" not in url:
             url = "ipc://" + os.path.abspath(url)
-        self._conn = _core.Connection(home=None if home is None else str(home), socket_url=url,
+        self._conn: Optional[Any] = _core.Connection(home=None if home is None else str(home), socket_url=url,
                                       autostart=autostart, timeout_s=float(timeout),
                                       daemon_path=daemon_path or _default_daemon(),
                                       start_timeout_s=float(start_timeout))
         self._cases: Dict[Tuple[str, int], Tuple[Dict[str, Any], Dict[str, Any], Dict[str, _fw.Input]]] = {}
 
     # --- plumbing -------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Closes this connection (the daemon goes on serving others). Idempotent; a request on a
+        closed client raises :class:`gpuemu.errors.ConnectError`. ``with Client() as c:`` closes it
+        at the end of the block."""
+        self._conn = None
+        self._cases.clear()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _live(self) -> Any:
+        if self._conn is None:
+            raise errors.ConnectError("this Client is closed (Client.close() or the end of its with block)",
+                                      "unavailable")
+        return self._conn
+
     @property
     def hello(self) -> Dict[str, Any]:
         """The daemon's hello: version, protocol, capabilities, methods, pid, socket, home."""
-        return self._conn.hello
+        return self._live().hello
 
     @property
     def started_daemon(self) -> bool:
-        return self._conn.started_daemon
+        return self._live().started_daemon
 
     def request(self, method: str, params: Optional[Dict[str, Any]] = None, tensors: Sequence = (),
                 timeout: Optional[float] = None) -> Tuple[Dict[str, Any], Dict[str, tuple]]:
         """One request: (result, {key: (dtype, shape, strides, offset, uint8 storage)})."""
         header = json.dumps({"v": 1, "method": method, "params": params or {}})
-        reply, tens = self._conn.call(header, list(tensors), timeout)
+        reply, tens = self._live().call(header, list(tensors), timeout)
         h = json.loads(reply)
         if not h.get("ok", False):
             err = h.get("error", {})

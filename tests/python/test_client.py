@@ -47,6 +47,20 @@ def torch_softmax(x, dim=-1):
 
 # --- the README quick start ---------------------------------------------------------------------
 
+def test_client_closes_and_works_as_a_context_manager(daemon):
+    with Client() as c:
+        assert c.ping() is not None and c.hello["version"] == gpuemu.__version__
+        pid = c.hello["pid"]
+    with pytest.raises(ConnectError, match="closed"):
+        c.ping()
+    with pytest.raises(ConnectError, match="closed"):
+        c.fuzz_op_client_side("softmax", lambda i: np_softmax(i["x"], i["dim"]), iterations=1)
+    c.close()  # idempotent
+    other = Client()  # the daemon goes on serving
+    assert other.hello["pid"] == pid and other.ping() is not None
+    other.close()
+
+
 def test_quick_start_correct_kernel_passes(daemon):
     from gpuemu import Client
     client = Client()
