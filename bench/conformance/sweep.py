@@ -37,8 +37,11 @@ MASTER_SEED_BASE = 20261201  # master seed i of the sweep is MASTER_SEED_BASE + 
 
 def _unsupported(tb: Optional[str]) -> bool:
     """torch has no kernel for this dtype (e.g. "not implemented for 'Half'"), or an SDPA backend
-    refuses this shape ("No available kernel"): the case was not computed, so it is not judged."""
-    return bool(tb) and ("not implemented for" in tb or "No available kernel" in tb)
+    refuses this shape ("No available kernel") or this alignment (the efficient backend's "p.query_ptr
+    is not correctly aligned": a clean refusal, unlike the flash backend's crash on the same inputs,
+    imprecise_cuda.py): the case was not computed, so it is not judged."""
+    return bool(tb) and ("not implemented for" in tb or "No available kernel" in tb
+                         or "is not correctly aligned" in tb)
 
 
 def _commit() -> Optional[str]:
@@ -133,34 +136,45 @@ def plan(ops: Optional[Sequence[str]], dtypes: Optional[Sequence[str]], strategi
     return jobs
 
 
-def imprecise_table(device: str, torch_version: Optional[str] = None) -> Dict[Tuple[str, str, str], Any]:
+def imprecise_table(device: str, torch_version: Optional[str] = None) -> Dict[Tuple[str, ...], Any]:
     """The known imprecise implementations of `device` under `torch_version` (default: this process's
     torch). imprecise.py lists PyTorch 1.13's and 2.11's CPU ones, each with its evidence; under any
-    other torch nothing is excused: a failure there is gated until it has evidence of its own."""
+    other torch nothing is excused: a failure there is gated until it has evidence of its own. On CUDA:
+    imprecise_cuda.py's table (PyTorch 2.11 on an H200)."""
     if torch_version is None:
         import torch
 
         torch_version = torch.__version__
     if device != "cpu":
-        return {}
+        from imprecise_cuda import table_for as cuda_table
+
+        return cuda_table(torch_version)
     from imprecise import table_for
 
     return table_for(torch_version)
 
 
+def is_imprecise(table: Dict[Tuple[str, ...], Any], op: str, impl: str, style: str, dtype: str) -> bool:
+    """Whether a variant is listed: by (op, style, dtype), or by (op, implementation, style, dtype)
+    where only one implementation of the op is at fault (imprecise_cuda.py's SDPA backends)."""
+    return (op, style, dtype) in table or (op, impl, style, dtype) in table
+
+
 def summarize(rows: List[Dict[str, Any]], device: str = "cpu") -> Dict[Tuple[str, str, str, str, str], Dict[str, Any]]:
     """(op, impl, style, dtype, strategy) -> cases, failed, worst ratio over the seeds, and whether
     the variant is a known imprecise implementation (imprecise.py)."""
-    excused = {}  # torch version -> its imprecise table; rows before the field was written are 1.13's
+    excused = {}  # torch version -> its imprecise table
     table: Dict[Tuple[str, str, str, str, str], Dict[str, Any]] = {}
     for r in rows:
-        version = r.get("torch", "1.13")
+        # rows from before the field was written: 1.13's on the CPU, 2.11's on the GPU machine
+        version = r.get("torch", "1.13" if r.get("device", "cpu") == "cpu" else "2.11")
         if version not in excused:
             excused[version] = imprecise_table(device, version)
         k = (r["op"], r["impl"], r["style"], r["dtype"], r["strategy"])
         t = table.setdefault(k, {"cases": 0, "failed": 0, "worst": 0.0, "runs": 0, "unsupported": None,
                                  "refused": 0,
-                                 "imprecise": (r["op"], r["style"], r["dtype"]) in excused[version]})
+                                 "imprecise": is_imprecise(excused[version], r["op"], r["impl"], r["style"],
+                                                           r["dtype"])})
         t["runs"] += 1
         if r.get("unsupported"):
             t["unsupported"] = r["unsupported"]
@@ -222,6 +236,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"gpuemu {sorted({str(r.get('gpuemu')) for r in rows})}\n")
         print(markdown(table, a.strategies))
         return 1 if sum(t["failed"] for t in table.values() if not t["imprecise"]) else 0
+    if a.evidence and a.device != "cpu":
+        import torch
+
+        held = True
+        print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+        for key, imp in imprecise_table(a.device).items():
+            shown, holds = imp.demo()
+            held &= holds
+            print(f"- {' / '.join(key)}: {imp.what}. {shown}{'' if holds else ' (NO LONGER SHOWN: recheck this entry)'}")
+        return 0 if held else 1
     if a.evidence:
         import torch
         from imprecise import evidence, table_for
@@ -270,7 +294,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 out.flush()
             if row["failed"] and not row.get("unsupported"):
                 f = row["failures"][0]
-                known = (row["op"], row["style"], row["dtype"]) in IMPRECISE
+                known = is_imprecise(IMPRECISE, row["op"], row["impl"], row["style"], row["dtype"])
                 print(f"{'imprecise' if known else 'FAIL'} {row['op']} {row['impl']} [{row['style']}] {row['dtype']} {row['strategy']} "
                       f"seed {row['seed']}: {row['failed']}/{row['cases']}, case {f['index']}: {f['message'][:160]}",
                       file=sys.stderr)

@@ -136,8 +136,8 @@ struct RefOutput {
   RefVec value;                   // the fp64 reference, row-major
   RefVec c_acc;                   // magnitude accumulated in fp32 (empty means zeros)
   RefVec c_in;                    // magnitude that legitimately passes through input-dtype rounding
-  // Non-finite results a correct kernel may return instead of the reference's, per element (empty
-  // means none), as k_alt_* bits: where legitimate formulations disagree on special values (e.g.
+  // Non-finite results (and k_alt_zero) a correct kernel may return instead of the reference's, per
+  // element (empty means none), as k_alt_* bits: where legitimate formulations disagree on special values (e.g.
   // batch_norm's fused x·α + β gives NaN for an infinite weight where the direct (x − μ)·σ⁻¹·w
   // gives ±Inf; rope's ±Inf·sin φ where fp32 cannot resolve the sign of sin φ).
   std::vector<std::uint8_t> alt_nonfinite;
@@ -145,11 +145,20 @@ struct RefOutput {
 
 inline constexpr std::uint8_t k_alt_nan = 1, k_alt_pos_inf = 2, k_alt_neg_inf = 4,
                               k_alt_any_nonfinite = 7;
+// A zero a correct kernel may return where the reference is NaN because the op is undefined there
+// (attention over a row whose every score is -Inf: softmax's 0/0, which PyTorch's SDPA backends and
+// FlashAttention define as a zero output).
+inline constexpr std::uint8_t k_alt_zero = 8;
 // The k_alt_* bit of a non-finite value (0 for a finite one).
 inline std::uint8_t alt_bit_of(double v) {
   if (std::isnan(v)) return k_alt_nan;
   if (std::isinf(v)) return v > 0 ? k_alt_pos_inf : k_alt_neg_inf;
   return 0;
+}
+
+// Whether `out` is one of the alternatives `bits` lists (a non-finite value's bit, or a zero).
+inline bool alt_accepts(std::uint8_t bits, double out) {
+  return (bits & alt_bit_of(out)) != 0 || (out == 0.0 && (bits & k_alt_zero) != 0);
 }
 
 // A reference computed outside the built-in table: a custom op's Python reference run by the

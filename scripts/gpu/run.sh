@@ -7,7 +7,8 @@
 #   scripts/gpu/run.sh corpus        the Triton / CuPy / JAX corpus (bench/gpu/corpus.py)
 #   scripts/gpu/run.sh conformance   the Conformance sweep on CUDA (bench/conformance/sweep.py --device cuda;
 #                                    SWEEP_DEVICE=cpu: PyTorch's CPU kernels on this machine's cores)
-#   scripts/gpu/run.sh all           all three
+#   scripts/gpu/run.sh evidence      the demonstrations of imprecise_cuda.py (sweep.py --device cuda --evidence)
+#   scripts/gpu/run.sh all           all four
 #
 # CORPUS_JOBS, CORPUS_DEADLINE, SWEEP_SEEDS, SWEEP_CASES, SWEEP_JOBS tune the runs.
 set -uo pipefail
@@ -49,6 +50,11 @@ if [ "$what" = conformance ] || [ "$what" = all ]; then
     > /dev/null 2> "$OUT/conformance_$dev.log"
   python3 bench/conformance/sweep.py --device "$dev" --report --json "$OUT/conformance_$dev.jsonl" > "$OUT/conformance_$dev.md" || status=1
   head -1 "$OUT/conformance_$dev.md"; grep -c '^FAIL' "$OUT/conformance_$dev.log" || true
+fi
+if [ "$what" = evidence ] || [ "$what" = all ]; then
+  phase evidence
+  python3 bench/conformance/sweep.py --device cuda --evidence > "$OUT/evidence_cuda.txt" 2>&1 || status=1
+  cat "$OUT/evidence_cuda.txt"
 fi
 if [ "$what" = lint ] || [ "$what" = all ]; then
   phase lint

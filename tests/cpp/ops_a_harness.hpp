@@ -115,13 +115,13 @@ inline void sprinkle_specials(std::vector<double>& v, Rng& rng, std::uint64_t ev
 
 // ---- scoring
 inline double element_error(double out, double ref, double c_acc, double c_in, DType out_dtype,
-                            DType in_dtype) {
+                            DType in_dtype, std::uint8_t alt = 0) {
   const auto& o = dtype_info(out_dtype);
   const double r = round_to(out_dtype, ref);
   if (!std::isfinite(out) || !std::isfinite(r)) {
     const bool same =
         (std::isnan(out) && std::isnan(r)) || (!std::isnan(out) && !std::isnan(r) && out == r);
-    if (same) return 0.0;
+    if (same || alt_accepts(alt, out)) return 0.0;  // equal, or an accepted alternative
     const double fp32_max = static_cast<double>(std::numeric_limits<float>::max());
     if (std::isfinite(r) && !std::isfinite(out) && c_acc >= fp32_max / 4)
       return 0.0;  // indeterminate
@@ -142,7 +142,8 @@ inline double max_error(const std::vector<RefOutput>& ref,
     for (std::size_t i = 0; i < r.value.size(); ++i) {
       const double ca = r.c_acc.empty() ? 0.0 : r.c_acc[i];
       const double ci = r.c_in.empty() ? 0.0 : r.c_in[i];
-      worst = std::max(worst, element_error(out[k][i], r.value[i], ca, ci, r.dtype, in_dtype));
+      const std::uint8_t alt = r.alt_nonfinite.empty() ? 0 : r.alt_nonfinite[i];
+      worst = std::max(worst, element_error(out[k][i], r.value[i], ca, ci, r.dtype, in_dtype, alt));
     }
   }
   return worst;

@@ -10,7 +10,7 @@ struct ConvSpec {
   std::vector<std::int64_t> stride, padding, dilation;
   std::int64_t groups;
   bool bias;
-  const char* values;  // normal | outliers | uniform
+  const char* values;  // normal | outliers | uniform | bias_heavy (x, w in [0, 1), bias ~ N(0, 100))
 };
 
 // conv1d uses H = Kh = 1 and only the last entry of stride/padding/dilation.
@@ -26,13 +26,15 @@ RefContext conv_ctx(DType dt, int sd, const ConvSpec& s, std::uint64_t seed) {
                             {"dilation", attr(s.dilation)},
                             {"groups", s.groups}});
   const std::string vals = s.values;
-  auto gen = vals == "outliers" ? outliers(1, 100) : vals == "uniform" ? uniform(0, 1) : normal(1);
+  auto gen = vals == "outliers"                           ? outliers(1, 100)
+             : vals == "uniform" || vals == "bias_heavy" ? uniform(0, 1)
+                                                         : normal(1);
   const Shape xs = sd == 2 ? Shape{s.B, s.Cin, s.H, s.W} : Shape{s.B, s.Cin, s.W};
   const Shape ws =
       sd == 2 ? Shape{s.Cout, s.Cin / s.groups, s.Kh, s.Kw} : Shape{s.Cout, s.Cin / s.groups, s.Kw};
   ctx.inputs["x"] = make_arg(dt, xs, rng, gen);
   ctx.inputs["weight"] = make_arg(dt, ws, rng, gen);
-  if (s.bias) ctx.inputs["bias"] = make_arg(dt, {s.Cout}, rng, normal(1));
+  if (s.bias) ctx.inputs["bias"] = make_arg(dt, {s.Cout}, rng, normal(vals == "bias_heavy" ? 100 : 1));
   return ctx;
 }
 
@@ -77,6 +79,9 @@ const std::vector<ConvSpec>& conv2d_specs() {
       {1, 64, 8, 8, 16, 5, 5, {1, 1}, {2, 2}, {1, 1}, 1, true, "outliers"},
       {2, 6, 7, 10, 6, 2, 3, {2, 1}, {1, 0}, {1, 2}, 3, true, "normal"},
       {1, 130, 4, 4, 3, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, false, "uniform"},
+      // depthwise, the bias far above the taps: an accumulator started at the bias (PyTorch's CUDA
+      // depthwise kernel, control bias_first_fma) rounds all 20 partial sums at the bias's size
+      {4, 3, 60, 16, 30, 4, 5, {3, 3}, {0, 3}, {1, 1}, 3, true, "bias_heavy"},
   };
   return v;
 }

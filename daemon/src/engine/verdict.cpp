@@ -181,8 +181,9 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx,
           const bool same =
               (std::isnan(o) && std::isnan(r)) || (!std::isnan(o) && !std::isnan(r) && o == r);
           if (same) continue;
-          // A non-finite result another correct formulation of the op gives for these inputs.
-          if (!of && !ref.alt_nonfinite.empty() && (ref.alt_nonfinite[e] & alt_bit_of(o))) {
+          // A non-finite result another correct formulation of the op gives for these inputs, or
+          // the zero some formulations define where the reference is NaN (k_alt_zero).
+          if (!ref.alt_nonfinite.empty() && alt_accepts(ref.alt_nonfinite[e], o)) {
             ++v.alternative;
             continue;
           }

@@ -83,8 +83,10 @@ void attention_row(const float* q, const float* kt, std::int64_t ld_kt, const fl
   }
   if (parts.size() == 1) {
     const Partial& p = parts[0];
+    // FA2 divides by 1 where the row sum is 0: acc holds 0 (0 * v), or NaN where a value is
+    // non-finite (0 * Inf).
     const bool empty = p.l == 0.0f && cfg.zero_empty_rows;
-    for (std::int64_t c = 0; c < d; ++c) out[c] = empty ? 0.0f : p.acc[c] / p.l;
+    for (std::int64_t c = 0; c < d; ++c) out[c] = empty ? p.acc[c] : p.acc[c] / p.l;
     return;
   }
   // flash-decoding's combine: each split stores its normalised output and its lse in fp32.

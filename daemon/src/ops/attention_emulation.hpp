@@ -20,7 +20,7 @@ struct AttentionEmulation {
   std::int64_t kv_splits = 1;  // flash-decoding: keys split in this many chunks, combined by lse
   bool rescale_acc = true;     // bug when false: `acc *= alpha` forgotten (l is still rescaled)
   bool split_max_correction = true;  // bug when false: split partials weighted by l_s alone
-  bool zero_empty_rows = false;      // a row with no attended key yields 0 (FA2), else 0/0 = NaN
+  bool zero_empty_rows = false;      // a row with no attended key, or only -inf scores, yields 0 (FA2), else 0/0 = NaN
 };
 
 // One query row q[0..d) against keys [0, n): kt is Kᵀ as floats, [d, ld_kt] (key j in column j),

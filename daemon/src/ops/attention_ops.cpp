@@ -249,6 +249,12 @@ AttentionEmulation split_kv(std::int64_t splits, bool round_p, bool max_correcti
   return e;
 }
 
+// FA2 and PyTorch's SDPA backends: a row whose every score is -inf gets zeros, not 0/0.
+AttentionEmulation zero_masked_rows(AttentionEmulation e) {
+  e.zero_empty_rows = true;
+  return e;
+}
+
 AttentionEmulation no_rescale(std::int64_t block_n) {
   AttentionEmulation e = flash(block_n, true);
   e.rescale_acc = false;
@@ -270,6 +276,10 @@ BuiltinOp make_flash() {
        emulated(false, flash(64, false))},
       {"flash_exp2_bn128", "Triton tutorial form: scores times scale·log2(e), exp2, P rounded",
        emulated(false, flash(128, true, true))},
+      {"flash_bn64_zero_masked_rows",
+       "BLOCK_N=64 online softmax returning zeros for a row whose scores are all -inf "
+       "(FA2, PyTorch's SDPA safe softmax)",
+       emulated(false, zero_masked_rows(flash(64, true)))},
   };
   op.buggy = {
       {"missing_scale", "softmax(q·kᵀ) without the 1/sqrt(D) scale",

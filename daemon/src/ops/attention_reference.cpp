@@ -72,6 +72,17 @@ void attention_block_reference(const AttentionBlock& blk) {
         m = std::max(m, s[j]);
       }
       if (nan) m = std::numeric_limits<double>::quiet_NaN();
+      if (blk.alt && !nan && n > 0 && m == -std::numeric_limits<double>::infinity()) {
+        // Every attended score is -Inf: softmax is 0/0 and the row NaN here, while PyTorch's SDPA
+        // backends (the math backend's safe softmax, the efficient and flash kernels) and
+        // FlashAttention return zeros for such a row. Either is accepted, column by column where
+        // the attended values are finite (0 * Inf is NaN in both).
+        for (std::int64_t c = 0; c < d; ++c) {
+          bool finite_col = true;
+          for (std::int64_t j = 0; j < n && finite_col; ++j) finite_col = std::isfinite(blk.v[j * d + c]);
+          if (finite_col) blk.alt[(r0 + i) * d + c] |= k_alt_zero;
+        }
+      }
       double sum = 0;
       for (std::int64_t j = 0; j < n; ++j) sum += std::exp(s[j] - m);
       double e_bar = 0, e_max = 0, spread_max = 0, dot_max = 0;

@@ -2,8 +2,12 @@
 // weight[Cout,Cin/groups,Kh,Kw], bias[Cout]]; stride, padding (zeros), dilation, groups as in
 // torch.nn.functional.conv1d / conv2d (cross-correlation, no kernel flip).
 // The reference is im2col + dgemm per (batch, group) in fp64. Error model: each output is a dot
-// product of length R = Cin/groups·Kh·Kw, so c_acc = (|W_g|·|cols|)·sqrt(R) + |bias| as for GEMM
-// (sqrt(R) gains policy_weight() under a precision policy: cuDNN's TF32 convolutions).
+// product of length R = Cin/groups·Kh·Kw, so c_acc = (|W_g|·|cols|)·sqrt(R) as for GEMM (sqrt(R)
+// gains policy_weight() under a precision policy: cuDNN's TF32 convolutions), plus |bias|·sqrt(R):
+// a kernel that starts its accumulator at the bias (PyTorch's CUDA depthwise kernel) rounds every
+// one of the R partial sums at the bias's magnitude. With a bias, c_in = |conv before the bias|:
+// PyTorch's cuDNN path stores the convolution in the input dtype and adds the bias in a second op
+// (output.add_(bias)), as linear's unfused path does (docs/error-model.md).
 // Padding takes no part (padded_taps_take_no_part): an infinite weight meeting a padded zero does
 // not make the element NaN, and the NaN of kernels that multiply loaded zeros is the alternative.
 // Controls: a direct fp32 loop, implicit GEMM over BLOCK_K=32 tiles, a channels-last reduction
@@ -73,7 +77,8 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, int spatial_dims
   const double* bias = ctx.has_input("bias") ? ctx.input("bias").data.data() : nullptr;
   const std::int64_t P = g.pixels(), R = g.red(), cog = g.cout_g();
   const auto n = static_cast<std::size_t>(g.B * g.Cout * P);
-  RefVec value(n), c_acc(n);
+  RefVec value(n), c_acc(n), c_in;
+  if (bias) c_in.resize(n);
   std::vector<double> cols(static_cast<std::size_t>(R * P));
   std::vector<RefVec> abs_w;
   for (std::int64_t grp = 0; grp < g.groups; ++grp)
@@ -90,22 +95,59 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, int spatial_dims
   std::vector<std::uint8_t> alt;
   if (!all_finite(weight, g.Cout * R)) padded_taps_take_no_part(g, x, weight, value, c_acc, alt);
   const double root = sqrt_len(R) + policy_weight(ctx);  // a precision policy's operand rounding
+  const double bias_root = sqrt_len(R);                    // the bias is never a rounded operand
   for (std::int64_t b = 0; b < g.B; ++b)
     for (std::int64_t c = 0; c < g.Cout; ++c)
       for (std::int64_t p = 0; p < P; ++p) {
-        const std::int64_t i = (b * g.Cout + c) * P + p;
+        const auto i = static_cast<std::size_t>((b * g.Cout + c) * P + p);
         c_acc[i] *= root;
-        if (bias) value[i] += bias[c], c_acc[i] += std::fabs(bias[c]);
+        if (bias) {
+          c_in[i] = std::fabs(value[i]);
+          value[i] += bias[c];
+          c_acc[i] += std::fabs(bias[c]) * bias_root;
+        }
       }
   return single_output(ctx.output_dtype(), out_shape(g, spatial_dims), std::move(value),
-                       std::move(c_acc), {}, std::move(alt));
+                       std::move(c_acc), std::move(c_in), std::move(alt));
 }
+
+// Where a kernel adds the bias: to the fp32 accumulator after the reduction (fused), into the
+// accumulator before it (PyTorch's CUDA depthwise kernel: acc = bias, then acc = fma(w, x, acc)), or
+// to the convolution already stored in the output dtype, rounding again (cuDNN + output.add_(bias)).
+enum class BiasAdd { last, first_fma, unfused };
 
 struct ConvKernel {
   GemmEmulation gemm;
   ReductionOrder order = ReductionOrder::chw;
   Im2colBug bug = Im2colBug::none;
+  BiasAdd bias = BiasAdd::last;
 };
+
+// One fp32 fma chain per output over (ci, kh, kw), started at the bias (BiasAdd::first_fma).
+std::vector<double> bias_first_fma(const ConvGeom& g, const double* x, const double* weight,
+                                   const double* bias, DType out_dtype) {
+  const std::int64_t P = g.pixels(), R = g.red(), cog = g.cout_g();
+  std::vector<double> out(static_cast<std::size_t>(g.B * g.Cout * P));
+  std::vector<float> cols(static_cast<std::size_t>(R * P));
+  for (std::int64_t grp = 0; grp < g.groups; ++grp) {
+    const std::vector<float> w = to_f32(group_weight(weight, g, grp, ReductionOrder::chw));
+    for (std::int64_t b = 0; b < g.B; ++b) {
+      im2col(x, g, b, grp, ReductionOrder::chw, Im2colBug::none, cols.data());
+      for (std::int64_t co = 0; co < cog; ++co) {
+        const std::int64_t c = grp * cog + co;
+        for (std::int64_t p = 0; p < P; ++p) {
+          float acc = bias ? f32(bias[c]) : 0.0f;
+          for (std::int64_t r = 0; r < R; ++r)
+            acc = std::fma(w[static_cast<std::size_t>(co * R + r)],
+                           cols[static_cast<std::size_t>(r * P + p)], acc);
+          out[static_cast<std::size_t>((b * g.Cout + c) * P + p)] =
+              round_to(out_dtype, static_cast<double>(acc));
+        }
+      }
+    }
+  }
+  return out;
+}
 
 KernelFn emulated(int spatial_dims, ConvKernel k) {
   return [spatial_dims, k](const RefContext& ctx) -> KernelOut {
@@ -115,6 +157,8 @@ KernelFn emulated(int spatial_dims, ConvKernel k) {
     const double* bias = ctx.has_input("bias") ? ctx.input("bias").data.data() : nullptr;
     const std::int64_t P = g.pixels(), R = g.red(), cog = g.cout_g();
     const DType out_dtype = ctx.output_dtype();
+    if (k.bias == BiasAdd::first_fma)
+      return std::vector<std::vector<double>>{bias_first_fma(g, x, weight, bias, out_dtype)};
     std::vector<double> out(static_cast<std::size_t>(g.B * g.Cout * P));
     std::vector<float> cols(static_cast<std::size_t>(R * P));
     for (std::int64_t grp = 0; grp < g.groups; ++grp) {
@@ -126,6 +170,8 @@ KernelFn emulated(int spatial_dims, ConvKernel k) {
           const std::int64_t c = grp * cog + co;
           for (std::int64_t p = 0; p < P; ++p) {
             float v = acc[co * P + p];
+            if (bias && k.bias == BiasAdd::unfused)
+              v = f32(round_to(out_dtype, static_cast<double>(v)));  // stored, then add_(bias)
             if (bias) v += f32(bias[c]);
             out[(b * g.Cout + c) * P + p] = round_to(out_dtype, static_cast<double>(v));
           }
@@ -148,6 +194,11 @@ ConvKernel kernel(std::int64_t block_k, std::int64_t split_k = 1,
   return k;
 }
 
+ConvKernel with_bias(ConvKernel k, BiasAdd how) {
+  k.bias = how;
+  return k;
+}
+
 BuiltinOp make_op(const std::string& name, int sd) {
   BuiltinOp op;
   op.name = name;
@@ -162,6 +213,12 @@ BuiltinOp make_op(const std::string& name, int sd) {
        emulated(sd, kernel(64, 1, ReductionOrder::hwc))},
       {"split_k4", "reduction split in 4 chunks of BLOCK_K=32 tiles, fp32 partials summed",
        emulated(sd, kernel(32, 4))},
+      {"bias_first_fma",
+       "PyTorch's CUDA depthwise kernel: the accumulator starts at the bias, one fp32 fma chain",
+       emulated(sd, with_bias(kernel(0), BiasAdd::first_fma))},
+      {"unfused_bias",
+       "cuDNN's path: the convolution stored in the output dtype, then add_(bias) (two roundings)",
+       emulated(sd, with_bias(kernel(32), BiasAdd::unfused))},
   };
   op.buggy = {
       {"pad_no_lower_check",

@@ -346,6 +346,21 @@ Result<std::vector<RefOutput>> norm_reference(const RefContext& ctx, NormKind ki
   const auto run = cpu_has_avx2() ? norm_rows_avx2 : norm_rows_baseline;
   parallel_rows(nr.rows, std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(nr.len, 1)),
                 [&](std::int64_t rb, std::int64_t re) { run(job, rb, re); });
+  if (kind == NormKind::rms) {
+    // A row holding an infinity, or an x whose square fp32 cannot hold, has an infinite fp32 mean
+    // square: the reference gives 0 (or its tiny value) for the other elements (x * rsqrt(inf) = 0).
+    // A kernel that forms the mean square as a running mean (Welford's update, PyTorch's CUDA
+    // rms_norm) meets inf - inf and returns NaN for the whole row: as correct a formulation, so NaN
+    // is the alternative for every element of such a row.
+    const double fp32_max = static_cast<double>(std::numeric_limits<float>::max());
+    for (std::int64_t r = 0; r < nr.rows; ++r) {
+      const double* xr = x.data.data() + r * nr.len;
+      if (!std::any_of(xr, xr + nr.len, [&](double v) { return std::isinf(v) || v * v >= fp32_max; }))
+        continue;
+      if (alt.empty()) alt.assign(static_cast<std::size_t>(n), 0);
+      for (std::int64_t k = 0; k < nr.len; ++k) alt[static_cast<std::size_t>(r * nr.len + k)] |= k_alt_nan;
+    }
+  }
   return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc),
                        std::move(c_in), std::move(alt));
 }
@@ -383,6 +398,10 @@ void row_stats(const float* x, std::int64_t len, bool centered, float eps, DType
     const Moments m = welford_row(len, 128, [x](std::int64_t k) { return x[k]; });
     mean = m.mean;
     var = m.m2 / n;
+  } else if (v.stats == Stats::welford) {
+    // rms_norm's mean square as a running mean of x^2 (Welford's update), as PyTorch's CUDA
+    // rms_norm does through its moments kernel: an infinite x^2 makes the row NaN (inf - inf).
+    var = welford_row(len, 128, [x](std::int64_t k) { return x[k] * x[k]; }).mean;
   } else if (v.stats == Stats::one_pass && centered) {
     const float s = row_sum(len, RowSum::tiled, 1024, dt, [x](std::int64_t k) { return x[k]; });
     const float sq =
@@ -467,9 +486,11 @@ BuiltinOp norm_op(const char* name, NormKind kind) {
           : "fp32 tiled mean, then tiled sum of squared deviations, "
             "(x - mean) * rsqrt(var + eps) * w + b";
   op.controls.push_back({"fp32_two_pass", two_pass, norm_kernel(kind, {Stats::two_pass})});
-  if (centered)
-    op.controls.push_back({"fp32_welford", "128 Welford lanes in fp32 merged pairwise (Chan)",
-                           norm_kernel(kind, {Stats::welford})});
+  op.controls.push_back({"fp32_welford",
+                         centered ? "128 Welford lanes in fp32 merged pairwise (Chan)"
+                                  : "the mean square as a running mean of x^2 in 128 Welford "
+                                    "lanes merged pairwise (PyTorch's CUDA rms_norm)",
+                         norm_kernel(kind, {Stats::welford})});
   op.controls.push_back({"xhat_rounded",
                          "x_hat stored in the input dtype before the weight product (HF "
                          "LlamaRMSNorm's `weight * x.to(input_dtype)`)",
@@ -547,14 +568,18 @@ Result<std::vector<RefOutput>> batch_norm_reference(const RefContext& ctx) {
             if (alt_bit_of(y_direct) != alt_bit_of(y)) alt[i] = alt_bit_of(y_direct);
             const bool ok = finite(y);
             const double spread = std::fabs(x.data[i]) + std::fabs(rm.data[c]);  // x - mean in fp32
-            // Underflowed fp32 intermediates ((x - mean) * rstd, or w * rstd in the fused form) are
-            // off by up to half a subnormal spacing, amplified by w or by x and mean.
-            const double underflow = (std::fabs(w) + spread) * k_fp32_min_normal;
-            // Either form's fp32 intermediates (x - mean, x_hat, x_hat * w; w * rstd, x * alpha,
-            // mean * alpha) may overflow float32 where the result does not.
-            const double intermediate =
-                std::max({spread, std::fabs(xh), std::fabs(xh * w), std::fabs(alpha),
-                          std::fabs(x.data[i] * alpha), std::fabs(rm.data[c] * alpha)});
+            // Underflowed fp32 intermediates ((x - mean) * rstd, or w * rstd in the fused form, or
+            // w * (x - mean) in PyTorch's CUDA order) are off by up to half a subnormal spacing,
+            // amplified by w, by x and mean, or by rstd.
+            const double underflow = (std::fabs(w) + spread + rstd) * k_fp32_min_normal;
+            // The fp32 intermediates of each form may overflow float32 where the result does
+            // not: x - mean, x_hat, x_hat * w; w * rstd, x * alpha, mean * alpha; and w * (x - mean),
+            // which PyTorch's CUDA kernel forms first (batch_norm_transform_input_kernel:
+            // gamma * (x - mean) * invstd + beta, evaluated left to right).
+            const double intermediate = std::max(
+                {spread, std::fabs(xh), std::fabs(xh * w), std::fabs(alpha),
+                 std::fabs(x.data[i] * alpha), std::fabs(rm.data[c] * alpha),
+                 std::fabs((x.data[i] - rm.data[c]) * w)});
             c_acc[i] = ok ? overflow_guard(spread * std::fabs(w) * rstd + std::fabs(b) + underflow,
                                            intermediate)
                           : 0.0;
@@ -567,7 +592,7 @@ Result<std::vector<RefOutput>> batch_norm_reference(const RefContext& ctx) {
                        std::move(c_in), std::move(alt));
 }
 
-enum class BnVariant { direct, scale_shift, eps_outside, channel_last_index, batch_stats };
+enum class BnVariant { direct, weight_first, scale_shift, eps_outside, channel_last_index, batch_stats };
 
 KernelFn batch_norm_kernel(BnVariant variant) {
   return [variant](const RefContext& ctx) -> Result<KernelOutputs> {
@@ -617,6 +642,8 @@ KernelFn batch_norm_kernel(BnVariant variant) {
               const float scale = w * rstd;
               const float shift = bias - mean[cs] * scale;
               y = xv * scale + shift;
+            } else if (variant == BnVariant::weight_first) {
+              y = w * (xv - mean[cs]) * rstd + bias;
             } else {
               y = (xv - mean[cs]) * rstd * w + bias;
             }
@@ -635,6 +662,9 @@ BuiltinOp batch_norm_op() {
   op.controls = {
       {"fp32_direct", "(x - mean) * rsqrt(var + eps) * w + b in fp32",
        batch_norm_kernel(BnVariant::direct)},
+      {"fp32_weight_first",
+       "PyTorch's CUDA kernel: w * (x - mean) * (1 / sqrt(var + eps)) + b in fp32, left to right",
+       batch_norm_kernel(BnVariant::weight_first)},
       {"fp32_scale_shift",
        "cuDNN inference: scale = w * rsqrt(var + eps), shift = b - mean * scale, "
        "x * scale + shift",
