@@ -160,14 +160,19 @@ def is_imprecise(table: Dict[Tuple[str, ...], Any], op: str, impl: str, style: s
     return (op, style, dtype) in table or (op, impl, style, dtype) in table
 
 
+def _torch_of(row: Dict[str, Any]) -> str:
+    """The torch a row ran under; rows from before the field was written: 1.13 on the CPU (this
+    machine's), 2.11 on the GPU machine (the only torch it has had)."""
+    return row.get("torch", "1.13" if row.get("device", "cpu") == "cpu" else "2.11")
+
+
 def summarize(rows: List[Dict[str, Any]], device: str = "cpu") -> Dict[Tuple[str, str, str, str, str], Dict[str, Any]]:
     """(op, impl, style, dtype, strategy) -> cases, failed, worst ratio over the seeds, and whether
     the variant is a known imprecise implementation (imprecise.py)."""
     excused = {}  # torch version -> its imprecise table
     table: Dict[Tuple[str, str, str, str, str], Dict[str, Any]] = {}
     for r in rows:
-        # rows from before the field was written: 1.13's on the CPU, 2.11's on the GPU machine
-        version = r.get("torch", "1.13" if r.get("device", "cpu") == "cpu" else "2.11")
+        version = _torch_of(r)
         if version not in excused:
             excused[version] = imprecise_table(device, version)
         k = (r["op"], r["impl"], r["style"], r["dtype"], r["strategy"])
@@ -232,7 +237,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rows = [json.loads(line) for line in f if line.strip()]
         table = summarize(rows, a.device)
         print(f"{len(rows)} runs of {sorted({r['cases'] for r in rows})} cases, seeds "
-              f"{sorted({r['seed'] for r in rows})}, torch {sorted({r.get('torch', '1.13') for r in rows})}, "
+              f"{sorted({r['seed'] for r in rows})}, torch {sorted({_torch_of(r) for r in rows})}, "
               f"gpuemu {sorted({str(r.get('gpuemu')) for r in rows})}\n")
         print(markdown(table, a.strategies))
         return 1 if sum(t["failed"] for t in table.values() if not t["imprecise"]) else 0
