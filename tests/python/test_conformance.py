@@ -95,6 +95,28 @@ def test_the_imprecise_list_excuses_only_the_torch_it_was_shown_on():
     assert [t["imprecise"] for t in summarize([dict(gelu, torch="2.12.0")]).values()] == [False]
 
 
+def test_the_cuda_list_excuses_one_sdpa_backend_not_the_op_and_only_on_cuda():
+    # imprecise_cuda.py keys the SDPA crash by implementation: the flash backend is listed, the math
+    # backend of the same op, style and dtype is not; CUDA entries never excuse a CPU row, nor a
+    # torch the GPU machine's evidence was not measured under.
+    from imprecise_cuda import SDPA_FLASH
+    from sweep import _unsupported, summarize
+
+    row = {"op": "flash_attention", "impl": SDPA_FLASH, "style": "native", "dtype": "float16",
+           "strategy": "regular", "seed": 1, "cases": 10, "failed": 9, "worst_ratio": None,
+           "torch": "2.11.0+cu130", "device": "cuda"}
+    math_row = dict(row, impl="F.scaled_dot_product_attention [math backend]")
+    assert [t["imprecise"] for t in summarize([row], "cuda").values()] == [True]
+    assert [t["imprecise"] for t in summarize([math_row], "cuda").values()] == [False]
+    assert [t["imprecise"] for t in summarize([dict(row, torch="2.12.0")], "cuda").values()] == [False]
+    cumsum = dict(row, op="cumsum", impl="torch.cumsum", dtype="bfloat16")
+    assert [t["imprecise"] for t in summarize([cumsum], "cuda").values()] == [True]
+    assert [t["imprecise"] for t in summarize([dict(cumsum, device="cpu")], "cpu").values()] == [False]
+    # a clean refusal is not judged; a crash is
+    assert _unsupported("RuntimeError: p.query_ptr is not correctly aligned")
+    assert not _unsupported("AcceleratorError: CUDA error: misaligned address")
+
+
 def test_the_known_imprecise_implementations_still_are():
     for key, (shown, holds) in evidence().items():
         if holds:
