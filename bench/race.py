@@ -23,6 +23,12 @@ adds per case. The machine's limit is measured in the same run: memcpy bandwidth
 would reach. Each timing is the best of ``--repeat``. Ratios are gpuemu / loop cases/s (> 1:
 gpuemu is faster).
 
+``--sizes``: how the cost grows with shape. For each op, dims pinned on a grid from small to the
+schema's large (SIZE_GRID), ``--size-cases`` cases per size: the loop and ``fuzz_op_client_side``
+on the same cases (same master seed and pins), their cases/s, the ratio, gpuemu's added ms per
+case, and the copy limit (cases/s a pure memcpy of each case's bytes would reach) measured in the
+same run.
+
 Then ``gpuemu.reference`` against numpy float64 on the same arrays (matmul 1024^3, a four-line
 softmax over 2048x4096), ratio numpy time / gpuemu time (``--no-reference`` skips it).
 """
@@ -180,6 +186,41 @@ def race_reference(repeat: int) -> List[Dict[str, Any]]:
     return rows
 
 
+# dims pinned per size, from small to the largest each op's schema budget lets the fuzzer draw
+# (max_elements, max_work: softmax 2^18 elements, layer_norm 2^20, matmul 2^25 multiply-adds,
+# attention 2^24): softmax/layer_norm rows x N, matmul M = N = K, attention B=1, H=4, D=64, Lq = Lk.
+SIZE_GRID: Dict[str, List[Dict[str, int]]] = {
+    "softmax": [{"R": r, "N": n} for r, n in ((64, 128), (64, 1024), (32, 4096), (16, 16384))],
+    "layer_norm": [{"R": r, "N": n} for r, n in ((64, 128), (64, 1024), (64, 4096), (60, 16384))],
+    "matmul": [{"M": n, "N": n, "K": n} for n in (64, 128, 192, 256)],
+    "flash_attention": [{"B": 1, "H": 4, "Hkv": 4, "D": 64, "Lq": n, "Lk": n} for n in (64, 128, 192, 256)],
+}
+
+
+def race_size(client: Client, op: str, dims: Dict[str, int], n: int, seed: int, repeat: int,
+              gbps: float) -> Dict[str, Any]:
+    """The loop and fuzz_op_client_side on ``n`` cases of one pinned shape."""
+    fn = KERNELS[op]
+    batch = client.get_test_batch(op, count=n, seed=seed, dtypes=["float32"], framework="torch", dims=dims)
+    cases = [case_args(c) for c in batch]
+    elements = sum(int(v.numel()) for v in batch[0]["inputs"].values() if isinstance(v, torch.Tensor))
+    nbytes = 4 * (elements + int(fn(cases[0]).numel()))
+    kernel_s = best_of(repeat, lambda: [fn(a) for a in cases])
+    loop_s = best_of(repeat, lambda: usual_loop(fn, cases))
+    got: Dict[str, Any] = {}
+
+    def client_run() -> None:
+        got["r"] = client.fuzz_op_client_side(op, fn, iterations=n, seed=seed, dtypes=["float32"],
+                                              framework="torch", dims=dims)
+
+    client_s = best_of(repeat, client_run)
+    return {"op": op, "dims": dims, "cases": n, "elements": elements, "bytes": nbytes,
+            "loop_cps": n / loop_s, "client_cps": n / client_s, "ratio": loop_s / client_s,
+            "kernel_ms": kernel_s / n * 1e3, "client_added_ms": (client_s - kernel_s) / n * 1e3,
+            "loop_added_ms": (loop_s - kernel_s) / n * 1e3, "copy_cps": gbps * 1e9 / nbytes,
+            "client_failed": got["r"].failed}
+
+
 def race_op(client: Client, op: str, n: int, seed: int, repeat: int, gbps: float) -> Dict[str, Any]:
     fn = KERNELS[op]
     batch = client.get_test_batch(op, count=n, seed=seed, dtypes=["float32"], framework="torch")
@@ -231,6 +272,37 @@ def race_op(client: Client, op: str, n: int, seed: int, repeat: int, gbps: float
     return row
 
 
+def sizes_table(args: argparse.Namespace, gbps: float) -> int:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gpuemu-race-") as home:
+        client = Client(home=home)
+        try:
+            for op in args.ops:
+                for dims in SIZE_GRID[op]:
+                    rows.append(race_size(client, op, dims, args.size_cases, args.seed, args.repeat, gbps))
+        finally:
+            try:
+                client.request("shutdown")
+            except Exception:  # noqa: BLE001
+                pass
+    print(f"memcpy {gbps:.1f} GB/s; torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"{args.size_cases} float32 cases per size, master seed {args.seed}, best of {args.repeat}")
+    print("| op | dims | elements | loop cases/s | client cases/s | ratio | kernel ms | added ms: loop, client "
+          "| copy-limit cases/s |")
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|")
+    for r in rows:
+        dims = " ".join(f"{k}={v}" for k, v in r["dims"].items())
+        print(f"| {r['op']} | {dims} | {r['elements']} | {r['loop_cps']:.1f} | {r['client_cps']:.1f} "
+              f"| {r['ratio']:.2f}x | {r['kernel_ms']:.2f} | {r['loop_added_ms']:.2f}, {r['client_added_ms']:.2f} "
+              f"| {r['copy_cps']:.0f} |")
+    if args.json:
+        Path(args.json).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    bad = [r for r in rows if r["client_failed"]]
+    for r in bad:
+        print(f"warning: {r['op']} {r['dims']}: gpuemu flagged torch's kernel ({r['client_failed']})", file=sys.stderr)
+    return 1 if bad else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", type=int, default=60)
@@ -240,11 +312,16 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--no-reference", action="store_true", help="skip gpuemu.reference against numpy")
+    ap.add_argument("--sizes", action="store_true",
+                    help="only the cost over shapes (SIZE_GRID): loop vs fuzz_op_client_side per pinned size")
+    ap.add_argument("--size-cases", type=int, default=12, help="cases per size with --sizes (default 12)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
 
     gbps = memcpy_gbps()
+    if args.sizes:
+        return sizes_table(args, gbps)
     rows = []
     with tempfile.TemporaryDirectory(prefix="gpuemu-race-") as home:
         client = Client(home=home)
