@@ -36,6 +36,7 @@ softmax over 2048x4096), ratio numpy time / gpuemu time (``--no-reference`` skip
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -43,7 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, Iterator, List
 
 import numpy as np
 import torch
@@ -272,19 +273,26 @@ def race_op(client: Client, op: str, n: int, seed: int, repeat: int, gbps: float
     return row
 
 
-def sizes_table(args: argparse.Namespace, gbps: float) -> int:
-    rows = []
+@contextlib.contextmanager
+def race_client() -> Iterator[Client]:
+    """A Client on a daemon of its own (a temporary home), shut down afterwards."""
     with tempfile.TemporaryDirectory(prefix="gpuemu-race-") as home:
         client = Client(home=home)
         try:
-            for op in args.ops:
-                for dims in SIZE_GRID[op]:
-                    rows.append(race_size(client, op, dims, args.size_cases, args.seed, args.repeat, gbps))
+            yield client
         finally:
             try:
                 client.request("shutdown")
             except Exception:  # noqa: BLE001
                 pass
+
+
+def sizes_table(args: argparse.Namespace, gbps: float) -> int:
+    rows = []
+    with race_client() as client:
+        for op in args.ops:
+            for dims in SIZE_GRID[op]:
+                rows.append(race_size(client, op, dims, args.size_cases, args.seed, args.repeat, gbps))
     print(f"memcpy {gbps:.1f} GB/s; torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"{args.size_cases} float32 cases per size, master seed {args.seed}, best of {args.repeat}")
     print("| op | dims | elements | loop cases/s | client cases/s | ratio | kernel ms | added ms: loop, client "
@@ -323,16 +331,9 @@ def main() -> int:
     if args.sizes:
         return sizes_table(args, gbps)
     rows = []
-    with tempfile.TemporaryDirectory(prefix="gpuemu-race-") as home:
-        client = Client(home=home)
-        try:
-            for op in args.ops:
-                rows.append(race_op(client, op, args.cases, args.seed, args.repeat, gbps))
-        finally:
-            try:
-                client.request("shutdown")
-            except Exception:  # noqa: BLE001
-                pass
+    with race_client() as client:
+        for op in args.ops:
+            rows.append(race_op(client, op, args.cases, args.seed, args.repeat, gbps))
     print(f"memcpy {gbps:.1f} GB/s; torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"{args.cases} float32 cases per op, master seed {args.seed}, best of {args.repeat}")
     print("| op | median elements | loop cases/s | client cases/s (ratio) | submit cases/s (ratio) "
