@@ -141,6 +141,11 @@ struct RefOutput {
   // batch_norm's fused x·α + β gives NaN for an infinite weight where the direct (x − μ)·σ⁻¹·w
   // gives ±Inf; rope's ±Inf·sin φ where fp32 cannot resolve the sign of sin φ).
   std::vector<std::uint8_t> alt_nonfinite;
+  // An exact op (a gather, a max, relu): the reference is one of the inputs, exactly representable
+  // in the output dtype, and a correct kernel computes nothing that rounds, so the bound is zero
+  // (c_acc and c_in are ignored) and any difference fails. Only the floor near the subnormal range
+  // stays: a kernel built with flush-to-zero may return 0 for a subnormal result.
+  bool exact = false;
 };
 
 inline constexpr std::uint8_t k_alt_nan = 1, k_alt_pos_inf = 2, k_alt_neg_inf = 4,

@@ -45,8 +45,10 @@ constexpr double k_u_acc = 0x1.0p-24;
 // subnormal range, in multiples of its bound (envelopes are 2 to 3 such bounds).
 constexpr double k_floor_reach = 4.0;
 
-// Normalised error of one element (finite out and ref).
-double normalised_error(double out, double ref, double c_acc, double c_in, DType out_dtype, DType in_dtype);
+// Normalised error of one element (finite out and ref). `exact`: the op's bound is zero
+// (RefOutput::exact), so only the floor near zero divides the difference.
+double normalised_error(double out, double ref, double c_acc, double c_in, DType out_dtype, DType in_dtype,
+                        bool exact = false);
 
 // The finite value an infinity of `dtype` stands for when the other side of a comparison is
 // finite: +(max finite + one ulp at max), the first power of two past the range (fp16 65536,

@@ -23,6 +23,7 @@ struct OneElement {
   DType dtype = DType::float16;
   double out = 0.0, ref = 0.0, c_acc = 0.0;
   double envelope = 2.0;
+  bool exact = false;
 };
 
 // One output of one element: the kernel's `out` against the fp64 reference `ref`.
@@ -31,7 +32,7 @@ Verdict judge_one(const OneElement& x) {
   schema.name = "handmade";
   RefContext ctx;
   ctx.case_dtype = x.dtype;
-  RefOutput ref{"out", x.dtype, {1}, {x.ref}, {x.c_acc}, {0.0}, {}};
+  RefOutput ref{"out", x.dtype, {1}, {x.ref}, {x.c_acc}, {0.0}, {}, x.exact};
   const std::vector<double> out = {x.out};
   return judge(schema, ctx, {ref}, {Tensor::from_values(x.dtype, {1}, out)}, x.envelope);
 }
@@ -184,6 +185,27 @@ TEST(Verdict, FloorNearZeroIsTheSmallestNormalOnlyWhereFlushingCanHappen) {
 // by the load benchmark: it passed at N >= 1000), fails wherever 1/N is a normal float16 (from
 // N = 16384 on, 1/N is at or below the smallest normal, where flushing to zero is allowed); the
 // correct one passes.
+// An exact op (RefOutput::exact: relu, amax, embedding) admits no rounding: one ulp off fails in
+// every dtype, where the ordinary bound (half an ulp of the output, envelope 2) lets it pass. A
+// subnormal result flushed to zero, and the other sign of zero, still pass.
+TEST(Verdict, ExactOutputFailsOneUlpButAdmitsFlushToZeroAndSignedZero) {
+  for (DType d : {DType::float32, DType::float16, DType::bfloat16}) {
+    const auto& info = dtype_info(d);
+    const double one_up = 1.0 + 2.0 * info.unit_roundoff;  // the next value above 1
+    EXPECT_TRUE(judge_one({d, one_up, 1.0, 0.0, 2.0, false}).passed) << dtype_name(d);
+    const Verdict v = judge_one({d, one_up, 1.0, 0.0, 2.0, true});
+    EXPECT_FALSE(v.passed) << dtype_name(d);
+    EXPECT_NE(v.message.find("differ from the exact result"), std::string::npos) << v.message;
+    EXPECT_TRUE(judge_one({d, 1.0, 1.0, 0.0, 2.0, true}).passed) << dtype_name(d);
+    EXPECT_TRUE(judge_one({d, 0.0, -0.0, 0.0, 2.0, true}).passed) << dtype_name(d);
+    const double sub = info.min_subnormal * 3.0;
+    EXPECT_TRUE(judge_one({d, 0.0, sub, 0.0, 2.0, true}).passed) << dtype_name(d);  // FTZ
+    EXPECT_FALSE(judge_one({d, 0.0, info.min_normal * 2.0, 0.0, 2.0, true}).passed) << dtype_name(d);
+    // The condition terms are not read: a huge c_acc excuses nothing.
+    EXPECT_FALSE(judge_one({d, one_up, 1.0, 1e30, 2.0, true}).passed) << dtype_name(d);
+  }
+}
+
 TEST(Verdict, Float16SoftmaxFivePercentOffFailsOnLongConstantRows) {
   auto engine = Engine::create_default();
   ASSERT_TRUE(engine.ok()) << engine.error().message;

@@ -9,12 +9,12 @@
 namespace gpuemu {
 
 double normalised_error(double out, double ref, double c_acc, double c_in, DType out_dtype,
-                        DType in_dtype) {
+                        DType in_dtype, bool exact) {
   const auto& o = dtype_info(out_dtype);
   const auto& i = dtype_info(in_dtype);
   const double u_out = o.is_floating ? o.unit_roundoff : 0.0;
   const double u_in = i.is_floating ? i.unit_roundoff : 0.0;
-  const double bound = u_out * std::fabs(ref) + k_u_acc * c_acc + u_in * c_in;
+  const double bound = exact ? 0.0 : u_out * std::fabs(ref) + k_u_acc * c_acc + u_in * c_in;
   // The floor near zero. A correct result within reach of the subnormal range (its reference
   // below the smallest normal, give or take what the bound lets it move) may come back flushed to
   // zero (FTZ) or as the smallest normal: there the floor is the smallest normal. Elsewhere flushing
@@ -51,6 +51,14 @@ std::vector<std::int64_t> coords_of(std::int64_t index, const Shape& shape) {
 std::string fmt(double v) {
   std::ostringstream os;
   os.precision(6);
+  os << v;
+  return os.str();
+}
+
+// Enough digits to tell neighbouring values of any dtype apart (an exact op's one-ulp difference).
+std::string fmt_exact(double v) {
+  std::ostringstream os;
+  os.precision(17);
   os << v;
   return os.str();
 }
@@ -207,7 +215,7 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx,
             const double o_val = std::isinf(o) ? std::copysign(edge, o) : o;
             const double r_val = std::isinf(r) ? std::copysign(edge, r) : ref.value[e];
             err = normalised_error(o_val, r_val, std::isfinite(ca) ? ca : 0.0,
-                                   std::isfinite(ci) ? ci : 0.0, od, ctx.case_dtype);
+                                   std::isfinite(ci) ? ci : 0.0, od, ctx.case_dtype, ref.exact);
             if (err <= envelope) {
               record(e, err, o, ref.value[e]);
               continue;
@@ -222,7 +230,7 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx,
           }
           err = std::numeric_limits<double>::infinity();
         } else {
-          err = floating ? normalised_error(o, ref.value[e], ca, ci, od, ctx.case_dtype)
+          err = floating ? normalised_error(o, ref.value[e], ca, ci, od, ctx.case_dtype, ref.exact)
                          : (o == r ? 0.0 : std::numeric_limits<double>::infinity());
         }
         record(e, err, o, ref.value[e]);
@@ -235,10 +243,15 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx,
         v.message =
             std::to_string(v.nonfinite_mismatch) + " non-finite mismatch(es): " + nonfinite_what;
       } else if (!v.passed) {
-        v.message = std::to_string(v.failing) + " of " + std::to_string(out.size()) +
-                    " elements over the envelope; worst error " + fmt(v.max_error) + " > " +
-                    fmt(envelope) + " (got " + fmt(v.worst_out) + ", expected " + fmt(v.worst_ref) +
-                    ")";
+        v.message = ref.exact
+                        ? std::to_string(v.failing) + " of " + std::to_string(out.size()) +
+                              " elements differ from the exact result (the op rounds nothing, so a "
+                              "correct kernel matches bit for bit); first worst: got " +
+                              fmt_exact(v.worst_out) + ", expected " + fmt_exact(v.worst_ref)
+                        : std::to_string(v.failing) + " of " + std::to_string(out.size()) +
+                              " elements over the envelope; worst error " + fmt(v.max_error) +
+                              " > " + fmt(envelope) + " (got " + fmt(v.worst_out) + ", expected " +
+                              fmt(v.worst_ref) + ")";
       }
     }
     if (v.worst_index >= 0) v.worst_coords = coords_of(v.worst_index, ref.shape);

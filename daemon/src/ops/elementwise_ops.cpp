@@ -97,10 +97,12 @@ const char* k_opmath =
 }  // namespace
 
 void register_elementwise_ops(BuiltinRegistry& r) {
-  r.add(unary_op<ref_relu, k_relu>(
+  BuiltinOp relu = unary_op<ref_relu, k_relu>(
       "relu", {{"fp32_opmath", k_opmath, unary_kernel<k_relu>()}},
       {{"fmax_drops_nan", "fmaxf(x, 0): returns 0 for NaN where torch.relu propagates it",
-        unary_kernel<k_relu_fmax>()}}));
+        unary_kernel<k_relu_fmax>()}});
+  relu.reference = exact_reference(std::move(relu.reference));  // max(x, 0) is x or 0
+  r.add(std::move(relu));
   r.add(unary_op<ref_leaky_relu, k_leaky>(
       "leaky_relu",
       {{"fp32_opmath", k_opmath, unary_kernel<k_leaky>()},

@@ -368,12 +368,12 @@ KernelFn embedding_kernel(EmbVariant v) {
 BuiltinOp embedding_op() {
   BuiltinOp op;
   op.name = "embedding";
-  op.reference = [](const RefContext& ctx) -> Result<std::vector<RefOutput>> {
+  op.reference = exact_reference([](const RefContext& ctx) -> Result<std::vector<RefOutput>> {
     GPUEMU_TRY(EmbArgs a, emb_args(ctx));
     GPUEMU_TRY(RefVec out,
                embedding_gather<RefVec>(ctx, a, EmbVariant::gather, ctx.output_dtype()));
     return single_output(ctx.output_dtype(), a.out_shape, std::move(out));
-  };
+  });
   op.controls = {
       {"gather_copy", "each output row copied from weight[index]",
        embedding_kernel(EmbVariant::gather)},

@@ -38,6 +38,9 @@ std::vector<RefOutput> single_output(DType dtype, Shape shape, RefVec value, Ref
                                      RefVec c_in = {},
                                      std::vector<std::uint8_t> alt_nonfinite = {});
 
+// `reference`'s outputs marked exact (RefOutput::exact): ops that return one of their inputs.
+ReferenceFn exact_reference(ReferenceFn reference);
+
 inline bool finite(double x) {
   return std::isfinite(x);
 }

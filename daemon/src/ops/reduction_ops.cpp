@@ -488,7 +488,7 @@ void register_reduction_ops(BuiltinRegistry& r) {
   r.add(sum_op(false));
   r.add(sum_op(true));
   r.add({"amax",
-         [](const RefContext& ctx) { return reduce_reference(ctx, Red::amax); },
+         exact_reference([](const RefContext& ctx) { return reduce_reference(ctx, Red::amax); }),
          {{"fp32_tiled", "running max over 1024-wide tiles from -inf, NaN propagating",
            amax_kernel(MaxVariant::tiled)},
           {"fp32_tree", "pairwise tree of NaN-propagating max", amax_kernel(MaxVariant::tree)}},
