@@ -75,3 +75,107 @@ def test_exact_op_passes_torch_on_special_and_boundary_values(op):
         for dtype in DTYPES:
             res = _fuzz(op, EXACT_OPS[op], dtype, strategy, 15)
             assert res.ok, (strategy, dtype, res.summary())
+
+
+# ---------------------------------------------------------------------------------------------
+# Lines at the limit (values.cpp: cancel_lines, center_log_sum_exp). A float16 or bfloat16 sum is
+# rounded once more at the end, at u_out * |sum|; an fp32-level loss inside the kernel shows only
+# where that rounding is small next to u_fp32 * sum |x|: on lines that cancel. So every adversarial
+# case of sum, mean and cumsum holds lines of pairs v, -v + c*ulp(v), and every logsumexp case lines
+# shifted to log-probabilities (log-sum-exp near 0). Below, precision bugs of the kind real kernels
+# make, each caught in far more cases than before (main's generator at 7cda1d5, same seeds, in
+# brackets: sum partials 9-11 of 100, pre-add 19-22, logsumexp 5-6).
+
+
+def _reduced(a, fn):
+    x = a["x"]
+    d = a["dim"] % x.dim()
+    out = fn(x.movedim(d, -1))
+    return out.unsqueeze(d) if a.get("keepdim") else out
+
+
+def sum_partials_lowp(a, block=256):
+    """Blocks of 256 summed in fp32, each partial stored in the input dtype (a split reduction's
+    buffer), then the partials added in fp32."""
+
+    def f(x):
+        xf = x.float()
+        parts = [xf[..., i : i + block].sum(-1).to(x.dtype).float() for i in range(0, xf.shape[-1], block)]
+        return torch.stack(parts, -1).sum(-1).to(x.dtype)
+
+    return _reduced(a, f)
+
+
+def sum_pair_preadd(a):
+    """Adjacent pairs added in the input dtype (a packed __hadd2), then accumulated in fp32."""
+
+    def f(x):
+        n = x.shape[-1]
+        even = x[..., : n - n % 2]
+        s = (even[..., 0::2] + even[..., 1::2]).float().sum(-1)
+        if n % 2:
+            s = s + x[..., -1].float()
+        return s.to(x.dtype)
+
+    return _reduced(a, f)
+
+
+def logsumexp_lowp_sum(a):
+    """exp(x - max) summed in fp32, the sum stored in the input dtype before the log."""
+
+    def f(x):
+        xf = x.float()
+        m = xf.amax(-1, keepdim=True)
+        m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+        s = torch.exp(xf - m).sum(-1, keepdim=True).to(x.dtype).float()
+        return (torch.log(s) + m).squeeze(-1).to(x.dtype)
+
+    return _reduced(a, f)
+
+
+def upcast(op):
+    def run(a):
+        x = a["x"].float()
+        if op == "cumsum":
+            return torch.cumsum(x, a["dim"]).to(a["x"].dtype)
+        fn = {"sum": torch.sum, "mean": torch.mean, "logsumexp": torch.logsumexp}[op]
+        return fn(x, a["dim"], keepdim=a["keepdim"]).to(a["x"].dtype)
+
+    return run
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize(
+    "op,bug,at_least",
+    [("sum", sum_partials_lowp, 30), ("sum", sum_pair_preadd, 60), ("logsumexp", logsumexp_lowp_sum, 50)],
+    ids=["sum-partials-lowp", "sum-pair-preadd", "logsumexp-lowp-sum"],
+)
+def test_precision_bug_caught_in_most_cases(op, bug, at_least, dtype):
+    res = gpuemu.fuzz_op_in_process(op, bug, iterations=100, seed=1, dtypes=[dtype], diagnose=False)
+    assert res.failed >= at_least, res.summary()
+    assert res.first_failure <= 2, res.summary()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["sum", "mean", "cumsum", "logsumexp"])
+def test_lines_at_the_limit_pass_correct_kernels(op, dtype):
+    """The fp32-accumulating kernels (torch's, through float32) pass the new cases."""
+    res = gpuemu.fuzz_op_in_process(op, upcast(op), iterations=50, seed=1, dtypes=[dtype], diagnose=False)
+    assert res.ok, res.summary()
+
+
+def test_every_sum_case_holds_a_cancelling_line():
+    """Each adversarial sum case with two or more elements per line has a line whose condition number
+    sum|x| / |sum x| is at least 2^7 (or whose sum is exactly 0)."""
+    seen = []
+
+    def run(a):
+        x = a["x"].double().movedim(a["dim"] % a["x"].dim(), -1)
+        if x.shape[-1] >= 2:
+            s, t = x.sum(-1).abs(), x.abs().sum(-1)
+            seen.append(bool(((s == 0) & (t > 0) | (t >= 128 * s)).any()))
+        return upcast("sum")(a)
+
+    res = gpuemu.fuzz_op_in_process("sum", run, iterations=40, seed=2, dtypes=["bfloat16"], diagnose=False)
+    assert res.ok, res.summary()
+    assert len(seen) >= 30 and all(seen), seen
