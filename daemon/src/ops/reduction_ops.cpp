@@ -147,7 +147,10 @@ Result<std::vector<RefOutput>> reduce_reference(const RefContext& ctx, Red kind)
           const double d = row[k] - shift;
           return d > log_lim ? std::numeric_limits<double>::infinity() : std::exp(d);
         });
-        c = std::fabs(m) + std::fabs(v) + grow.growth(len) + absorbed + spread / s;
+        // The exp terms repeat where the logits do (exp is monotone): a low-precision row holds few
+        // distinct values, and a running sum's roundings repeat with them (repeat_growth).
+        const double repeats = SumGrowth::repeat_growth(g.len, [&](std::int64_t k) { return row[k]; });
+        c = std::fabs(m) + std::fabs(v) + std::max(grow.growth(len), repeats) + absorbed + spread / s;
         break;
       }
     }
