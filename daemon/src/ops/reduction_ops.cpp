@@ -150,7 +150,13 @@ Result<std::vector<RefOutput>> reduce_reference(const RefContext& ctx, Red kind)
         // The exp terms repeat where the logits do (exp is monotone): a low-precision row holds few
         // distinct values, and a running sum's roundings repeat with them (repeat_growth).
         const double repeats = SumGrowth::repeat_growth(g.len, [&](std::int64_t k) { return row[k]; });
-        c = std::fabs(m) + std::fabs(v) + std::max(grow.growth(len), repeats) + absorbed + spread / s;
+        // The max's term is exp(0) = 1, the largest: a running sum that meets it early adds every
+        // later term at S ~ s, each rounding uniform within +-u*s, so the sum's error has a standard
+        // deviation up to u*s*sqrt(n/3). sqrt(n) alone put the envelope (2) at 3.5 of those: rows
+        // whose log-sum-exp is near 0 (no output rounding to hide it) failed a single-thread fp32
+        // loop once in ~10^7 rows. sqrt(3n) puts it at 6 (docs/error-model.md, "logsumexp near 0").
+        const double stat = std::sqrt(3.0 * len);
+        c = std::fabs(m) + std::fabs(v) + std::max({grow.growth(len), repeats, stat}) + absorbed + spread / s;
         break;
       }
     }
