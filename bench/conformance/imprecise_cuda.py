@@ -67,6 +67,30 @@ def _cross_entropy_fp16() -> Tuple[str, bool]:
         bool(torch.isfinite(up).all())
 
 
+def _group_norm(dtype: torch.dtype, values: Tuple[float, ...]):
+    def demo() -> Tuple[str, bool]:
+        name = str(dtype).replace("torch.", "")
+        x = torch.tensor([[values]], dtype=dtype, device=CUDA)  # N = 1, C = 1, one group of 4
+        w, b = torch.ones(1, dtype=dtype, device=CUDA), torch.zeros(1, dtype=dtype, device=CUDA)
+        got = F.group_norm(x, 1, w, b, eps=1e-5)
+        exact = F.group_norm(x.double(), 1, w.double(), b.double(), eps=1e-5)
+        up = F.group_norm(x.float(), 1, w.float(), b.float(), eps=1e-5).to(dtype)
+        _, mean, rstd = torch.native_group_norm(x, w, b, 1, 1, len(values), 1, 1e-5)
+        mu = sum(values) / len(values)
+        exact_rstd = 1 / math.sqrt(sum((v - mu) ** 2 for v in values) / len(values) + 1e-5)
+        held = str(mean.dtype).replace("torch.", "")
+
+        def fmt(t: torch.Tensor) -> str:
+            return "[" + ", ".join(f"{v:.4g}" for v in t.flatten().tolist()) + "]"
+
+        return (f"F.group_norm of one group {[int(v) for v in values]} (weight 1, bias 0) in {name} on CUDA gives "
+                f"{fmt(got)} (exact {fmt(exact)}; the upcast gives {fmt(up)}): torch.native_group_norm returns the "
+                f"group's mean as {held}, {mean.item():g} (exact {mu:g}), and its rstd as {rstd.item():.6g} (exact "
+                f"{exact_rstd:.6g}), and the output is normalised with those"), \
+            (got.double() - exact).abs().max().item() > 0.25 and (up.double() - exact).abs().max().item() < 0.01
+    return demo
+
+
 _MISALIGNED = r"""
 import torch, torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
