@@ -131,6 +131,10 @@ IMPRECISE_CUDA_TORCH2_11: Dict[Tuple[str, ...], Imprecision] = {
     ("l2norm", "native", "float16"): Imprecision("the norm is held in fp16", _l2norm_fp16),
     ("cross_entropy", "native", "float16"): Imprecision(
         "with label smoothing the sum over the classes overflows fp16", _cross_entropy_fp16),
+    ("group_norm", "native", "float16"): Imprecision(
+        "the group's mean and rstd are held in fp16", _group_norm(H, (1000.0, 1001.0, 1001.0, 1001.0))),
+    ("group_norm", "native", "bfloat16"): Imprecision(
+        "the group's mean and rstd are held in bf16", _group_norm(BF16, (1000.0, 1004.0, 1004.0, 1004.0))),
     **{("flash_attention", SDPA_FLASH, "native", dt): Imprecision(
         "crashes (CUDA error: misaligned address) on inputs whose data pointer is not 16-byte aligned",
         _sdpa_misaligned("FLASH_ATTENTION", dt)) for dt in ("float16", "bfloat16")},
