@@ -46,6 +46,41 @@ def _logsumexp_bf16() -> Tuple[str, bool]:
         abs(got - exact) > 4 * abs(held - exact) + 1e-5 and up == held
 
 
+def _logsumexp_fp16() -> Tuple[str, bool]:
+    y = torch.tensor([[-0.0006, -8.0, -9.0]], dtype=H, device=CUDA)
+    got = torch.logsumexp(y, -1).item()
+    exact = torch.logsumexp(y.double(), -1).item()
+    held = torch.tensor(exact).to(H).item()
+    up = torch.logsumexp(y.float(), -1).to(H).item()
+    return (f"logsumexp([-0.0006, -8, -9]) in float16 on CUDA gives {got:.6g} (exact {exact:.6g}, which float16 "
+            f"holds to {held:.6g}; the upcast gives {up:.6g}): Σ exp, 1.00046, is stored in float16 (1) before "
+            f"the log"), abs(got - exact) > 4 * abs(held - exact) + 1e-5 and up == held
+
+
+def _scaled_mm_fp8() -> Tuple[str, bool]:
+    # One row [256, 2^-9 x 31] times ones (K = 32; 2^-9 is e4m3's smallest subnormal): every product is
+    # exact in fp32 and so is the sum, 256.060546875; an fp32 accumulator returns it.
+    one = torch.ones((), device=CUDA)
+    a = torch.full((16, 32), 2.0 ** -9, device=CUDA)
+    a[:, 0] = 256.0
+    a8 = a.to(torch.float8_e4m3fn)
+    b8 = torch.ones(16, 32, device=CUDA).to(torch.float8_e4m3fn).t()
+    got = torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.float32)[0, 0].item()
+    comp = (a8.float() @ b8.float())[0, 0].item()
+    exact = 256.0 + 31 * 2.0 ** -9
+    buf = torch.zeros(16 * 32 + 1, device=CUDA).to(torch.float8_e4m3fn)
+    shifted = buf[1:].view(16, 32)  # a legal tensor at a storage offset of one element
+    try:
+        torch._scaled_mm(shifted, b8, scale_a=one, scale_b=one, out_dtype=torch.float32)
+        said = "ok"
+    except RuntimeError as e:
+        said = str(e).splitlines()[0][:120]
+    return (f"torch._scaled_mm of one fp8 row [256, 2^-9 x 31] with ones (K = 32, out fp32, scales 1) gives "
+            f"{got:.9g} (exact {exact:.9g}, which fp32 holds; the fp32 product of the same fp8 values gives "
+            f"{comp:.9g}): the tensor cores' FP8 accumulation keeps too few bits below the largest term to add "
+            f"2^-9 to 256; and with the first operand at a storage offset of one element: {said}"), \
+        abs(got - exact) >= 0.05 and comp == exact and "CUBLAS_STATUS_NOT_SUPPORTED" in said
+
 def _l2norm_fp16() -> Tuple[str, bool]:
     x = torch.full((1000,), 60000.0, dtype=H, device=CUDA)
     got = F.normalize(x, dim=0)[0].item()

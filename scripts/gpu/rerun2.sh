@@ -8,6 +8,9 @@
 #   scripts/gpu/rerun2.sh more     the sweep resumed (the rows of the machine's last call if it is still
 #                                  up, else docs/gpu/conformance_cuda_rerun2.jsonl); then capture_cuda.py
 #                                  --unlisted of every new failing run (one case each)
+#   scripts/gpu/rerun2.sh early    run.sh evidence; bench/conformance/probe_cuda_rerun2.py; then the ops
+#                                  before the alphabet's middle that the re-run at 6acc208 left out (every
+#                                  dtype), resumed from docs/gpu/conformance_cuda_rerun*.jsonl; capture as in more
 #
 # Seed 1 (master seed 20261201), 100 cases, every dtype and strategy of the named ops. RERUN_SECONDS
 # (default 570) bounds the whole call: the sweep is stopped in time (timeout kills its process group;
@@ -27,6 +30,7 @@ json=/tmp/gpuemu-rerun2.jsonl
 # the priority order: the SDPA backends and F.rms_norm first, then the ops after the alphabet's middle
 OPS_FIRST=(flash_attention rms_norm l2norm layer_norm leaky_relu linear log log_softmax logsumexp)
 OPS_REST=(matmul mean mul relu rope rsqrt scaled_fp8_matmul sigmoid silu softmax softplus sqrt sum swiglu tanh)
+OPS_EARLY=(add amax argmax bmm conv1d conv2d cross_entropy cumsum decode_attention elu embedding exp fp8_quantize geglu gelu)
 
 pack() {  # pack NAME DIR: DIR as $OUT/NAME.tgz, split into parts of 15 MiB if larger
   tar czf "/tmp/$1.tgz" -C "$(dirname "$2")" "$(basename "$2")" 2>/dev/null || return 0
@@ -58,12 +62,23 @@ case "${1:-first}" in
     RESERVE=15 sweep "${OPS_FIRST[@]}"
     RESERVE=15 sweep "${OPS_REST[@]}"
     ;;
-  more)
-    if [ -s "$json" ]; then echo "resuming from the machine's $(wc -l < "$json") rows"
+  early)
+    cat docs/gpu/conformance_cuda_rerun.jsonl docs/gpu/conformance_cuda_rerun2.jsonl > "$json"
+    phase evidence
+    timeout 150 scripts/gpu/run.sh evidence > /dev/null 2>&1; echo "evidence exit $?"
+    grep -E '^- (logsumexp|scaled_fp8|group_norm)' "$OUT/evidence_cuda.txt"
+    phase probe
+    timeout 120 python3 bench/conformance/probe_cuda_rerun2.py > "$OUT/probe_cuda_rerun2.txt" 2>&1; echo "probe exit $?"
+    cat "$OUT/probe_cuda_rerun2.txt"
+    RESERVE=${CAPTURE_SECONDS:-100} sweep "${OPS_EARLY[@]}"
+    ;;&
+  more|early)
+    if [ "$1" = early ]; then :
+    elif [ -s "$json" ]; then echo "resuming from the machine's $(wc -l < "$json") rows"
     elif [ -s docs/gpu/conformance_cuda_rerun2.jsonl ]; then
       cat docs/gpu/conformance_cuda_rerun.jsonl docs/gpu/conformance_cuda_rerun2.jsonl > "$json"
     else cp docs/gpu/conformance_cuda_rerun.jsonl "$json"; fi
-    RESERVE=${CAPTURE_SECONDS:-120} sweep "${OPS_FIRST[@]}" "${OPS_REST[@]}"
+    [ "$1" = early ] || RESERVE=${CAPTURE_SECONDS:-120} sweep "${OPS_FIRST[@]}" "${OPS_REST[@]}"
     phase "capture (new failures outside the list)"
     python3 - "$json" "${GPUEMU_SWEEP_COMMIT:-}" > /tmp/new_rows.jsonl <<'EOF'
 import json, sys
