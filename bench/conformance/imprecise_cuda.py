@@ -35,6 +35,14 @@ def _cumsum_bf16() -> Tuple[str, bool]:
             f"bfloat16 holds; the upcast gives {up:g}): the running sum is kept in bfloat16"), got != 4096.0
 
 
+def _cumsum_fp16() -> Tuple[str, bool]:
+    x = torch.ones(2, 4096, dtype=H, device=CUDA)
+    got = x.cumsum(-1)[0, -1].item()
+    up = x.float().cumsum(-1)[0, -1].item()
+    return (f"torch.cumsum over 4096 ones in float16 on CUDA gives {got:g} at the end (exact 4096, which float16 "
+            f"holds; the upcast gives {up:g}): the running sum is kept in float16 "
+            f"(tensor_kernel_scan_innermost_dim<c10::Half>)"), got != 4096.0 and up == 4096.0
+
 def _logsumexp_bf16() -> Tuple[str, bool]:
     y = torch.tensor([[-0.0006, -8.0, -9.0]], dtype=BF16, device=CUDA)
     got = torch.logsumexp(y, -1).item()
@@ -163,6 +171,8 @@ IMPRECISE_CUDA_TORCH2_11: Dict[Tuple[str, ...], Imprecision] = {
     ("cumsum", "native", "bfloat16"): Imprecision("the running sum is kept in bf16", _cumsum_bf16),
     ("logsumexp", "native", "bfloat16"): Imprecision("stores the sum of exp in bf16 before the log",
                                                      _logsumexp_bf16),
+    ("logsumexp", "native", "float16"): Imprecision("stores the sum of exp in fp16 before the log",
+                                                    _logsumexp_fp16),
     ("l2norm", "native", "float16"): Imprecision("the norm is held in fp16", _l2norm_fp16),
     ("cross_entropy", "native", "float16"): Imprecision(
         "with label smoothing the sum over the classes overflows fp16", _cross_entropy_fp16),
@@ -170,6 +180,9 @@ IMPRECISE_CUDA_TORCH2_11: Dict[Tuple[str, ...], Imprecision] = {
         "the group's mean and rstd are held in fp16", _group_norm(H, (1000.0, 1001.0, 1001.0, 1001.0))),
     ("group_norm", "native", "bfloat16"): Imprecision(
         "the group's mean and rstd are held in bf16", _group_norm(BF16, (1000.0, 1004.0, 1004.0, 1004.0))),
+    ("scaled_fp8_matmul", "native", "float8_e4m3fn"): Imprecision(
+        "cuBLASLt's FP8 GEMM accumulates with too few bits (and refuses operands not 16-byte aligned)",
+        _scaled_mm_fp8),
     **{("flash_attention", SDPA_FLASH, "native", dt): Imprecision(
         "crashes (CUDA error: misaligned address) on inputs whose data pointer is not 16-byte aligned",
         _sdpa_misaligned("FLASH_ATTENTION", dt)) for dt in ("float16", "bfloat16")},
