@@ -67,6 +67,15 @@ def tf32_overflow() -> None:
         y = (a @ b).item()
         lin = F.linear(a, b.t()).item()
         print(f"  allow_tf32={on}: a @ b = {y}, F.linear = {lin}  (TF32's largest finite value {tf32_max:.6g})")
+    g = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(95, 7, generator=g).to(CUDA)
+    b = torch.randn(7, 61, generator=g).to(CUDA)
+    a[0, 0], a[0, 1], b[0], b[1] = 3.4025e38, -3.4025e38, 1.0, 1.0  # row 0: the two cancel exactly
+    for on in (False, True):
+        torch.backends.cuda.matmul.allow_tf32 = on
+        y = a @ b
+        print(f"  95x7 @ 7x61 (the captured case's shape), allow_tf32={on}: row 0 has "
+              f"{int(torch.isnan(y[0]).sum())} NaN and {int(torch.isinf(y[0]).sum())} Inf of 61 (exact row 0: finite)")
     torch.backends.cuda.matmul.allow_tf32 = False
 
 
