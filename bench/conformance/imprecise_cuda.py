@@ -169,6 +169,7 @@ SDPA_EFFICIENT = "F.scaled_dot_product_attention [efficient backend]"
 
 IMPRECISE_CUDA_TORCH2_11: Dict[Tuple[str, ...], Imprecision] = {
     ("cumsum", "native", "bfloat16"): Imprecision("the running sum is kept in bf16", _cumsum_bf16),
+    ("cumsum", "native", "float16"): Imprecision("the running sum is kept in fp16", _cumsum_fp16),
     ("logsumexp", "native", "bfloat16"): Imprecision("stores the sum of exp in bf16 before the log",
                                                      _logsumexp_bf16),
     ("logsumexp", "native", "float16"): Imprecision("stores the sum of exp in fp16 before the log",
