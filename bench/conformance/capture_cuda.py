@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Capture failing Conformance cases on CUDA, to be explained on any machine.
 
-    python3 bench/conformance/capture_cuda.py ROWS.jsonl [...] --out DIR [--only OP[:IMPL]] [--per-row K]
+    python3 bench/conformance/capture_cuda.py ROWS.jsonl [...] --out DIR [--only OP[:IMPL]] [--per-row K] [--unlisted]
 
 For every failing run in the sweep's rows (skipping refused and unsupported cases), replays up to
 ``--per-row`` of its failing cases on the GPU exactly as the sweep ran them (same variant, flags,
@@ -120,9 +120,14 @@ def capture(row: Dict[str, Any], failure: Dict[str, Any], settings: bool) -> Dic
     return rec
 
 
-def selected(rows: List[Dict[str, Any]], only: Optional[List[str]]) -> Iterator[Dict[str, Any]]:
+def selected(rows: List[Dict[str, Any]], only: Optional[List[str]], unlisted: bool = False) -> Iterator[Dict[str, Any]]:
+    from sweep import imprecise_table, is_imprecise
+
+    table = imprecise_table("cuda") if unlisted else {}
     for r in rows:
         if not r["failed"] or r.get("unsupported"):
+            continue
+        if unlisted and is_imprecise(table, r["op"], r["impl"], r["style"], r["dtype"]):
             continue
         if only and not any(r["op"] == o.split(":")[0] and (":" not in o or o.split(":", 1)[1] in r["impl"] + r["style"])
                             for o in only):
@@ -137,6 +142,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--only", nargs="*", help="OP or OP:substring of the implementation's name or style")
     ap.add_argument("--per-row", type=int, default=2, help="failing cases per run (default 2)")
     ap.add_argument("--settings", action="store_true", help="also judge under other cuDNN settings")
+    ap.add_argument("--unlisted", action="store_true",
+                    help="skip the runs of variants imprecise_cuda.py lists (their failures are explained)")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("capture_cuda: no CUDA device", file=sys.stderr)
@@ -147,7 +154,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     n = 0
     with open(out / "index.jsonl", "a") as index:
-        for r in selected(rows, a.only):
+        for r in selected(rows, a.only, a.unlisted):
             for f in r["failures"][: a.per_row]:
                 if f.get("traceback") and any("No available kernel" in t or "misaligned" in t for t in f["traceback"]):
                     continue

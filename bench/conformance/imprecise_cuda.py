@@ -35,6 +35,14 @@ def _cumsum_bf16() -> Tuple[str, bool]:
             f"bfloat16 holds; the upcast gives {up:g}): the running sum is kept in bfloat16"), got != 4096.0
 
 
+def _cumsum_fp16() -> Tuple[str, bool]:
+    x = torch.ones(2, 4096, dtype=H, device=CUDA)
+    got = x.cumsum(-1)[0, -1].item()
+    up = x.float().cumsum(-1)[0, -1].item()
+    return (f"torch.cumsum over 4096 ones in float16 on CUDA gives {got:g} at the end (exact 4096, which float16 "
+            f"holds; the upcast gives {up:g}): the running sum is kept in float16 "
+            f"(tensor_kernel_scan_innermost_dim<c10::Half>)"), got != 4096.0 and up == 4096.0
+
 def _logsumexp_bf16() -> Tuple[str, bool]:
     y = torch.tensor([[-0.0006, -8.0, -9.0]], dtype=BF16, device=CUDA)
     got = torch.logsumexp(y, -1).item()
@@ -45,6 +53,41 @@ def _logsumexp_bf16() -> Tuple[str, bool]:
             f"holds to {held:.6g}; the upcast gives {up:.6g}): Σ exp is stored in bfloat16 before the log"), \
         abs(got - exact) > 4 * abs(held - exact) + 1e-5 and up == held
 
+
+def _logsumexp_fp16() -> Tuple[str, bool]:
+    y = torch.tensor([[-0.0006, -8.0, -9.0]], dtype=H, device=CUDA)
+    got = torch.logsumexp(y, -1).item()
+    exact = torch.logsumexp(y.double(), -1).item()
+    held = torch.tensor(exact).to(H).item()
+    up = torch.logsumexp(y.float(), -1).to(H).item()
+    return (f"logsumexp([-0.0006, -8, -9]) in float16 on CUDA gives {got:.6g} (exact {exact:.6g}, which float16 "
+            f"holds to {held:.6g}; the upcast gives {up:.6g}): Σ exp, 1.00046, is stored in float16 (1) before "
+            f"the log"), abs(got - exact) > 4 * abs(held - exact) + 1e-5 and up == held
+
+
+def _scaled_mm_fp8() -> Tuple[str, bool]:
+    # One row [256, 2^-9 x 31] times ones (K = 32; 2^-9 is e4m3's smallest subnormal): every product is
+    # exact in fp32 and so is the sum, 256.060546875; an fp32 accumulator returns it.
+    one = torch.ones((), device=CUDA)
+    a = torch.full((16, 32), 2.0 ** -9, device=CUDA)
+    a[:, 0] = 256.0
+    a8 = a.to(torch.float8_e4m3fn)
+    b8 = torch.ones(16, 32, device=CUDA).to(torch.float8_e4m3fn).t()
+    got = torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.float32)[0, 0].item()
+    comp = (a8.float() @ b8.float())[0, 0].item()
+    exact = 256.0 + 31 * 2.0 ** -9
+    buf = torch.zeros(16 * 32 + 1, device=CUDA).to(torch.float8_e4m3fn)
+    shifted = buf[1:].view(16, 32)  # a legal tensor at a storage offset of one element
+    try:
+        torch._scaled_mm(shifted, b8, scale_a=one, scale_b=one, out_dtype=torch.float32)
+        said = "ok"
+    except RuntimeError as e:
+        said = str(e).splitlines()[0][:120]
+    return (f"torch._scaled_mm of one fp8 row [256, 2^-9 x 31] with ones (K = 32, out fp32, scales 1) gives "
+            f"{got:.9g} (exact {exact:.9g}, which fp32 holds; the fp32 product of the same fp8 values gives "
+            f"{comp:.9g}): the tensor cores' FP8 accumulation keeps too few bits below the largest term to add "
+            f"2^-9 to 256; and with the first operand at a storage offset of one element: {said}"), \
+        abs(got - exact) >= 0.05 and comp == exact and "CUBLAS_STATUS_NOT_SUPPORTED" in said
 
 def _l2norm_fp16() -> Tuple[str, bool]:
     x = torch.full((1000,), 60000.0, dtype=H, device=CUDA)
@@ -65,6 +108,30 @@ def _cross_entropy_fp16() -> Tuple[str, bool]:
             f"CUDA gives {got.tolist()} (upcast: {[round(v, 4) for v in up.tolist()]}): the smoothing term's "
             f"sum over the classes, about -2.5e5, is held in fp16"), bool(torch.isinf(got).any()) and \
         bool(torch.isfinite(up).all())
+
+
+def _group_norm(dtype: torch.dtype, values: Tuple[float, ...]):
+    def demo() -> Tuple[str, bool]:
+        name = str(dtype).replace("torch.", "")
+        x = torch.tensor([[values]], dtype=dtype, device=CUDA)  # N = 1, C = 1, one group of 4
+        w, b = torch.ones(1, dtype=dtype, device=CUDA), torch.zeros(1, dtype=dtype, device=CUDA)
+        got = F.group_norm(x, 1, w, b, eps=1e-5)
+        exact = F.group_norm(x.double(), 1, w.double(), b.double(), eps=1e-5)
+        up = F.group_norm(x.float(), 1, w.float(), b.float(), eps=1e-5).to(dtype)
+        _, mean, rstd = torch.native_group_norm(x, w, b, 1, 1, len(values), 1, 1e-5)
+        mu = sum(values) / len(values)
+        exact_rstd = 1 / math.sqrt(sum((v - mu) ** 2 for v in values) / len(values) + 1e-5)
+        held = str(mean.dtype).replace("torch.", "")
+
+        def fmt(t: torch.Tensor) -> str:
+            return "[" + ", ".join(f"{v:.4g}" for v in t.flatten().tolist()) + "]"
+
+        return (f"F.group_norm of one group {[int(v) for v in values]} (weight 1, bias 0) in {name} on CUDA gives "
+                f"{fmt(got)} (exact {fmt(exact)}; the upcast gives {fmt(up)}): torch.native_group_norm returns the "
+                f"group's mean as {held}, {mean.item():g} (exact {mu:g}), and its rstd as {rstd.item():.6g} (exact "
+                f"{exact_rstd:.6g}), and the output is normalised with those"), \
+            (got.double() - exact).abs().max().item() > 0.25 and (up.double() - exact).abs().max().item() < 0.01
+    return demo
 
 
 _MISALIGNED = r"""
@@ -102,11 +169,21 @@ SDPA_EFFICIENT = "F.scaled_dot_product_attention [efficient backend]"
 
 IMPRECISE_CUDA_TORCH2_11: Dict[Tuple[str, ...], Imprecision] = {
     ("cumsum", "native", "bfloat16"): Imprecision("the running sum is kept in bf16", _cumsum_bf16),
+    ("cumsum", "native", "float16"): Imprecision("the running sum is kept in fp16", _cumsum_fp16),
     ("logsumexp", "native", "bfloat16"): Imprecision("stores the sum of exp in bf16 before the log",
                                                      _logsumexp_bf16),
+    ("logsumexp", "native", "float16"): Imprecision("stores the sum of exp in fp16 before the log",
+                                                    _logsumexp_fp16),
     ("l2norm", "native", "float16"): Imprecision("the norm is held in fp16", _l2norm_fp16),
     ("cross_entropy", "native", "float16"): Imprecision(
         "with label smoothing the sum over the classes overflows fp16", _cross_entropy_fp16),
+    ("group_norm", "native", "float16"): Imprecision(
+        "the group's mean and rstd are held in fp16", _group_norm(H, (1000.0, 1001.0, 1001.0, 1001.0))),
+    ("group_norm", "native", "bfloat16"): Imprecision(
+        "the group's mean and rstd are held in bf16", _group_norm(BF16, (1000.0, 1004.0, 1004.0, 1004.0))),
+    ("scaled_fp8_matmul", "native", "float8_e4m3fn"): Imprecision(
+        "cuBLASLt's FP8 GEMM accumulates with too few bits (and refuses operands not 16-byte aligned)",
+        _scaled_mm_fp8),
     **{("flash_attention", SDPA_FLASH, "native", dt): Imprecision(
         "crashes (CUDA error: misaligned address) on inputs whose data pointer is not 16-byte aligned",
         _sdpa_misaligned("FLASH_ATTENTION", dt)) for dt in ("float16", "bfloat16")},

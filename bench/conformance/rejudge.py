@@ -74,7 +74,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         now = r["verdict"]
         print(f"{path.name}: {'same case' if r['same_case'] else 'CASE DIFFERS'}; then "
               f"{'pass' if then.get('passed') else 'FAIL'} ({then.get('max_error')}), now "
-              f"{'pass' if now['passed'] else 'FAIL'} ({now['max_error']:.4g}): {now['message'][:110]}")
+              f"{'pass' if now['passed'] else 'FAIL'} ({float(now['max_error']):.4g}): {now['message'][:110]}")
     print(f"{len(files)} cases, {bad} not regenerated identically", file=sys.stderr)
     return 1 if bad else 0
 
