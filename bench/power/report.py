@@ -177,6 +177,9 @@ def per_run_flag(e: Dict[str, Any]) -> str:
         return "no mutant runs"
     if e["control_failed_cases"]:
         return "control fails"
+    goal = e.get("goal_runs")
+    if e.get("control_worst") == 0 and goal and goal[1] > 0 and goal[0] == goal[1]:
+        return ""  # a bit-exact control: no ratio, but every mutant that changed an output was caught
     return "margin per run > 4" if e["margin_per_run"] > MARGIN_GOAL else ""
 
 

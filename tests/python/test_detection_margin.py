@@ -95,8 +95,8 @@ def test_exact_op_passes_torch_on_special_and_boundary_values(op):
 # where that rounding is small next to u_fp32 * sum |x|: on lines that cancel. So every adversarial
 # case of sum, mean and cumsum holds lines of pairs v, -v + c*ulp(v), and every logsumexp case lines
 # shifted to log-probabilities (log-sum-exp near 0). Below, precision bugs of the kind real kernels
-# make (bench/power/lowp_bugs.py), each caught in far more cases than before (main's generator at
-# 7cda1d5, same seeds, in brackets: sum partials 9-11 of 100, pre-add 19-22, logsumexp 5-6).
+# make (bench/power/lowp_bugs.py), each caught in far more cases than before (the generator
+# before 38e6920, same seeds, in brackets: sum partials 9-11 of 100, pre-add 19-22, logsumexp 5-6).
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
