@@ -10,7 +10,8 @@
 #   scripts/gpu/run.sh evidence      the demonstrations of imprecise_cuda.py (sweep.py --device cuda --evidence)
 #   scripts/gpu/run.sh all           all four
 #
-# CORPUS_JOBS, CORPUS_DEADLINE, SWEEP_SEEDS, SWEEP_CASES, SWEEP_JOBS tune the runs.
+# CORPUS_JOBS, CORPUS_DEADLINE, SWEEP_SEEDS, SWEEP_CASES, SWEEP_JOBS tune the runs; SWEEP_ARGS is
+# passed on to sweep.py (e.g. "--ops matmul bmm --strategies adversarial").
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -46,7 +47,7 @@ if [ "$what" = conformance ] || [ "$what" = all ]; then
   json=${SWEEP_JSON:-$OUT/conformance_$dev.jsonl}
   [ "$json" = "$OUT/conformance_$dev.jsonl" ] || cp "$json" "$OUT/conformance_$dev.jsonl"
   timeout "${SWEEP_SECONDS:-3600}" python3 bench/conformance/sweep.py --device "$dev" --seeds "${SWEEP_SEEDS:-5}" \
-    --cases "${SWEEP_CASES:-100}" --jobs "${SWEEP_JOBS:-12}" --json "$OUT/conformance_$dev.jsonl" --resume \
+    --cases "${SWEEP_CASES:-100}" --jobs "${SWEEP_JOBS:-12}" --json "$OUT/conformance_$dev.jsonl" --resume ${SWEEP_ARGS:-} \
     > /dev/null 2> "$OUT/conformance_$dev.log"
   python3 bench/conformance/sweep.py --device "$dev" --report --json "$OUT/conformance_$dev.jsonl" > "$OUT/conformance_$dev.md" || status=1
   head -1 "$OUT/conformance_$dev.md"; grep -c '^FAIL' "$OUT/conformance_$dev.log" || true

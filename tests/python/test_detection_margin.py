@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "power"))
 
 import gpuemu  # noqa: E402
 from lowp_bugs import (  # noqa: E402
+    gemm_splitk2_lowp,
     logsumexp_lowp_sum,
     logsumexp_running_loop,
     sum_pair_preadd,
@@ -160,3 +161,90 @@ def test_running_sum_meeting_the_max_early_is_admitted_near_zero():
     res = gpuemu.fuzz_op_in_process("logsumexp", logsumexp_running_loop, iterations=100, seed=20261224,
                                     dtypes=["float32"], vary_attrs=["dim", "keepdim"], diagnose=False)
     assert res.ok, res.summary()
+
+
+# ---------------------------------------------------------------------------------------------
+# Cancelling dot products (values.cpp: draw_jointly). A float16 or bfloat16 GEMM's output is rounded
+# once more at the end, at u_out * |a.b|; an fp32-level loss in its accumulation (u_fp32 * sum|a*b|)
+# shows only where a.b is small next to sum|a*b|. Every adversarial GEMM case now holds such dot
+# products: for one column of b (and each other with probability 1/2) one row of a, and b's column
+# chosen to cancel it pair by pair. The bug: a split-K GEMM whose two partials are stored in the
+# input dtype (cuBLAS's "reduced precision reduction", or `acc += tl.dot(a, b).to(x.dtype)`); with
+# independently drawn operands it was caught in 1-6 of 50 cases, now in most.
+
+GEMMS = ["matmul", "linear", "bmm"]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("op", GEMMS)
+def test_gemm_partials_in_the_input_dtype_caught_in_most_cases(op, dtype):
+    res = gpuemu.fuzz_op_in_process(op, gemm_splitk2_lowp, iterations=50, seed=1, dtypes=[dtype], diagnose=False)
+    assert res.failed >= 30, res.summary()
+    assert res.first_failure <= 1, res.summary()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", GEMMS)
+def test_cancelling_dot_products_pass_correct_kernels(op, dtype):
+    """fp32-accumulating GEMMs (torch's, through float32) pass the cancelling cases, and so does
+    the same split-K in float32 (partials kept in fp32: a correct kernel)."""
+    for fn in (upcast(op), gemm_splitk2_lowp if dtype == "float32" else upcast(op)):
+        res = gpuemu.fuzz_op_in_process(op, fn, iterations=30, seed=3, dtypes=[dtype], diagnose=False)
+        assert res.ok, res.summary()
+
+
+def _exact_and_magnitude(op, a):
+    """The op's exact output (float64) and the same with every operand replaced by its magnitude
+    (sum |a*b| per output, + |bias|). An output whose taps all fall in a convolution's zero padding
+    is its bias alone: nothing there can cancel."""
+    if op in ("conv1d", "conv2d"):
+        conv = F.conv1d if op == "conv1d" else F.conv2d
+        kw = {k: a[k] for k in ("stride", "padding", "dilation", "groups")}
+        x, w = a["x"].double(), a["weight"].double()
+        b = a.get("bias")
+        b = None if b is None else b.double()
+        return conv(x, w, b, **kw), conv(x.abs(), w.abs(), None if b is None else b.abs(), **kw)
+    if op == "linear":
+        x, w = a["x"].double(), a["weight"].double()
+        b = a.get("bias")
+        b = None if b is None else b.double()
+        return F.linear(x, w, b), F.linear(x.abs(), w.abs(), None if b is None else b.abs())
+    x, w = a["a"].double(), a["b"].double()
+    return x @ w, x.abs() @ w.abs()
+
+
+@pytest.mark.parametrize("op", GEMMS + ["conv1d", "conv2d"])
+def test_every_gemm_and_conv_case_holds_a_cancelling_dot_product(op):
+    """Each adversarial case whose dot products have two or more terms holds an output whose
+    condition number sum|a*b| / |a.b| is at least 2^7 (or whose exact value is 0 while sum|a*b| is
+    not), expanded (stride-0) operands included."""
+    seen = []
+
+    def run(a):
+        exact, mag = _exact_and_magnitude(op, a)
+        s, t = exact.abs(), mag
+        k = a["x"].shape[-1] if op == "linear" else a["a"].shape[-1] if op in GEMMS else 2
+        terms = t - (a["bias"].double().abs().view(-1, *([1] * (t.dim() - 2))) if a.get("bias") is not None and op.startswith("conv") else 0)
+        if k >= 2 and bool((terms > 0).any()):
+            seen.append(bool(((s == 0) & (t > 0) | (t >= 128 * s)).any()))
+        return _upcast_any(op)(a)
+
+    res = gpuemu.fuzz_op_in_process(op, run, iterations=40, seed=2, dtypes=["bfloat16"],
+                                    vary_attrs=["stride", "padding", "dilation", "groups"] if op.startswith("conv") else None,
+                                    diagnose=False)
+    assert res.ok, res.summary()
+    assert len(seen) >= 30 and all(seen), seen
+
+
+def _upcast_any(op):
+    if op in ("conv1d", "conv2d"):
+        conv = F.conv1d if op == "conv1d" else F.conv2d
+
+        def run(a):
+            b = a.get("bias")
+            kw = {k: a[k] for k in ("stride", "padding", "dilation", "groups")}
+            y = conv(a["x"].float(), a["weight"].float(), None if b is None else b.float(), **kw)
+            return y.to(a["x"].dtype)
+
+        return run
+    return upcast(op)

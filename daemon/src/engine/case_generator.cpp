@@ -278,6 +278,8 @@ Result<TestCase> CaseGenerator::generate_pinned(
     c.inputs.emplace(spec.name, std::move(m.tensor));
     c.layouts.emplace(spec.name, m.layout);
   }
+  Rng joint_rng = Rng::substream(seed, "joint");
+  draw_jointly(m_schema, c, joint_rng);
   return c;
 }
 

@@ -339,6 +339,168 @@ std::vector<double> generate_values(const ValueRequest& req, Rng& rng) {
   return v;
 }
 
+namespace {
+
+// Makes one dot product sum_k a[ia[k]] * b[ib[k]] (+ c) cancel, changing only b: the terms, in a
+// random order, are paired, and in each pair the b of the larger |a| is set to cancel the other
+// term, then moved by c in [-2, 2] of its own ulps (as cancel_lines does), so the pairs' exact sum
+// is a few ulps of the products while sum |a*b| is unchanged in scale: a condition number of about
+// sqrt(K) / u_in. A nonzero bias c is cancelled by one more term (b = -c / a, rounded), and a
+// term left over is zeroed. Every b written is on the dtype's grid and no larger than one drawn.
+void cancel_dot(const Tensor& a, Tensor& b, const std::vector<std::int64_t>& ia,
+                const std::vector<std::int64_t>& ib, double c, Rng& rng) {
+  const auto n = static_cast<std::int64_t>(ia.size());
+  const DType d = b.dtype();
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
+  for (std::int64_t k = 0; k < n; ++k) perm[static_cast<std::size_t>(k)] = k;
+  for (std::int64_t k = n - 1; k > 0; --k)  // Fisher-Yates
+    std::swap(perm[static_cast<std::size_t>(k)], perm[static_cast<std::size_t>(rng.bounded(static_cast<std::uint64_t>(k) + 1))]);
+  auto A = [&](std::int64_t k) { return a.get_flat(ia[static_cast<std::size_t>(perm[static_cast<std::size_t>(k)])]); };
+  auto B = [&](std::int64_t k) { return b.get_flat(ib[static_cast<std::size_t>(perm[static_cast<std::size_t>(k)])]); };
+  auto set_b = [&](std::int64_t k, double v) { b.set_flat(ib[static_cast<std::size_t>(perm[static_cast<std::size_t>(k)])], v); };
+  const bool bias = c != 0.0 && std::isfinite(c);
+  const std::int64_t pairs = (n - (bias ? 1 : 0)) / 2;
+  for (std::int64_t p = 0; p < pairs; ++p) {
+    std::int64_t big = 2 * p, small = 2 * p + 1;
+    if (std::fabs(A(small)) > std::fabs(A(big))) std::swap(big, small);
+    const double ab = A(big), as = A(small), bs = B(small);
+    if (ab == 0.0 || !std::isfinite(ab) || !std::isfinite(as) || !std::isfinite(bs)) continue;
+    double v = round_to(d, -as * bs / ab);
+    if (v != 0.0) v = round_to(d, v + static_cast<double>(rng.integer(-2, 2)) * spacing(d, v));
+    set_b(big, v);
+  }
+  for (std::int64_t k = 2 * pairs; k < n; ++k) {
+    double v = 0.0;
+    if (bias && k == 2 * pairs) {
+      const double ak = A(k);
+      if (ak == 0.0 || !std::isfinite(ak) || std::fabs(c / ak) > dtype_cap(d)) continue;
+      v = round_to(d, -c / ak);
+    }
+    set_b(k, v);
+  }
+}
+
+// Convolutions (conv1d, conv2d): for one output channel (and each other with probability 1/2), one
+// output position of one batch; its terms are x at the taps that fall inside the input (those in
+// the zero padding add nothing) times the channel's weights, cancelled as cancel_dot does.
+void cancel_conv(const TestCase& c, const Tensor& x, Tensor& w, const Tensor* bias, Rng& rng) {
+  const Shape& xs = x.shape();
+  const Shape& ws = w.shape();
+  const auto spatial = static_cast<std::int64_t>(xs.size()) - 2;
+  if (spatial < 1 || spatial > 2 || ws.size() != xs.size()) return;
+  auto ints = [&](const char* name, std::int64_t dflt) {
+    std::vector<std::int64_t> v(static_cast<std::size_t>(spatial), dflt);
+    if (!c.attrs.contains(name)) return v;
+    const Json& j = c.attrs[name];
+    for (std::int64_t d = 0; d < spatial; ++d) {
+      if (j.is_array() && static_cast<std::int64_t>(j.size()) > d && j[static_cast<std::size_t>(d)].is_number_integer())
+        v[static_cast<std::size_t>(d)] = j[static_cast<std::size_t>(d)].get<std::int64_t>();
+      else if (j.is_number_integer()) v[static_cast<std::size_t>(d)] = j.get<std::int64_t>();
+    }
+    return v;
+  };
+  const auto stride = ints("stride", 1), padding = ints("padding", 0), dilation = ints("dilation", 1);
+  const std::int64_t groups = c.attrs.contains("groups") && c.attrs["groups"].is_number_integer()
+                                  ? std::max<std::int64_t>(c.attrs["groups"].get<std::int64_t>(), 1) : 1;
+  const std::int64_t B = xs[0], Cin = xs[1], Cout = ws[0], Cg = ws[1];
+  if (B < 1 || Cout < 1 || Cg < 1 || Cout % groups != 0 || Cg * groups != Cin) return;
+  // Spatial sizes as (H, W) with H = 1 for conv1d.
+  const std::int64_t H = spatial == 2 ? xs[2] : 1, W = xs.back();
+  const std::int64_t Kh = spatial == 2 ? ws[2] : 1, Kw = ws.back();
+  const std::int64_t sh = spatial == 2 ? stride[0] : 1, sw = stride.back();
+  const std::int64_t ph = spatial == 2 ? padding[0] : 0, pw = padding.back();
+  const std::int64_t dh = spatial == 2 ? dilation[0] : 1, dw = dilation.back();
+  if (sh < 1 || sw < 1) return;
+  const std::int64_t Hout = (H + 2 * ph - dh * (Kh - 1) - 1) / sh + 1, Wout = (W + 2 * pw - dw * (Kw - 1) - 1) / sw + 1;
+  if (Hout < 1 || Wout < 1) return;
+  std::vector<std::int64_t> ia, ib;
+  const auto forced = static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(Cout)));
+  for (std::int64_t oc = 0; oc < Cout; ++oc) {
+    if (oc != forced && !rng.chance(1, 2)) continue;
+    const std::int64_t n = static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(B)));
+    const std::int64_t oh = static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(Hout)));
+    const std::int64_t ow = static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(Wout)));
+    const std::int64_t g = oc / (Cout / groups);
+    ia.clear();
+    ib.clear();
+    for (std::int64_t ci = 0; ci < Cg; ++ci)
+      for (std::int64_t kh = 0; kh < Kh; ++kh)
+        for (std::int64_t kw = 0; kw < Kw; ++kw) {
+          const std::int64_t ih = oh * sh - ph + kh * dh, iw = ow * sw - pw + kw * dw;
+          if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+          ia.push_back(((n * Cin + g * Cg + ci) * H + ih) * W + iw);
+          ib.push_back(((oc * Cg + ci) * Kh + kh) * Kw + kw);
+        }
+    const double cj = bias ? bias->get_flat(oc) : 0.0;
+    if (ia.size() < 2 && cj == 0.0) continue;
+    cancel_dot(x, w, ia, ib, cj, rng);
+  }
+}
+
+}  // namespace
+
+void draw_jointly(const OpSchema& s, TestCase& c, Rng& rng) {
+  if (c.distribution != Distribution::adversarial || !c.value_transforms.empty()) return;
+  if (s.family != "gemm" && s.family != "conv") return;
+  const bool linear = s.name == "linear", conv = s.family == "conv";
+  const char* a_name = linear || conv ? "x" : "a";
+  const char* b_name = linear || conv ? "weight" : "b";
+  auto ai = c.inputs.find(a_name), bi = c.inputs.find(b_name);
+  if (ai == c.inputs.end() || bi == c.inputs.end()) return;
+  // The dim a stride-0 (expanded) layout repeats an input along, or -1.
+  auto expanded_dim = [&](const char* name) -> std::int64_t {
+    auto l = c.layouts.find(name);
+    return l != c.layouts.end() && l->second.kind == "expanded" ? l->second.param : -1;
+  };
+  const Tensor* bias = nullptr;
+  if (auto it = c.inputs.find("bias"); (linear || conv) && it != c.inputs.end()) {
+    if (expanded_dim("bias") >= 0) return;
+    bias = &it->second;
+  }
+  if (conv) {
+    if (expanded_dim(a_name) >= 0 || expanded_dim(b_name) >= 0) return;
+    cancel_conv(c, ai->second, bi->second, bias, rng);
+    return;
+  }
+  // The dot products: batches g, rows i of a, columns j of b, each of length K.
+  //   matmul a[M, K] b[K, N]; bmm a[G, M, K] b[G, K, N]; linear x[..., K] weight[N, K] (+ bias[N]).
+  Tensor& a = ai->second;
+  Tensor& b = bi->second;
+  const Shape& as = a.shape();
+  const Shape& bs = b.shape();
+  if (as.size() < 2 || bs.size() < 2) return;
+  const std::int64_t K = as.back();
+  const std::int64_t G = s.name == "bmm" ? as[0] : 1;
+  const std::int64_t M = linear ? a.numel() / std::max<std::int64_t>(K, 1) : as[as.size() - 2];
+  const std::int64_t N = linear ? bs[0] : bs.back();
+  if (K < 1 || M < 1 || N < 1 || G < 1) return;
+  // b's columns are changed, or a's rows where b repeats along K (an expanded b holds one value per
+  // column); an operand expanded along another dim is changed for one dot product only (its
+  // writes land on every copy).
+  const auto a_exp = expanded_dim(a_name), b_exp = expanded_dim(b_name);
+  const std::int64_t a_k = static_cast<std::int64_t>(as.size()) - 1, b_k = linear ? 1 : static_cast<std::int64_t>(bs.size()) - 2;
+  const bool change_b = b_exp != b_k;
+  if (!change_b && a_exp == a_k) return;
+  const bool only_forced = (change_b ? b_exp : a_exp) >= 0;
+  const std::int64_t lines = change_b ? N : M, across = change_b ? M : N;
+  std::vector<std::int64_t> ia(static_cast<std::size_t>(K)), ib(static_cast<std::size_t>(K));
+  const auto forced = static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(G * lines)));
+  for (std::int64_t g = 0; g < G; ++g)
+    for (std::int64_t l = 0; l < lines; ++l) {
+      if (g * lines + l != forced && (only_forced || !rng.chance(1, 2))) continue;
+      const auto other = static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(across)));
+      const std::int64_t i = change_b ? other : l, j = change_b ? l : other;
+      for (std::int64_t k = 0; k < K; ++k) {
+        ia[static_cast<std::size_t>(k)] = (g * M + i) * K + k;
+        ib[static_cast<std::size_t>(k)] = linear ? j * K + k : (g * K + k) * N + j;
+      }
+      const double cj = bias ? bias->get_flat(j) : 0.0;
+      if (K < 2 && cj == 0.0) continue;
+      if (change_b) cancel_dot(a, b, ia, ib, cj, rng);
+      else cancel_dot(b, a, ib, ia, cj, rng);
+    }
+}
+
 std::vector<double> transform_values(const std::string& transform, std::vector<double> values, DType dtype) {
   if (transform == "zeros") std::fill(values.begin(), values.end(), 0.0);
   else if (transform == "ones") std::fill(values.begin(), values.end(), 1.0);

@@ -19,6 +19,12 @@ struct ValueRequest {
 // Values in logical row-major order, already exactly representable in the request's dtype.
 std::vector<double> generate_values(const ValueRequest& request, Rng& rng);
 
+// Values drawn jointly, once every input of an adversarial case is materialised (issue 21): the
+// operands of a GEMM (matmul, bmm, linear) are made to cancel on some outputs
+// (docs/fuzzing.md, "Cancelling dot products"). Leaves the case as it is for other ops, other
+// distributions, an expanded operand, and cases the minimizer has simplified (`transforms`).
+void draw_jointly(const OpSchema& schema, TestCase& c, Rng& rng);
+
 // The minimizer's simplifications: "zeros", "ones", "small_ints" (integers in [-2, 2]).
 std::vector<double> transform_values(const std::string& transform, std::vector<double> values, DType dtype);
 
