@@ -166,11 +166,13 @@ def test_running_sum_meeting_the_max_early_is_admitted_near_zero():
 # ---------------------------------------------------------------------------------------------
 # Cancelling dot products (values.cpp: draw_jointly). A float16 or bfloat16 GEMM's output is rounded
 # once more at the end, at u_out * |a.b|; an fp32-level loss in its accumulation (u_fp32 * sum|a*b|)
-# shows only where a.b is small next to sum|a*b|. Every adversarial GEMM case now holds such dot
-# products: for one column of b (and each other with probability 1/2) one row of a, and b's column
-# chosen to cancel it pair by pair. The bug: a split-K GEMM whose two partials are stored in the
-# input dtype (cuBLAS's "reduced precision reduction", or `acc += tl.dot(a, b).to(x.dtype)`); with
-# independently drawn operands it was caught in 1-6 of 50 cases, now in most.
+# shows only where a.b is small next to sum|a*b|. Every adversarial GEMM and convolution case now
+# holds such dot products: one column of b (and each other with probability 1/8) cancels a chosen
+# row of a pair by pair; a convolution's x cancels a channel's weights under one output. The bug: a
+# split-K GEMM whose two partials are stored in the input dtype (cuBLAS's "reduced precision
+# reduction", or `acc += tl.dot(a, b).to(x.dtype)`). At seed 1, 50 cases, the generator before
+# (3e0af78) caught it in 24-30 cases (matmul 24/25, linear 30/29, bmm 26/26 in bfloat16/float16);
+# this one in 40-48.
 
 GEMMS = ["matmul", "linear", "bmm"]
 
@@ -179,7 +181,7 @@ GEMMS = ["matmul", "linear", "bmm"]
 @pytest.mark.parametrize("op", GEMMS)
 def test_gemm_partials_in_the_input_dtype_caught_in_most_cases(op, dtype):
     res = gpuemu.fuzz_op_in_process(op, gemm_splitk2_lowp, iterations=50, seed=1, dtypes=[dtype], diagnose=False)
-    assert res.failed >= 30, res.summary()
+    assert res.failed >= 36, res.summary()
     assert res.first_failure <= 1, res.summary()
 
 
