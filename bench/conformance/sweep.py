@@ -39,9 +39,12 @@ def _unsupported(tb: Optional[str]) -> bool:
     """torch has no kernel for this dtype (e.g. "not implemented for 'Half'"), or an SDPA backend
     refuses this shape ("No available kernel") or this alignment (the efficient backend's "p.query_ptr
     is not correctly aligned": a clean refusal, unlike the flash backend's crash on the same inputs,
-    imprecise_cuda.py): the case was not computed, so it is not judged."""
+    imprecise_cuda.py), or cuBLASLt refuses operands it cannot take (torch._scaled_mm with an
+    operand 16-byte misaligned: "CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul", an error
+    the call returns with the context intact): the case was not computed, so it is not judged."""
     return bool(tb) and ("not implemented for" in tb or "No available kernel" in tb
-                         or "is not correctly aligned" in tb)
+                         or "is not correctly aligned" in tb
+                         or "CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul" in tb)
 
 
 def _commit() -> Optional[str]:

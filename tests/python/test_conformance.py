@@ -115,6 +115,10 @@ def test_the_cuda_list_excuses_one_sdpa_backend_not_the_op_and_only_on_cuda():
     # a clean refusal is not judged; a crash is
     assert _unsupported("RuntimeError: p.query_ptr is not correctly aligned")
     assert not _unsupported("AcceleratorError: CUDA error: misaligned address")
+    # cuBLASLt's refusal of a misaligned fp8 operand (docs/gpu/evidence_cuda.txt, torch._scaled_mm)
+    assert _unsupported("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul with "
+                        "transpose_mat1 t transpose_mat2 n m 16 n 16 k 3")
+    assert not _unsupported("RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling cublasLtMatmul")
 
 
 def test_the_cuda_list_excuses_the_native_half_precision_kernels_not_their_upcasts():
