@@ -353,6 +353,61 @@ TEST(Reference, ValueOnlyGivesTheVerdictsValueBitForBit) {
 // An embedding's output is B·L·D, far more than its inputs (indices B·L, a V×D table) can say: the
 // schema's work budget bounds it (an uncapped case once asked for 537M output elements, 4 GiB in
 // fp64, and took the power harness down), while still drawing outputs past the input budget.
+// Cancelling dot products (values.cpp, draw_jointly; issue 21): every adversarial matmul case with
+// K >= 2 holds an output whose exact value is at least 2^7 times smaller than sum |a*b| (or is 0
+// while that sum is not), every value stays on the dtype's grid, and the joint pass regenerates
+// bit for bit from the case's seed. A case the minimizer has simplified is left as drawn.
+TEST(Cases, GemmCasesHoldCancellingDotProductsOnTheDtypeGrid) {
+  const OpSchema& mm = *engine().catalogue().find("matmul");
+  for (DType d : {DType::bfloat16, DType::float16}) {
+    FuzzOptions o;
+    o.dtypes = {d};
+    CaseGenerator gen(mm, o);
+    int checked = 0;
+    for (std::int64_t i = 0; i < 25; ++i) {
+      auto c = gen.generate(7, i);
+      ASSERT_TRUE(c.ok()) << c.error().message;
+      const Tensor& a = c->inputs.at("a");
+      const Tensor& b = c->inputs.at("b");
+      for (const Tensor* t : {&a, &b})
+        for (std::int64_t k = 0; k < t->numel(); ++k) {
+          const double v = t->get_flat(k);
+          ASSERT_TRUE(std::isfinite(v));
+          ASSERT_EQ(round_to(d, v), v);
+        }
+      const std::int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+      const bool b_repeats_along_k = c->layouts.at("b").kind == "expanded" && c->layouts.at("b").param == 0;
+      const bool a_repeats_along_k = c->layouts.at("a").kind == "expanded" && c->layouts.at("a").param == 1;
+      if (K < 2 || (b_repeats_along_k && a_repeats_along_k)) continue;
+      std::vector<double> av = a.to_f64(), bv = b.to_f64();
+      bool cancelling = false;
+      for (std::int64_t r = 0; r < M && !cancelling; ++r)
+        for (std::int64_t j = 0; j < N && !cancelling; ++j) {
+          double s = 0.0, t = 0.0;  // K <= a few thousand products of ~8-bit values: exact enough
+          for (std::int64_t k = 0; k < K; ++k) {
+            const double p = av[static_cast<std::size_t>(r * K + k)] * bv[static_cast<std::size_t>(k * N + j)];
+            s += p;
+            t += std::fabs(p);
+          }
+          cancelling = t > 0 && (s == 0.0 || t >= 128.0 * std::fabs(s));
+        }
+      EXPECT_TRUE(cancelling) << c->describe().dump();
+      ++checked;
+      auto again = gen.generate_from_seed(c->seed);
+      ASSERT_TRUE(again.ok());
+      EXPECT_EQ(tensor_digest(b), tensor_digest(again->inputs.at("b")));
+      EXPECT_EQ(tensor_digest(a), tensor_digest(again->inputs.at("a")));
+      // The minimizer's simplified case: a's values replaced, b as drawn (nothing cancels a).
+      auto simple = gen.generate_pinned(c->seed, {}, {{"a", "ones"}});
+      ASSERT_TRUE(simple.ok());
+      if (c->layouts.at("b").kind != "expanded") {
+        EXPECT_NE(tensor_digest(b), tensor_digest(simple->inputs.at("b"))) << c->describe().dump();
+      }
+    }
+    EXPECT_GE(checked, 15);
+  }
+}
+
 TEST(Cases, EmbeddingOutputsStayWithinTheWorkBudget) {
   const OpSchema& s = *engine().catalogue().find("embedding");
   ASSERT_EQ(s.work, "B*L*D");

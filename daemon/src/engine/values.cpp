@@ -346,7 +346,8 @@ namespace {
 // term, then moved by c in [-2, 2] of its own ulps (as cancel_lines does), so the pairs' exact sum
 // is a few ulps of the products while sum |a*b| is unchanged in scale: a condition number of about
 // sqrt(K) / u_in. A nonzero bias c is cancelled by one more term (b = -c / a, rounded), and a
-// term left over is zeroed. Every b written is on the dtype's grid and no larger than one drawn.
+// term left over is zeroed. Every b written is on the dtype's grid; a pair's is no larger than the
+// drawn b it cancels (to its +-2 ulps), the bias's within dtype_cap.
 void cancel_dot(const Tensor& a, Tensor& b, const std::vector<std::int64_t>& ia,
                 const std::vector<std::int64_t>& ib, double c, Rng& rng) {
   const auto n = static_cast<std::int64_t>(ia.size());
