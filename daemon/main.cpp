@@ -212,7 +212,7 @@ int serve(const Options& o, const protocol::HomePaths& paths,
   const bool clean = server.stop(std::chrono::seconds(o.drain_s));
   unlink(paths.socket.c_str());
   unlink(paths.info.c_str());
-  spdlog::info("stopped{}", clean ? "" : " (requests were still running)");
+  spdlog::info("stopped{}", clean ? "" : " (without waiting for running requests or the transport)");
   spdlog::shutdown();
   if (!clean) _exit(0);
   ctx.store.reset();

@@ -158,8 +158,11 @@ void LspServer::handle_request(const std::string& method, const Json& id, const 
     return post([this, id, action] {
       Result<Json> r =
           make_error(ErrorCode::invalid_argument, "params.action: expected status, start or stop");
+      // stats and shutdown are answered on the daemon's transport thread at once: a daemon that
+      // does not answer within the bound is not serving (it may be stuck going away).
+      const std::chrono::seconds bound{10};
       if (action == "status") {
-        r = m_daemon->call("stats", Json::object(), false);
+        r = m_daemon->call("stats", Json::object(), false, bound);
         if (r)
           (*r)["running"] = true;
         else
@@ -168,7 +171,7 @@ void LspServer::handle_request(const std::string& method, const Json& id, const 
         r = m_daemon->call("stats", Json::object(), true);
         if (r) (*r)["running"] = true;
       } else if (action == "stop") {
-        r = m_daemon->call("shutdown", Json::object(), false);
+        r = m_daemon->call("shutdown", Json::object(), false, bound);
         m_daemon->disconnect();
       }
       reply_result(id, r);

@@ -10,6 +10,7 @@
 #include <malloc.h>
 
 #include <cstring>
+#include <future>
 #include <fstream>
 #include <sstream>
 
@@ -403,9 +404,40 @@ bool NngServer::stop(std::chrono::milliseconds drain) {
     for (auto& s : m_slots) (void)s.release();  // NNG may still call back into them
     return false;
   }
-  nng_close(m_impl->sock);
+  // The transport's teardown, bounded: libnng before 1.8 can hang in nng_close while a peer's pipe
+  // goes away at the same moment (nanomsg/nng#1813, fixed in 1.8.0 by #1824; Debian 12 ships
+  // 1.5.2). It happened on a 2-core CI machine to a daemon whose client closed its socket right
+  // after "shutdown": the daemon never exited and its socket kept accepting connections that no
+  // one served. Past the bound the process exits without it (the caller's `false` path); every
+  // store write was committed before its reply was sent, so nothing stored is lost.
+  auto closed = std::make_shared<std::promise<void>>();
+  std::future<void> done = closed->get_future();
+  std::vector<nng_aio*> aios;
+  for (auto& s : m_slots) aios.push_back(s->aio);
+  std::thread closer([sock = m_impl->sock, closed, aios] {
+    nng_close(sock);
+    for (nng_aio* a : aios) nng_aio_stop(a);
+    closed->set_value();
+  });
   m_impl->open = false;
-  for (auto& s : m_slots) nng_aio_stop(s->aio);
+  if (done.wait_for(k_close_bound) != std::future_status::ready) {
+    spdlog::warn("[W-close] the transport did not close within {} s (libnng {}: a known deadlock "
+                 "of nng_close before 1.8); exiting without it",
+                 std::chrono::duration_cast<std::chrono::seconds>(k_close_bound).count(),
+                 nng_version());
+    closer.detach();
+    {
+      std::lock_guard lock(m_mutex);
+      m_closing = true;
+    }
+    m_cv.notify_all();
+    for (auto& t : m_workers) t.detach();
+    m_workers.clear();
+    for (auto& s : m_slots) (void)s.release();  // the closer thread and NNG may still use them
+    m_slots.clear();
+    return false;
+  }
+  closer.join();
   for (auto& t : m_workers) t.join();
   m_workers.clear();
   for (auto& s : m_slots) nng_aio_free(s->aio);

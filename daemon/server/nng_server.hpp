@@ -5,6 +5,7 @@
 
 #include "server/daemon_context.hpp"
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -29,7 +30,10 @@ class NngServer {
   // Stops taking requests, lets in-flight ones finish (up to `drain`), then closes. False when
   // requests were still running at the deadline: their workers are left detached and the caller
   // should exit the process.
+  // The transport's own teardown (nng_close) is bounded too: past k_close_bound it is left to the
+  // process exit, and stop is false as well.
   bool stop(std::chrono::milliseconds drain);
+  static constexpr std::chrono::seconds k_close_bound{5};
 
   struct Slot;
   void on_event(Slot* slot);  // NNG's aio callback

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from daemon_harness import DAEMON, GPUEMU, Daemon, alive, daemon, kill_hard  # noqa: E402,F401 (daemon: the fixture)
+from daemon_harness import DAEMON, GPUEMU, Daemon, alive, daemon, kill_hard, wait_gone  # noqa: E402,F401 (daemon: the fixture)
 
 import gpuemu  # noqa: E402
 
@@ -191,6 +191,52 @@ def test_clients_killed_mid_request_leave_the_daemon_serving_and_holding_nothing
     r = daemon.cli("fuzz", "softmax", "--kernel", "tail_leak", "-n", "6", "--seed", "3", "--json")
     assert r.returncode == 1 and json.loads(r.stdout)["failed"] >= 1, r.stdout + r.stderr
     print(f"clients killed mid-request: {kills}; daemon RSS by round (KiB): {rss}")
+
+
+def test_a_daemon_stopped_while_its_clients_drop_their_connections_exits(daemon):
+    """The shutdown of a daemon whose clients go away at the same moment (what the editor's
+    `gpuemu/daemon stop` does: shutdown, then close; meanwhile its poller pings). libnng before 1.8
+    can hang in nng_close then (nanomsg/nng#1813; Debian 12 has 1.5.2): a CI run saw a daemon never
+    exit, its socket accepting connections nobody served. The daemon bounds its transport's
+    teardown (NngServer::k_close_bound, 5 s) and exits without it past the bound."""
+    import threading
+
+    rounds, slow = 12, []
+    for rnd in range(rounds):
+        daemon.start()
+        pid = daemon.pid
+        stop = threading.Event()
+
+        def pinger():
+            c = gpuemu.Client(autostart=False, timeout=1)
+            while not stop.is_set():
+                try:
+                    c.ping()
+                except gpuemu.GpuemuError:
+                    pass
+            c.close()
+
+        threads = [threading.Thread(target=pinger) for _ in range(3)]
+        for t in threads:
+            t.start()
+        c = gpuemu.Client(autostart=False)
+        c.ping()
+        t0 = time.monotonic()
+        assert c.request("shutdown")[0]["stopping"] is True
+        c.close()  # at once, as the editor does
+        gone = wait_gone(pid, 20)
+        took = time.monotonic() - t0
+        stop.set()
+        for t in threads:
+            t.join(30)
+        assert gone, f"round {rnd}: the daemon (pid {pid}) did not exit within 20 s of shutdown\n{daemon.log()}"
+        if took > 1.0:
+            slow.append(round(took, 2))
+        assert not daemon.socket.exists(), "the socket outlived its daemon"
+    closes = daemon.log().count("[W-close]")
+    assert daemon.log().count("] stopped") == rounds
+    print(f"{rounds} daemons stopped with 3 pinging clients and the stopping one closing at once; "
+          f"exits over 1 s: {slow}; transport teardowns past the bound: {closes}")
 
 
 # ---- a full disk and a read-only home (a tmpfs mounted for the test: needs root, as CI has) ------
