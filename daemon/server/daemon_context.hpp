@@ -17,6 +17,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <utility>
 
 namespace gpuemu::server {
 
@@ -99,6 +100,84 @@ class ProgressBoard {
   std::map<std::string, Item> m_items;
 };
 
+// A client-side submission whose failures the client diagnoses before they are stored
+// (submit_outputs with hold_for_diagnosis): what the daemon judged, kept under an id so that the
+// client then sends only its diagnoses (`held_id`), not the chunk's tensors again. Bounded: at most
+// k_max entries and k_max_bytes of failing inputs, each for k_ttl; the oldest goes first. A client that finds its id gone submits the
+// items again (a daemon that restarted, or a client that took longer than k_ttl to diagnose).
+template <class Held>
+class HeldBoard {
+ public:
+  static constexpr std::size_t k_max = 64;
+  static constexpr std::size_t k_max_bytes = std::size_t{1} << 30;
+  static constexpr std::chrono::minutes k_ttl{10};
+
+  std::string put(Held h, std::size_t bytes) {
+    std::lock_guard lock(m_mutex);
+    expire_locked();
+    while (!m_items.empty() && (m_items.size() >= k_max || m_bytes + bytes > k_max_bytes))
+      erase_locked(m_items.begin());
+    const std::string id = "held-" + std::to_string(++m_next);
+    m_items.emplace(m_next, Entry{id, std::chrono::steady_clock::now(), bytes, std::move(h)});
+    m_bytes += bytes;
+    return id;
+  }
+  // Takes the entry out when `check(const Held&)` accepts it (a finished submission is stored
+  // once); an entry `check` refuses stays held, and its error is returned. nullopt: no such id.
+  template <class Check>
+  Result<std::optional<Held>> take(const std::string& id, Check check) {
+    std::lock_guard lock(m_mutex);
+    expire_locked();
+    for (auto it = m_items.begin(); it != m_items.end(); ++it)
+      if (it->second.id == id) {
+        GPUEMU_TRY_STATUS(check(std::as_const(it->second.held)));
+        std::optional<Held> h(std::move(it->second.held));
+        erase_locked(it);
+        return h;
+      }
+    return std::optional<Held>();
+  }
+  std::size_t size() const {
+    std::lock_guard lock(m_mutex);
+    return m_items.size();
+  }
+
+ private:
+  struct Entry {
+    std::string id;
+    std::chrono::steady_clock::time_point at;
+    std::size_t bytes = 0;
+    Held held;
+  };
+  using Items = std::map<std::uint64_t, Entry>;
+  void erase_locked(typename Items::iterator it) {
+    m_bytes -= it->second.bytes;
+    m_items.erase(it);
+  }
+  void expire_locked() {
+    const auto now = std::chrono::steady_clock::now();
+    while (!m_items.empty() && now - m_items.begin()->second.at > k_ttl) erase_locked(m_items.begin());
+  }
+  mutable std::mutex m_mutex;
+  std::uint64_t m_next = 0;
+  std::size_t m_bytes = 0;
+  Items m_items;  // by age
+};
+
+// What a held submission keeps (handlers_fuzz.cpp fills and finishes it).
+struct HeldSubmission {
+  std::string op;
+  std::string options_key;  // protocol::options_to_json(options).dump() of the judging request
+  std::size_t items = 0;
+  std::vector<CaseResult> failures;
+  std::vector<std::size_t> failure_item;
+  std::vector<Json> failure_kernels;
+  Json results, by_dtype, coverage;
+  std::int64_t first_failure = -1, first_index = -1;
+  std::optional<std::uint64_t> master_seed;
+  std::vector<std::string> used;  // the kept cases judged (case cache keys)
+};
+
 struct DaemonContext {
   DaemonContext(protocol::HomePaths p, Engine e) : paths(std::move(p)), engine(std::move(e)) {}
 
@@ -118,6 +197,7 @@ struct DaemonContext {
   std::atomic<bool> stopping{false};
   std::function<void()> request_stop;  // set by the transport: starts a graceful shutdown
   ProgressBoard progress;
+  HeldBoard<HeldSubmission> held;
 
   double uptime_s() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

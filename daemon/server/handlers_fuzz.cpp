@@ -121,13 +121,16 @@ Result<std::vector<std::string>> store_failures(DaemonContext& ctx,
                                                 const FuzzOptions& options,
                                                 const std::vector<Json>& kernels,
                                                 const Json& client, bool store,
-                                                const RequestEngine& re) {
+                                                const RequestEngine& re,
+                                                std::vector<std::vector<std::byte>>* snapshots = nullptr) {
   std::vector<std::string> ids(failures.size());
   if (!store || failures.empty() || !ctx.store) return ids;
   std::vector<FailureRecord> recs;
-  for (std::size_t i = 0; i < failures.size(); ++i)
+  for (std::size_t i = 0; i < failures.size(); ++i) {
     recs.push_back(make_failure_record(ctx, failures[i], options,
                                        kernels[std::min(i, kernels.size() - 1)], client, &re));
+    if (snapshots) snapshots->push_back(recs.back().inputs);
+  }
   GPUEMU_TRY(ids, ctx.store->put_failures(std::move(recs)));
   return ids;
 }
@@ -236,6 +239,32 @@ std::shared_ptr<CaseCache::Entry> kept_case(CaseCache* cache, const std::string&
   return e;
 }
 
+// Cases [start, start + count) of `op` under `master`: their tensors into `reply` under
+// cases/<i>/, kept in the case cache for the submission that judges them; the batch's JSON.
+Result<Json> hand_out(DaemonContext& ctx, const Json& p, const RequestEngine& re,
+                      const std::string& op, const OpSchema& schema, const FuzzOptions& options,
+                      std::uint64_t master, std::int64_t start, std::int64_t count, Frame& reply) {
+  if (count < 1) return make_error(ErrorCode::invalid_argument, "'count' must be >= 1");
+  GPUEMU_TRY_STATUS(check_batch_size(ctx, count, "'count' (cases in one batch)"));
+  if (start < 0) return make_error(ErrorCode::invalid_argument, "'start_index' must be >= 0");
+  CaseGenerator gen(schema, options);
+  GPUEMU_TRY_STATUS(gen.validate());
+  Json cases = Json::array();
+  CaseCache* cache = cacheable(ctx, p) ? ctx.case_cache.get() : nullptr;
+  const std::string options_key = cache ? protocol::options_to_json(options).dump() : "";
+  for (std::int64_t i = start; i < start + count; ++i) {
+    GPUEMU_TRY(TestCase c, gen.generate(master, i));
+    cases.push_back(protocol::case_to_json(c));
+    protocol::add_case_tensors(reply, c, "cases/" + std::to_string(i - start) + "/");
+    if (cache)
+      cache->put(CaseCache::key(op, options_key, master, i), c, re.engine().catalogue_ptr(), &schema);
+  }
+  return Json{{"op", op},
+              {"master_seed", master},
+              {"cases", cases},
+              {"options", protocol::options_to_json(options)}};
+}
+
 Result<Frame> get_test_batch(DaemonContext& ctx, const Frame& req) {
   const Json p = params_of(req);
   GPUEMU_TRY(std::string op, string_param(p, "op"));
@@ -250,23 +279,9 @@ Result<Frame> get_test_batch(DaemonContext& ctx, const Frame& req) {
   GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p));
   GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(op));
   GPUEMU_TRY_STATUS(check_case_budget(ctx, *schema, options));
-  CaseGenerator gen(*schema, options);
-  GPUEMU_TRY_STATUS(gen.validate());
   Frame reply = make_reply();
-  Json cases = Json::array();
-  CaseCache* cache = cacheable(ctx, p) ? ctx.case_cache.get() : nullptr;
-  const std::string options_key = cache ? protocol::options_to_json(options).dump() : "";
-  for (std::int64_t i = start; i < start + count; ++i) {
-    GPUEMU_TRY(TestCase c, gen.generate(master, i));
-    cases.push_back(protocol::case_to_json(c));
-    protocol::add_case_tensors(reply, c, "cases/" + std::to_string(i - start) + "/");
-    if (cache)
-      cache->put(CaseCache::key(op, options_key, master, i), c, re.engine().catalogue_ptr(), schema);
-  }
-  reply.header["result"] = {{"op", op},
-                            {"master_seed", master},
-                            {"cases", cases},
-                            {"options", protocol::options_to_json(options)}};
+  GPUEMU_TRY(Json batch, hand_out(ctx, p, re, op, *schema, options, master, start, count, reply));
+  reply.header["result"] = std::move(batch);
   return reply;
 }
 
@@ -337,14 +352,58 @@ std::string mutation_message(const TestCase& c, const Frame& req, const std::str
   return "";
 }
 
-Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
-  const Json p = params_of(req);
-  GPUEMU_TRY(std::string op, string_param(p, "op"));
-  GPUEMU_TRY(FuzzOptions options, protocol::options_from_json(p.value("options", Json::object())));
-  GPUEMU_TRY(bool store, param<bool>(p, "store", true));
-  GPUEMU_TRY(bool hold, param<bool>(p, "hold_for_diagnosis", false));
-  const Json kernel = p.value("kernel", Json{{"kind", "client"}});
-  const Json client = p.value("client", Json::object());
+// The bytes a held submission keeps (its failing cases' inputs): what HeldBoard bounds.
+std::size_t held_bytes(const HeldSubmission& h) {
+  std::size_t n = 0;
+  for (const CaseResult& r : h.failures)
+    for (const auto& [name, t] : r.test_case.inputs)
+      n += static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype());
+  return n;
+}
+
+// The diagnoses a client computed for a held submission's failures: `diagnoses` is
+// [{"item": i, "diagnosis": {bug_class, summary, evidence}}, ...]; items not named keep the
+// daemon's own diagnosis. Read whole before anything changes (a refused finish stays held).
+using ItemDiagnoses = std::vector<std::pair<std::int64_t, Diagnosis>>;
+Result<ItemDiagnoses> read_diagnoses(const Json& diagnoses) {
+  ItemDiagnoses out;
+  if (diagnoses.is_null()) return out;
+  if (!diagnoses.is_array())
+    return make_error(ErrorCode::invalid_argument,
+                      "'diagnoses' must be an array of {\"item\": i, \"diagnosis\": {...}}");
+  for (const Json& d : diagnoses) {
+    if (!d.is_object() || !d.contains("item") || !d["item"].is_number_integer())
+      return make_error(ErrorCode::invalid_argument,
+                        "each of 'diagnoses' needs an integer 'item' (its index in the items)");
+    GPUEMU_TRY(auto diag, client_diagnosis(d));
+    if (diag) out.emplace_back(d["item"].get<std::int64_t>(), std::move(*diag));
+  }
+  return out;
+}
+
+Status check_diagnosed_items(const ItemDiagnoses& diagnoses, const HeldSubmission& h) {
+  for (const auto& [i, d] : diagnoses)
+    if (i < 0 || static_cast<std::size_t>(i) >= h.items)
+      return make_error(ErrorCode::invalid_argument,
+                        "'diagnoses' names item " + std::to_string(i) + " of a submission of " +
+                            std::to_string(h.items));
+  return {};
+}
+
+void apply_diagnoses(HeldSubmission& h, const ItemDiagnoses& diagnoses) {
+  for (const auto& [i, d] : diagnoses)
+    for (std::size_t f = 0; f < h.failures.size(); ++f)
+      if (h.failure_item[f] == static_cast<std::size_t>(i)) {
+        h.failures[f].diagnosis = d;
+        h.results[static_cast<std::size_t>(i)]["diagnosis"] = d.to_json();
+      }
+}
+
+// Judges the items of a submission (their outputs in `req`) into `h`. `undiagnosed`: a failure
+// was judged that the client did not diagnose (what hold_for_diagnosis waits for).
+Status judge_items(DaemonContext& ctx, const Frame& req, const Json& p, const Engine& engine,
+                   const CaseGenerator& gen, const FuzzOptions& options, const Json& kernel,
+                   HeldSubmission& h, bool& undiagnosed) {
   const Json items = p.value("items", Json::array());
   if (!items.is_array() || items.empty())
     return make_error(ErrorCode::invalid_argument, "'items' must be a non-empty array");
@@ -353,37 +412,24 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
   for (std::size_t i = 0; i < items.size(); ++i)
     GPUEMU_TRY_STATUS(check_item_elements(ctx, req, "items/" + std::to_string(i) + "/",
                                           "item " + std::to_string(i) + " (its inputs and outputs)"));
-  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p));
-  const Engine& engine = re.engine();
-  GPUEMU_TRY(const OpSchema* schema, engine.catalogue().get(op));
-  GPUEMU_TRY_STATUS(check_case_budget(ctx, *schema, options));
-  CaseGenerator gen(*schema, options);
-  GPUEMU_TRY_STATUS(gen.validate());
-  std::vector<CaseResult> failures;
-  std::vector<std::size_t> failure_item;
-  std::vector<Json> failure_kernels;
-  Json cov = Json::object();
-  Json by_dtype = Json::object();
-  std::int64_t first_failure = -1;  // the smallest failing case index of the batch
-  std::optional<std::uint64_t> master_seed;
-  std::int64_t first_index = -1;  // the smallest case index of the batch
-  Json results = Json::array();
-  bool undiagnosed = false;  // a judged failure without a client diagnosis (hold_for_diagnosis)
+  const std::string& op = h.op;
+  h.items = items.size();
+  h.results = Json::array();
+  h.by_dtype = Json::object();
+  h.coverage = Json::object();
   CaseCache* cache = cacheable(ctx, p) ? ctx.case_cache.get() : nullptr;
-  const std::string options_key = cache ? protocol::options_to_json(options).dump() : "";
-  std::vector<std::string> used;  // keys of the kept cases judged here
   for (std::size_t i = 0; i < items.size(); ++i) {
     const Json& item = items[i];
     const std::string prefix = "items/" + std::to_string(i) + "/";
     GPUEMU_TRY(auto from_client, client_diagnosis(item));
     std::string key;
-    const auto kept = kept_case(cache, op, options_key, item.value("case", Json()), key);
-    if (kept) used.push_back(key);
+    const auto kept = kept_case(cache, op, h.options_key, item.value("case", Json()), key);
+    if (kept) h.used.push_back(key);
     GPUEMU_TRY(TestCase c, kept ? Result<TestCase>(kept->test_case())
                                 : regenerate(gen, item.value("case", Json())));
-    coverage_add(cov, c);
-    if (!master_seed) master_seed = c.master_seed;
-    if (first_index < 0 || c.index < first_index) first_index = c.index;
+    coverage_add(h.coverage, c);
+    if (!h.master_seed) h.master_seed = c.master_seed;
+    if (h.first_index < 0 || c.index < h.first_index) h.first_index = c.index;
     CaseResult r;
     r.test_case = c;
     const std::string kernel_error = item.value("kernel_error", "");
@@ -427,50 +473,136 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
     }
     r.repro = "gpuemu fuzz " + op + " --seed " + std::to_string(c.master_seed) + " --case " +
               std::to_string(c.index);
-    results.push_back({{"passed", r.verdict.passed},
-                       {"max_error", r.verdict.to_json().value("max_error", Json())},
-                       {"envelope", r.verdict.envelope},
-                       {"message", r.verdict.message},
-                       {"seed", c.seed},
-                       {"index", c.index}});
-    count_case(by_dtype, c, r.verdict.passed);
+    h.results.push_back({{"passed", r.verdict.passed},
+                         {"max_error", r.verdict.to_json().value("max_error", Json())},
+                         {"envelope", r.verdict.envelope},
+                         {"message", r.verdict.message},
+                         {"seed", c.seed},
+                         {"index", c.index}});
+    count_case(h.by_dtype, c, r.verdict.passed);
     if (!r.verdict.passed) {
-      if (first_failure < 0 || c.index < first_failure) first_failure = c.index;
-      results.back()["diagnosis"] = r.diagnosis.to_json();
+      if (h.first_failure < 0 || c.index < h.first_failure) h.first_failure = c.index;
+      h.results.back()["diagnosis"] = r.diagnosis.to_json();
       Json k = kernel;  // the request's kernel identity, refined per item (file, line)
       if (item.contains("kernel") && item["kernel"].is_object()) k.update(item["kernel"]);
-      failure_kernels.push_back(std::move(k));
-      failures.push_back(r);
-      failure_item.push_back(i);
+      h.failure_kernels.push_back(std::move(k));
+      h.failures.push_back(std::move(r));
+      h.failure_item.push_back(i);
     }
   }
-  // The client diagnoses these failures by re-running its kernel on the probes, then submits the
-  // batch again with the diagnoses: nothing is stored and no run is recorded now.
-  if (hold && undiagnosed) return make_reply({{"op", op}, {"results", results}, {"held", true}});
-  for (const auto& k : used) cache->erase(k);  // judged for good: the memory goes
-  GPUEMU_TRY(auto ids,
-             store_failures(ctx, failures, options, failure_kernels, client, store, re));
-  for (std::size_t f = 0; f < failures.size(); ++f)
+  return {};
+}
+
+// Judges a client kernel's outputs (`items`, their tensors under items/<i>/), stores the failures
+// and records the run. With `hold_for_diagnosis`, failures the client did not diagnose come back
+// unstored (`held`) for the client to diagnose; it then sends the items again with their
+// diagnoses or, when it asked for `hold_by_id`, only `held_id` and `diagnoses` (nothing judged
+// twice, no tensor sent twice). `snapshots`: each stored failure's input snapshot comes back too,
+// as the uint8 tensor snapshots/<item> (the bytes `failures get --snapshot` returns in base64).
+// `next` ({count, start_index, seed}): the next batch of cases comes back in the same reply (result `next`, tensors under cases/<i>/), so a client-side
+// run makes one request per chunk.
+Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
+  const Json p = params_of(req);
+  GPUEMU_TRY(std::string op, string_param(p, "op"));
+  GPUEMU_TRY(FuzzOptions options, protocol::options_from_json(p.value("options", Json::object())));
+  GPUEMU_TRY(bool store, param<bool>(p, "store", true));
+  GPUEMU_TRY(bool hold, param<bool>(p, "hold_for_diagnosis", false));
+  GPUEMU_TRY(bool hold_by_id, param<bool>(p, "hold_by_id", false));
+  GPUEMU_TRY(bool snapshots, param<bool>(p, "snapshots", false));
+  GPUEMU_TRY(std::string held_id, param<std::string>(p, "held_id", ""));
+  const Json next = p.value("next", Json());
+  if (!next.is_null() && !next.is_object())
+    return make_error(ErrorCode::invalid_argument,
+                      "'next' must be an object {count, start_index, seed}");
+  const Json kernel = p.value("kernel", Json{{"kind", "client"}});
+  const Json client = p.value("client", Json::object());
+  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p));
+  const Engine& engine = re.engine();
+  GPUEMU_TRY(const OpSchema* schema, engine.catalogue().get(op));
+  GPUEMU_TRY_STATUS(check_case_budget(ctx, *schema, options));
+  CaseGenerator gen(*schema, options);
+  GPUEMU_TRY_STATUS(gen.validate());
+  const std::string options_key = protocol::options_to_json(options).dump();
+  HeldSubmission h;
+  if (!held_id.empty()) {
+    if (p.contains("items") && !p["items"].is_null())
+      return make_error(ErrorCode::invalid_argument,
+                        "a submission with 'held_id' carries 'diagnoses', not 'items'");
+    GPUEMU_TRY(ItemDiagnoses diagnoses, read_diagnoses(p.value("diagnoses", Json())));
+    GPUEMU_TRY(auto taken, ctx.held.take(held_id, [&](const HeldSubmission& x) -> Status {
+      if (x.op != op || x.options_key != options_key)
+        return make_error(ErrorCode::invalid_argument,
+                          "held submission '" + held_id + "' judged " + x.op +
+                              " under other options than this request's");
+      return check_diagnosed_items(diagnoses, x);
+    }));
+    if (!taken)
+      return make_error(ErrorCode::not_found,
+                        "no held submission '" + held_id + "' (one is kept for " +
+                            std::to_string(HeldBoard<HeldSubmission>::k_ttl.count()) +
+                            " min, and not past a daemon restart): submit the items again");
+    h = std::move(*taken);
+    apply_diagnoses(h, diagnoses);
+  } else {
+    h.op = op;
+    h.options_key = options_key;
+    bool undiagnosed = false;
+    GPUEMU_TRY_STATUS(judge_items(ctx, req, p, engine, gen, options, kernel, h, undiagnosed));
+    // The client diagnoses these failures by re-running its kernel on the probes, then finishes
+    // the submission: nothing is stored and no run is recorded now.
+    if (hold && undiagnosed) {
+      Json j = {{"op", op}, {"results", h.results}, {"held", true}};
+      if (hold_by_id) {
+        const std::size_t bytes = held_bytes(h);
+        j["held_id"] = ctx.held.put(std::move(h), bytes);
+      }
+      return make_reply(j);
+    }
+  }
+  CaseCache* cache = cacheable(ctx, p) ? ctx.case_cache.get() : nullptr;
+  if (cache)
+    for (const auto& k : h.used) cache->erase(k);  // judged for good: the memory goes
+  std::vector<std::vector<std::byte>> snaps;
+  GPUEMU_TRY(auto ids, store_failures(ctx, h.failures, options, h.failure_kernels, client, store,
+                                      re, snapshots ? &snaps : nullptr));
+  Frame reply = make_reply();
+  for (std::size_t f = 0; f < h.failures.size(); ++f)
     if (!ids[f].empty()) {
-      results[failure_item[f]]["failure_id"] = ids[f];
-      results[failure_item[f]]["repro"] = "gpuemu repro " + ids[f];
+      Json& r = h.results[h.failure_item[f]];
+      r["failure_id"] = ids[f];
+      r["repro"] = "gpuemu repro " + ids[f];
+      if (f < snaps.size()) {  // the stored snapshot's bytes, as `failures get` returns them
+        const auto n = static_cast<std::int64_t>(snaps[f].size());
+        GPUEMU_TRY(Tensor t, Tensor::view(DType::uint8, {n}, {1}, 0,
+                                          std::make_shared<std::vector<std::byte>>(std::move(snaps[f]))));
+        reply.tensors["snapshots/" + std::to_string(h.failure_item[f])] = std::move(t);
+      }
     }
   if (store && ctx.store) {
     Json run = {{"kind", "client"},
                 {"op", op},
-                {"seed", master_seed ? Json(*master_seed) : Json()},
-                {"first_index", first_index},
+                {"seed", h.master_seed ? Json(*h.master_seed) : Json()},
+                {"first_index", h.first_index},
                 {"kernel", kernel_identity(kernel)},
-                {"total", items.size()},
-                {"passed", items.size() - failures.size()},
+                {"total", h.items},
+                {"passed", h.items - h.failures.size()},
                 {"failure_ids", ids},
-                {"first_failure", first_failure},
+                {"first_failure", h.first_failure},
                 {"dtypes", protocol::options_to_json(options).value("dtypes", Json::array())},
-                {"by_dtype", by_dtype},
-                {"coverage", cov}};
+                {"by_dtype", h.by_dtype},
+                {"coverage", h.coverage}};
     (void)ctx.store->put_run(run);
   }
-  return make_reply({{"op", op}, {"results", results}});
+  Json j = {{"op", op}, {"results", std::move(h.results)}};
+  if (next.is_object()) {
+    GPUEMU_TRY(std::int64_t count, param<std::int64_t>(next, "count", 16));
+    GPUEMU_TRY(std::int64_t start, param<std::int64_t>(next, "start_index", 0));
+    GPUEMU_TRY(auto seed, optional_seed(next));
+    const std::uint64_t master = seed ? *seed : h.master_seed.value_or(0);
+    GPUEMU_TRY(j["next"], hand_out(ctx, p, re, op, *schema, options, master, start, count, reply));
+  }
+  reply.header["result"] = std::move(j);
+  return reply;
 }
 
 Result<Frame> validate(DaemonContext& ctx, const Frame& req) {

@@ -266,20 +266,33 @@ class Client:
             args.setdefault(spec["name"], None)
         return args
 
-    def _batch(self, op, options, seed, start, count, framework, device):
-        """[(case json, {name: _fw.Input})] and the master seed."""
+    def _batch(self, op, options, seed, start, count, framework, device, keep_wire: bool = False):
+        """[(case json, {name: _fw.Input})] and the master seed (``keep_wire``: see _cases_of)."""
         params = {"op": op, "count": count, "start_index": start, "options": options}
         if seed is not None:
             params["seed"] = int(seed)
         res, tens = self.request("get_test_batch", params)
+        return self._cases_of(res, tens, framework, device, keep_wire), int(res["master_seed"])
+
+    @staticmethod
+    def _cases_of(res, tens, framework, device, keep_wire: bool = False):
+        """[(case json, {name: _fw.Input})] of a batch's reply (get_test_batch's, or the ``next``
+        of a submit_outputs). ``keep_wire``: each case also carries a private copy of its wire
+        inputs under ``case["_wire"]``, from which the same inputs are made again without asking
+        the daemon (the determinism check's second run gets inputs no kernel has touched)."""
         out = []
         for i, c in enumerate(res["cases"]):
             inputs = {}
+            wire = {}
             for name in c["inputs"]:
                 d, shape, strides, offset, storage = tens[f"cases/{i}/{name}"]
+                if keep_wire:
+                    wire[name] = (d, shape, strides, offset, storage.copy())
                 inputs[name] = _fw.make_input(framework, d, shape, strides, offset, storage, device)
+            if keep_wire:
+                c["_wire"] = wire
             out.append((c, inputs))
-        return out, int(res["master_seed"])
+        return out
 
     @staticmethod
     def _framework(framework: Optional[str]) -> str:
@@ -406,23 +419,33 @@ class Client:
         master = seed
         worst_ratio, worst_index = 0.0, -1
         budget = max(0, int(diagnose_limit))  # failures still to diagnose here
+        batch = None
         while total < iterations:
             n = min(_CHUNK, iterations - total)
-            batch, master = self._batch(op, options, master, total, n, fw, device)
+            if batch is None:
+                batch, master = self._batch(op, options, master, total, n, fw, device, check_determinism)
             items, tensors = [], []
             for i, (case, inputs) in enumerate(batch):
-                def rebuild(case=case, i=i):
-                    return self._batch(op, options, master, case["index"], 1, fw, device)[0][0][1]
+                def rebuild(case=case):
+                    return {name: _fw.make_input(fw, d, shape, strides, offset, storage.copy(), device)
+                            for name, (d, shape, strides, offset, storage) in case["_wire"].items()}
 
                 item, t = self._run_item(op, run_op, case, inputs, i, check_determinism, rebuild)
                 items.append(item)
                 tensors.extend(t)
+            for item in items:
+                item["case"] = {k: v for k, v in item["case"].items() if k != "_wire"}
             params = {"op": op, "options": options, "items": items, "kernel": kernel, "store": True,
-                      "client": {"name": "gpuemu-python"}}
+                      "client": {"name": "gpuemu-python"}, "snapshots": True}
+            left = iterations - total - n
+            if left > 0:  # the next chunk comes back with this one's verdicts: one request a chunk
+                params["next"] = {"count": min(_CHUNK, left), "start_index": total + n, "seed": master}
             if budget > 0:
                 params["hold_for_diagnosis"] = True  # failures come back unstored, to be diagnosed
-            res, _ = self.request("submit_outputs", params, tensors)
+                params["hold_by_id"] = True  # ... and kept by the daemon: only diagnoses go back
+            res, tens = self.request("submit_outputs", params, tensors)
             if res.get("held"):
+                diagnoses = []
                 for i, ((case, _inputs), item, r) in enumerate(zip(batch, items, res["results"])):
                     if budget <= 0:
                         break
@@ -433,10 +456,13 @@ class Client:
                     d = self._diagnose_here(op, options, case, tensors, i, run_op, fw, device, r.get("envelope"))
                     if d is not None:
                         item["diagnosis"] = d
-                del params["hold_for_diagnosis"]
-                res, _ = self.request("submit_outputs", params, tensors)
+                        diagnoses.append({"item": i, "diagnosis": d})
+                del params["hold_for_diagnosis"], params["hold_by_id"]
+                res, tens = self._finish_held(params, res.get("held_id"), diagnoses, tensors)
+            done, batch = batch, (self._cases_of(res["next"], tens, fw, device, check_determinism)
+                                  if "next" in res else None)
             stop = False
-            for (case, inputs), item, r in zip(batch, items, res["results"]):
+            for i, ((case, inputs), item, r) in enumerate(zip(done, items, res["results"])):
                 ratio = _envelope_ratio(r)
                 if worst_index < 0 or ratio > worst_ratio:
                     worst_ratio, worst_index = ratio, total
@@ -446,6 +472,9 @@ class Client:
                     continue
                 if first_failure < 0:
                     first_failure = total - 1
+                snap = tens.get(f"snapshots/{i}")  # the stored snapshot's bytes (`snapshots`)
+                if snap is not None:
+                    r = {**r, "snapshot": base64.b64encode(snap[4].tobytes()).decode("ascii")}
                 failures.append(self._failure(case, item, r, kernel))
                 stop = stop or fail_fast
             if progress is not None:
@@ -457,6 +486,19 @@ class Client:
                            passed=passed, elapsed=time.perf_counter() - t0, first_failure=first_failure,
                            failures=failures, worst_ratio=worst_ratio if worst_index >= 0 else None,
                            worst_index=worst_index)
+
+    def _finish_held(self, params: Dict[str, Any], held_id: Optional[str], diagnoses: List[Dict[str, Any]],
+                     tensors: Sequence[tuple]):
+        """Stores a held submission with the diagnoses made here: by its ``held_id`` (the daemon
+        kept what it judged; nothing is sent again) or, when the daemon no longer holds it (it
+        restarted, or keeps none), by submitting the items again with their diagnoses."""
+        if held_id:
+            try:
+                return self.request("submit_outputs", {**{k: v for k, v in params.items() if k != "items"},
+                                                        "held_id": held_id, "diagnoses": diagnoses})
+            except errors.NotFoundError:
+                pass
+        return self.request("submit_outputs", params, tensors)
 
     def _local_engine(self) -> Any:
         if "_engine" not in self.__dict__:
@@ -500,8 +542,8 @@ class Client:
 
     def _failure(self, case, item, r, kernel) -> ClientFailure:
         fid = r.get("failure_id") or f"{case['op']}:{case['master_seed']}:{case['index']}"
-        snapshot = ""
-        if r.get("failure_id"):
+        snapshot = r.get("snapshot", "")  # from submit_outputs' `snapshots` tensors
+        if r.get("failure_id") and not snapshot:
             meta, _ = self.request("failures", {"action": "get", "id": r["failure_id"], "snapshot": True})
             snapshot = meta.get("snapshot", "")
         ins = case.get("inputs", {})
@@ -513,7 +555,7 @@ class Client:
             max_error=float("inf") if max_error is None else float(max_error),
             envelope=float(r.get("envelope") or 0.0), message=r.get("message", ""),
             diagnosis=r.get("diagnosis", {}), repro=r.get("repro") or f"gpuemu repro {fid}",
-            traceback=item.get("kernel_error"), verdict=r, snapshot=snapshot, file=kernel.get("file"),
+            traceback=item.get("kernel_error"), verdict={k: v for k, v in r.items() if k != "snapshot"}, snapshot=snapshot, file=kernel.get("file"),
             line=kernel.get("line"))
 
     # --- script-based: ops registered in gpuemu.toml --------------------------------------------

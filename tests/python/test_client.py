@@ -347,6 +347,132 @@ def test_submit_outputs_item_diagnosis_is_stored_and_validated(daemon):
         client.request("submit_outputs", params, tensors)
 
 
+# --- round trips of a client-side run (issue 16) --------------------------------------------------
+
+class _Recorder:
+    """The requests a real Client makes (method, param keys, tensors sent), forwarded as they are."""
+
+    def __init__(self, client):
+        self.calls = []
+        self._request = client.request
+
+        def request(method, params=None, tensors=(), timeout=None):
+            self.calls.append((method, dict(params or {}), len(list(tensors))))
+            return self._request(method, params, tensors, timeout)
+
+        client.request = request
+
+    def methods(self):
+        return [m for m, _, _ in self.calls]
+
+
+def test_a_passing_client_side_run_makes_one_request_per_chunk(daemon):
+    client = Client()
+    rec = _Recorder(client)
+    r = client.fuzz_op_client_side("softmax", run_op=lambda i: np_softmax(i["x"], i["dim"]), iterations=64,
+                                   dtypes=["float32"], seed=5)
+    assert r.passed == 64, r.summary()
+    # 4 chunks of 16: one get_test_batch, then each submit_outputs brings the next chunk back
+    assert rec.methods() == ["get_test_batch"] + ["submit_outputs"] * 4, rec.methods()
+    assert [c[1].get("next", {}).get("start_index") for c in rec.calls[1:]] == [16, 32, 48, None]
+    # the chunks that came with a verdict are the cases get_test_batch gives at those indices
+    runs = client.request("runs", {"op": "softmax"})[0]["runs"]
+    assert sorted(x["first_index"] for x in runs) == [0, 16, 32, 48] and sum(x["total"] for x in runs) == 64
+    plain = client.get_test_batch("softmax", count=64, seed=5, dtypes=["float32"])
+    again = Client()
+    seen = []
+    again_rec = _Recorder(again)
+    again.fuzz_op_client_side("softmax", run_op=lambda i: seen.append(i["x"].tobytes()) or np_softmax(i["x"], i["dim"]),
+                              iterations=64, dtypes=["float32"], seed=5)
+    assert seen == [c["inputs"]["x"].tobytes() for c in plain]
+    assert again_rec.methods().count("get_test_batch") == 1
+
+
+def test_a_failing_client_side_run_sends_no_tensor_twice_and_asks_nothing_per_failure(daemon):
+    client = Client()
+    rec = _Recorder(client)
+    r = client.fuzz_op_client_side("softmax", run_op=lambda i: buggy_softmax(i["x"], i["dim"]), iterations=32,
+                                   dtypes=["float32"], seed=7, layouts=False)
+    assert r.passed == 0 and len(r.failures) == 32
+    # chunk 1 is held for the client's diagnoses, then finished by its id alone, with no tensors; the
+    # finishing request brings chunk 2 (the budget of 3 diagnoses is spent in chunk 1)
+    assert rec.methods() == ["get_test_batch", "submit_outputs", "submit_outputs", "submit_outputs"], rec.methods()
+    (_, first, n1), (_, finish, n2) = rec.calls[1], rec.calls[2]
+    assert first["hold_by_id"] and n1 > 0
+    assert finish["held_id"].startswith("held-") and "items" not in finish and n2 == 0
+    assert [d["item"] for d in finish["diagnoses"]] == [0, 1, 2]
+    # every failure has its snapshot from the verdict (no `failures get`), and it is the stored one
+    assert all(f.snapshot for f in r.failures) and "snapshot" not in r.failures[0].verdict
+    assert client.failure(r.failures[5].id, snapshot=True)["snapshot"] == r.failures[5].snapshot
+    here = [f for f in r.failures if "probes re-ran the kernel in the client (gpuemu-python)"
+            in f.diagnosis.get("evidence", [])]
+    assert len(here) == 3 and {f.index for f in here} == {0, 1, 2}
+    assert daemon.cli_json("failures", "show", here[0].id)["diagnosis"] == here[0].diagnosis
+    # a held id is finished once: the second time it is gone
+    with pytest.raises(gpuemu.NotFoundError, match="submit the items again"):
+        client.request("submit_outputs", {**finish, "diagnoses": []})
+
+
+def test_held_submission_by_id_is_checked(daemon):
+    client = Client()
+    case = client.get_test_batch("softmax", count=2, seed=3, dtypes=["float32"])
+    items, tensors = [], []
+    for i, c in enumerate(case):
+        held = client._cases[("softmax", c["seed"])]
+        item, t = client._run_item("softmax", lambda a: buggy_softmax(a["x"], a["dim"]), held[0], held[2], i,
+                                   False, None)
+        items.append(item)
+        tensors += t
+    params = {"op": "softmax", "options": held[1], "items": items, "store": True, "hold_for_diagnosis": True,
+              "hold_by_id": True}
+    res, _ = client.request("submit_outputs", params, tensors)
+    assert res["held"] is True and res["held_id"] and all("failure_id" not in x for x in res["results"])
+    finish = {"op": "softmax", "options": held[1], "store": True, "held_id": res["held_id"]}
+    with pytest.raises(gpuemu.ValidationError, match="not 'items'"):
+        client.request("submit_outputs", {**finish, "items": items})
+    with pytest.raises(gpuemu.ValidationError, match="names item 2 of a submission of 2"):
+        client.request("submit_outputs", {**finish, "diagnoses": [{"item": 2, "diagnosis": {"bug_class": "x"}}]})
+    with pytest.raises(gpuemu.ValidationError, match="bug_class"):
+        client.request("submit_outputs", {**finish, "diagnoses": [{"item": 0, "diagnosis": {"summary": "x"}}]})
+    with pytest.raises(gpuemu.ValidationError, match="other options"):
+        client.request("submit_outputs", {**finish, "options": {**held[1], "layouts": not held[1].get("layouts")},
+                                          "diagnoses": []})
+    with pytest.raises(gpuemu.NotFoundError):
+        client.request("submit_outputs", {**finish, "held_id": "held-999999", "diagnoses": []})
+    # a refused finish keeps the submission held: a good one stores it, with the diagnosis given
+    mine = {"bug_class": "missing_scale", "summary": "from the client", "evidence": ["e1"]}
+    done, tens = client.request("submit_outputs", {**finish, "diagnoses": [{"item": 1, "diagnosis": mine}],
+                                                   "snapshots": True})
+    assert "held" not in done and [x["passed"] for x in done["results"]] == [False, False]
+    assert done["results"][1]["diagnosis"] == mine and done["results"][0]["diagnosis"] != mine
+    assert client.failure(done["results"][1]["failure_id"])["diagnosis"] == mine
+    # the snapshots come back as bytes: those `failures get` returns in base64
+    assert sorted(tens) == ["snapshots/0", "snapshots/1"]
+    for i in (0, 1):
+        d, shape, strides, offset, storage = tens[f"snapshots/{i}"]
+        assert d == "uint8" and strides == [1] and offset == 0 and shape == [storage.size] and storage.size > 1000
+        stored = client.failure(done["results"][i]["failure_id"], snapshot=True)["snapshot"]
+        assert base64.b64encode(storage.tobytes()).decode() == stored
+    runs = client.request("runs", {"op": "softmax"})[0]["runs"]
+    assert len(runs) == 1 and runs[0]["total"] == 2 and runs[0]["passed"] == 0
+
+
+def test_determinism_check_runs_again_on_pristine_inputs_without_asking_the_daemon(daemon):
+    client = Client()
+    rec = _Recorder(client)
+
+    def scribbler(inputs):  # writes into its input after computing: the second run must not see it
+        out = np_softmax(inputs["x"], inputs["dim"])
+        inputs["x"][...] = 0
+        return out
+
+    r = client.fuzz_op_client_side("softmax", run_op=scribbler, iterations=20, dtypes=["float32"], seed=2,
+                                   check_determinism=True, layouts=False)
+    assert rec.methods().count("get_test_batch") == 1, rec.methods()
+    # deterministic on pristine inputs, so the verdict is the mutation of the first run's inputs
+    assert r.passed == 0 and all(f.message.startswith("input mutated") for f in r.failures), r.failures[0].message
+
+
 # --- replaying a failure byte-exact: from its snapshot and from its seed -------------------------
 
 def _frame_tensors(frame: bytes):
