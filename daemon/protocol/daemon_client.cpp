@@ -100,21 +100,18 @@ Result<std::unique_ptr<DaemonClient::Impl>> dial(const std::string& url, const s
 
 }  // namespace
 
-Result<protocol::Frame> DaemonClient::call(protocol::Frame request,
-                                           std::optional<std::chrono::milliseconds> timeout) {
-  if (!m_impl->token.empty() && !request.header.contains("token"))
-    request.header["token"] = m_impl->token;
-  const std::string method = request.header.value("method", "");
-  GPUEMU_TRY(auto reply, call_raw(protocol::encode(request), timeout, method));
-  return protocol::decode(reply);
-}
+namespace {
 
-Result<std::vector<std::byte>> DaemonClient::call_raw(
-    std::span<const std::byte> bytes, std::optional<std::chrono::milliseconds> timeout,
-    const std::string& what) {
+// One request on its own context: `msg` (owned from here on) out, the reply's message back (the
+// caller frees it). `what` names the request in a timeout's message.
+Result<nng_msg*> exchange(nng_socket sock, nng_msg* msg, std::chrono::milliseconds t,
+                          const std::string& what, const std::string& url) {
+  const std::size_t request_bytes = nng_msg_len(msg);
   nng_ctx ctx;
-  if (int rv = nng_ctx_open(&ctx, m_impl->sock); rv != 0)
+  if (int rv = nng_ctx_open(&ctx, sock); rv != 0) {
+    nng_msg_free(msg);
     return nng_failure("cannot open a context", rv);
+  }
   struct CtxGuard {
     nng_ctx c;
     ~CtxGuard() { nng_ctx_close(c); }
@@ -122,25 +119,22 @@ Result<std::vector<std::byte>> DaemonClient::call_raw(
   // One request is never re-sent: a fuzz run may take minutes, and re-sending would run it twice.
   nng_ctx_set_ms(ctx, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
   nng_aio* aio = nullptr;
-  if (int rv = nng_aio_alloc(&aio, nullptr, nullptr); rv != 0)
+  if (int rv = nng_aio_alloc(&aio, nullptr, nullptr); rv != 0) {
+    nng_msg_free(msg);
     return nng_failure("cannot allocate an aio", rv);
+  }
   struct AioGuard {
     nng_aio* a;
     ~AioGuard() { nng_aio_free(a); }
   } aguard{aio};
-  const auto t = timeout.value_or(m_impl->timeout);
   nng_aio_set_timeout(
       aio, t.count() <= 0 ? NNG_DURATION_INFINITE : static_cast<nng_duration>(t.count()));
-  nng_msg* msg = nullptr;
-  if (int rv = nng_msg_alloc(&msg, bytes.size()); rv != 0)
-    return nng_failure("cannot allocate a message", rv);
-  std::memcpy(nng_msg_body(msg), bytes.data(), bytes.size());
   nng_aio_set_msg(aio, msg);
   nng_ctx_send(ctx, aio);
   nng_aio_wait(aio);
   if (int rv = nng_aio_result(aio); rv != 0) {
     nng_msg_free(nng_aio_get_msg(aio));
-    return nng_failure("cannot send to the daemon at " + m_url, rv);
+    return nng_failure("cannot send to the daemon at " + url, rv);
   }
   nng_ctx_recv(ctx, aio);
   nng_aio_wait(aio);
@@ -149,20 +143,58 @@ Result<std::vector<std::byte>> DaemonClient::call_raw(
       return make_error(ErrorCode::timeout,
                         "the daemon did not answer '" + what + "' within " +
                             std::to_string(static_cast<double>(t.count()) / 1000.0) + " s");
-    std::string where = "no reply from the daemon at " + m_url;
+    std::string where = "no reply from the daemon at " + url;
     // A daemon drops a message over its size limit unread and closes the connection: say so
     // when this message was a large one (gpuemu-daemon --max-message-mb, --tcp-max-message-mb).
-    if ((rv == NNG_ECONNRESET || rv == NNG_ECLOSED || rv == NNG_ECONNSHUT) && bytes.size() >= (1u << 20))
-      where += " (this request was " + std::to_string(bytes.size() >> 20) +
+    if ((rv == NNG_ECONNRESET || rv == NNG_ECLOSED || rv == NNG_ECONNSHUT) && request_bytes >= (1u << 20))
+      where += " (this request was " + std::to_string(request_bytes >> 20) +
                " MiB: a daemon drops a message over its --max-message-mb or --tcp-max-message-mb "
                "limit unread)";
     return nng_failure(where, rv);
   }
-  nng_msg* reply = nng_aio_get_msg(aio);
+  return nng_aio_get_msg(aio);
+}
+
+struct MsgGuard {
+  nng_msg* m;
+  ~MsgGuard() { nng_msg_free(m); }
+};
+
+}  // namespace
+
+Result<protocol::Frame> DaemonClient::call(protocol::Frame request,
+                                           std::optional<std::chrono::milliseconds> timeout) {
+  if (!m_impl->token.empty() && !request.header.contains("token"))
+    request.header["token"] = m_impl->token;
+  const std::string method = request.header.value("method", "");
+  // The frame is written straight into the message NNG sends, and the reply decoded from the
+  // message NNG received: each tensor is copied once on either side (docs/performance.md).
+  nng_msg* msg = nullptr;
+  int alloc_rv = 0;
+  protocol::encode_to(request, [&](std::size_t n) -> std::byte* {
+    alloc_rv = nng_msg_alloc(&msg, n);
+    return alloc_rv == 0 ? static_cast<std::byte*>(nng_msg_body(msg)) : nullptr;
+  });
+  if (alloc_rv != 0) return nng_failure("cannot allocate a message", alloc_rv);
+  GPUEMU_TRY(nng_msg * reply, exchange(m_impl->sock, msg, timeout.value_or(m_impl->timeout),
+                                       method, m_url));
+  MsgGuard guard{reply};
+  return protocol::decode(
+      std::span(static_cast<const std::byte*>(nng_msg_body(reply)), nng_msg_len(reply)));
+}
+
+Result<std::vector<std::byte>> DaemonClient::call_raw(
+    std::span<const std::byte> bytes, std::optional<std::chrono::milliseconds> timeout,
+    const std::string& what) {
+  nng_msg* msg = nullptr;
+  if (int rv = nng_msg_alloc(&msg, bytes.size()); rv != 0)
+    return nng_failure("cannot allocate a message", rv);
+  std::memcpy(nng_msg_body(msg), bytes.data(), bytes.size());
+  GPUEMU_TRY(nng_msg * reply,
+             exchange(m_impl->sock, msg, timeout.value_or(m_impl->timeout), what, m_url));
+  MsgGuard guard{reply};
   const auto* body = static_cast<const std::byte*>(nng_msg_body(reply));
-  std::vector<std::byte> out(body, body + nng_msg_len(reply));
-  nng_msg_free(reply);
-  return out;
+  return std::vector<std::byte>(body, body + nng_msg_len(reply));
 }
 
 Result<Json> DaemonClient::call_json(const std::string& method, Json params,

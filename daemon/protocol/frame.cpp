@@ -2,16 +2,13 @@
 #include "gpuemu/protocol.hpp"
 
 #include <cstring>
+#include <functional>
 
 namespace gpuemu::protocol {
 namespace {
 
 std::size_t align_up(std::size_t n) {
   return (n + k_alignment - 1) / k_alignment * k_alignment;
-}
-
-void put_u32(std::vector<std::byte>& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xffu));
 }
 
 std::uint32_t get_u32(const std::byte* p) {
@@ -61,7 +58,7 @@ Result<Tensor> Frame::tensor(std::string_view key) const {
   return it->second;
 }
 
-std::vector<std::byte> encode(const Frame& frame) {
+std::size_t encode_to(const Frame& frame, const std::function<std::byte*(std::size_t)>& alloc) {
   Json header = frame.header;
   Json descs = Json::array();
   std::size_t payload = 0;
@@ -78,20 +75,31 @@ std::vector<std::byte> encode(const Frame& frame) {
   }
   header["tensors"] = std::move(descs);
   const std::string text = header.dump(-1, ' ', false, Json::error_handler_t::replace);
-  std::vector<std::byte> out;
   const std::size_t head = align_up(8 + text.size());
-  out.reserve(head + payload);
-  for (char c : k_magic) out.push_back(static_cast<std::byte>(c));
-  put_u32(out, static_cast<std::uint32_t>(text.size()));
-  const auto* tb = reinterpret_cast<const std::byte*>(text.data());
-  out.insert(out.end(), tb, tb + text.size());
-  out.resize(head + payload, std::byte{0});
+  const std::size_t total = head + payload;
+  std::byte* out = alloc(total);
+  if (out == nullptr) return 0;  // the caller could not allocate: nothing written
+  std::memcpy(out, k_magic, 4);
+  const auto len = static_cast<std::uint32_t>(text.size());
+  for (int i = 0; i < 4; ++i) out[4 + i] = static_cast<std::byte>((len >> (8 * i)) & 0xffu);
+  std::memcpy(out + 8, text.data(), text.size());
+  std::memset(out + 8 + text.size(), 0, head - 8 - text.size());
   std::size_t at = head;
-  for (const auto& [key, t] : frame.tensors) {
+  for (const auto& [key, t] : frame.tensors) {  // each storage once, then its padding
     const std::size_t nbytes = t.storage_bytes();
-    if (nbytes) std::memcpy(out.data() + at, t.storage()->data(), nbytes);
+    if (nbytes) std::memcpy(out + at, t.storage()->data(), nbytes);
+    std::memset(out + at + nbytes, 0, align_up(nbytes) - nbytes);
     at += align_up(nbytes);
   }
+  return total;
+}
+
+std::vector<std::byte> encode(const Frame& frame) {
+  std::vector<std::byte> out;
+  encode_to(frame, [&out](std::size_t n) {
+    out.resize(n);
+    return out.data();
+  });
   return out;
 }
 

@@ -70,7 +70,10 @@ void CaseCache::put(const std::string& key, const TestCase& c,
     e->m_used = std::chrono::steady_clock::now();
     m_bytes += e->m_bytes;
     evict_locked();
-    if (m_thread.joinable()) m_queue.push_back(e);
+    if (m_thread.joinable())
+      m_queue.push_back([this, w = std::weak_ptr<Entry>(e)] {
+        if (auto kept = w.lock()) (void)prepared(*kept);
+      });
   }
   m_cv.notify_one();
 }
@@ -86,6 +89,21 @@ std::shared_ptr<CaseCache::Entry> CaseCache::find(const std::string& key) {
   m_lru.splice(m_lru.begin(), m_lru, it->second.lru);
   it->second.entry->m_used = std::chrono::steady_clock::now();
   return it->second.entry;
+}
+
+std::shared_ptr<CaseCache::Entry> CaseCache::peek(const std::string& key) const {
+  std::lock_guard lock(m_mu);
+  auto it = m_map.find(key);
+  return it == m_map.end() ? nullptr : it->second.entry;
+}
+
+void CaseCache::post(std::function<void()> job) {
+  if (!m_thread.joinable()) return;
+  {
+    std::lock_guard lock(m_mu);
+    m_queue.push_back(std::move(job));
+  }
+  m_cv.notify_one();
 }
 
 std::size_t CaseCache::drop_unused(std::chrono::steady_clock::duration age) {
@@ -155,15 +173,18 @@ void CaseCache::evict_locked() {
 
 void CaseCache::worker() {
   for (;;) {
-    std::shared_ptr<Entry> e;
+    std::function<void()> job;
     {
       std::unique_lock lock(m_mu);
       m_cv.wait(lock, [&] { return m_stop || !m_queue.empty(); });
       if (m_stop) return;
-      e = m_queue.front().lock();
+      job = std::move(m_queue.front());
       m_queue.pop_front();
     }
-    if (e) (void)prepared(*e);
+    try {
+      job();
+    } catch (const std::exception&) {  // a job's failure is found again by whoever needs its result
+    }
   }
 }
 

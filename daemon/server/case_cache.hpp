@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -75,6 +76,13 @@ class CaseCache {
   void put(const std::string& key, const TestCase& c, std::shared_ptr<const Catalogue> catalogue,
            const OpSchema* schema);
   std::shared_ptr<Entry> find(const std::string& key);
+  // The entry under `key` if kept, without counting a hit or a miss (hand_out looks for a case the
+  // background thread generated ahead: prefetch).
+  std::shared_ptr<Entry> peek(const std::string& key) const;
+  // Runs `job` on the background thread, after the references queued before it (without a
+  // background thread: not at all). The next chunk of a client-side run is generated there while
+  // the client runs its kernel on this one.
+  void post(std::function<void()> job);
   void erase(const std::string& key);
   // The entry's reference: computed now if the background thread has not done it yet (a caller
   // that arrives while it runs waits for it).
@@ -106,9 +114,9 @@ class CaseCache {
   std::size_t m_bytes = 0;
   std::int64_t m_hits = 0, m_misses = 0;
 
-  // The background thread's queue: entries whose reference is still to compute.
+  // The background thread's queue: entries whose reference is still to compute, and posted jobs.
   std::condition_variable m_cv;
-  std::deque<std::weak_ptr<Entry>> m_queue;
+  std::deque<std::function<void()>> m_queue;
   bool m_stop = false;
   std::thread m_thread;
 };

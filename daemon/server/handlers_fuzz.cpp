@@ -253,16 +253,43 @@ Result<Json> hand_out(DaemonContext& ctx, const Json& p, const RequestEngine& re
   CaseCache* cache = cacheable(ctx, p) ? ctx.case_cache.get() : nullptr;
   const std::string options_key = cache ? protocol::options_to_json(options).dump() : "";
   for (std::int64_t i = start; i < start + count; ++i) {
-    GPUEMU_TRY(TestCase c, gen.generate(master, i));
+    const std::string key = cache ? CaseCache::key(op, options_key, master, i) : "";
+    auto ahead = cache ? cache->peek(key) : nullptr;  // generated ahead (prefetch)
+    GPUEMU_TRY(TestCase c, ahead ? Result<TestCase>(ahead->test_case()) : gen.generate(master, i));
     cases.push_back(protocol::case_to_json(c));
     protocol::add_case_tensors(reply, c, "cases/" + std::to_string(i - start) + "/");
-    if (cache)
-      cache->put(CaseCache::key(op, options_key, master, i), c, re.engine().catalogue_ptr(), &schema);
+    if (cache) cache->put(key, c, re.engine().catalogue_ptr(), &schema);
   }
   return Json{{"op", op},
               {"master_seed", master},
               {"cases", cases},
               {"options", protocol::options_to_json(options)}};
+}
+
+// Cases [start, start + count) generated on the case cache's background thread and kept, so that
+// the request that hands them out (the next chunk of a client-side run) finds them made while the
+// client ran its kernel on this chunk. The same generator, options and seeds: the same bytes.
+Status prefetch(DaemonContext& ctx, const Json& p, const RequestEngine& re, const std::string& op,
+                const OpSchema& schema, const FuzzOptions& options, std::uint64_t master,
+                std::int64_t start, std::int64_t count) {
+  if (count <= 0) return {};
+  if (count > ctx.config.max_batch_cases || start < 0)
+    return make_error(ErrorCode::invalid_argument,
+                      "'prefetch' must be in [0, " + std::to_string(ctx.config.max_batch_cases) + "]");
+  CaseCache* cache = cacheable(ctx, p) ? ctx.case_cache.get() : nullptr;
+  if (!cache) return {};
+  cache->post([cache, catalogue = re.engine().catalogue_ptr(), op, schema = &schema, options,
+               options_key = protocol::options_to_json(options).dump(), master, start, count] {
+    CaseGenerator gen(*schema, options);
+    for (std::int64_t i = start; i < start + count; ++i) {
+      const std::string key = CaseCache::key(op, options_key, master, i);
+      if (cache->peek(key)) continue;
+      auto c = gen.generate(master, i);
+      if (!c) return;  // the request that hands it out generates it and reports the error
+      cache->put(key, *c, catalogue, schema);
+    }
+  });
+  return {};
 }
 
 Result<Frame> get_test_batch(DaemonContext& ctx, const Frame& req) {
@@ -279,8 +306,10 @@ Result<Frame> get_test_batch(DaemonContext& ctx, const Frame& req) {
   GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p));
   GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(op));
   GPUEMU_TRY_STATUS(check_case_budget(ctx, *schema, options));
+  GPUEMU_TRY(std::int64_t ahead, param<std::int64_t>(p, "prefetch", 0));
   Frame reply = make_reply();
   GPUEMU_TRY(Json batch, hand_out(ctx, p, re, op, *schema, options, master, start, count, reply));
+  GPUEMU_TRY_STATUS(prefetch(ctx, p, re, op, *schema, options, master, start + count, ahead));
   reply.header["result"] = std::move(batch);
   return reply;
 }
@@ -599,7 +628,9 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
     GPUEMU_TRY(std::int64_t start, param<std::int64_t>(next, "start_index", 0));
     GPUEMU_TRY(auto seed, optional_seed(next));
     const std::uint64_t master = seed ? *seed : h.master_seed.value_or(0);
+    GPUEMU_TRY(std::int64_t ahead, param<std::int64_t>(next, "prefetch", 0));
     GPUEMU_TRY(j["next"], hand_out(ctx, p, re, op, *schema, options, master, start, count, reply));
+    GPUEMU_TRY_STATUS(prefetch(ctx, p, re, op, *schema, options, master, start + count, ahead));
   }
   reply.header["result"] = std::move(j);
   return reply;

@@ -318,31 +318,40 @@ void NngServer::handle_received(Slot* slot) {
 }
 
 void NngServer::send_reply(Slot* slot, const protocol::Frame& reply) {
-  auto bytes = protocol::encode(reply);
+  // The frame is written straight into the message NNG sends (one copy of each tensor).
+  nng_msg* msg = nullptr;
+  int alloc_rv = 0;
+  const auto encode = [&](const protocol::Frame& f) {
+    protocol::encode_to(f, [&](std::size_t n) -> std::byte* {
+      alloc_rv = nng_msg_alloc(&msg, n);
+      return alloc_rv == 0 ? static_cast<std::byte*>(nng_msg_body(msg)) : nullptr;
+    });
+  };
+  encode(reply);
   // A reply whose JSON is past the protocol's bound would be refused by every client: it becomes
   // an error that says what to ask for instead (the handlers that can grow keep under it).
-  if (const std::size_t hlen = bytes.size() >= 8 ? static_cast<std::size_t>(
-                                                       std::to_integer<unsigned>(bytes[4]) |
-                                                       std::to_integer<unsigned>(bytes[5]) << 8 |
-                                                       std::to_integer<unsigned>(bytes[6]) << 16 |
-                                                       std::to_integer<unsigned>(bytes[7]) << 24)
-                                                 : 0;
-      hlen > protocol::k_max_header_bytes) {
-    spdlog::error("[E-reply] a reply of {} bytes of JSON exceeds the protocol's limit", hlen);
-    bytes = protocol::encode(protocol::make_error_reply(make_error(
-        ErrorCode::invalid_argument,
-        "the reply would hold " + std::to_string(hlen >> 20) +
-            " MiB of JSON, past the protocol's 16 MiB: ask for less (fewer cases or items, a "
-            "limit, an op)")));
+  if (alloc_rv == 0) {
+    const auto* b = static_cast<const std::byte*>(nng_msg_body(msg));
+    const std::size_t hlen = std::to_integer<unsigned>(b[4]) | std::to_integer<unsigned>(b[5]) << 8 |
+                             std::to_integer<unsigned>(b[6]) << 16 |
+                             std::to_integer<unsigned>(b[7]) << 24;
+    if (hlen > protocol::k_max_header_bytes) {
+      spdlog::error("[E-reply] a reply of {} bytes of JSON exceeds the protocol's limit", hlen);
+      nng_msg_free(msg);
+      msg = nullptr;
+      encode(protocol::make_error_reply(make_error(
+          ErrorCode::invalid_argument,
+          "the reply would hold " + std::to_string(hlen >> 20) +
+              " MiB of JSON, past the protocol's 16 MiB: ask for less (fewer cases or items, a "
+              "limit, an op)")));
+    }
   }
-  nng_msg* msg = nullptr;
-  if (nng_msg_alloc(&msg, bytes.size()) != 0) {
-    spdlog::error("[E-alloc] cannot allocate a reply of {} bytes", bytes.size());
+  if (alloc_rv != 0) {
+    spdlog::error("[E-alloc] cannot allocate a reply ({})", nng_strerror(alloc_rv));
     slot->state = Slot::State::receiving;
     nng_ctx_recv(slot->ctx, slot->aio);
     return;
   }
-  std::memcpy(nng_msg_body(msg), bytes.data(), bytes.size());
   slot->state = Slot::State::sending;
   nng_aio_set_msg(slot->aio, msg);
   nng_ctx_send(slot->ctx, slot->aio);

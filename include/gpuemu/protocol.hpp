@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -45,6 +46,10 @@ struct Frame {
 // Encodes a frame (the header gains "tensors"). Tensors are sent as their whole storage plus the
 // view (strides, offset), so a non-contiguous input arrives with its real layout.
 std::vector<std::byte> encode(const Frame& frame);
+// The same bytes written into a buffer the caller allocates: `alloc(n)` returns n writable bytes
+// (an nng message's body: the transport sends it without another copy), every one of which is
+// written. Returns n (0 when `alloc` returned nullptr: nothing is written).
+std::size_t encode_to(const Frame& frame, const std::function<std::byte*(std::size_t)>& alloc);
 // Decodes and validates a frame: magic, sizes, JSON, every tensor descriptor against the payload.
 Result<Frame> decode(std::span<const std::byte> bytes);
 // The header alone: the magic, the header length and its JSON, nothing of the tensors (a tcp

@@ -266,9 +266,13 @@ class Client:
             args.setdefault(spec["name"], None)
         return args
 
-    def _batch(self, op, options, seed, start, count, framework, device, keep_wire: bool = False):
-        """[(case json, {name: _fw.Input})] and the master seed (``keep_wire``: see _cases_of)."""
+    def _batch(self, op, options, seed, start, count, framework, device, keep_wire: bool = False,
+               prefetch: int = 0):
+        """[(case json, {name: _fw.Input})] and the master seed (``keep_wire``: see _cases_of;
+        ``prefetch``: the daemon generates that many cases after these meanwhile)."""
         params = {"op": op, "count": count, "start_index": start, "options": options}
+        if prefetch > 0:
+            params["prefetch"] = int(prefetch)
         if seed is not None:
             params["seed"] = int(seed)
         res, tens = self.request("get_test_batch", params)
@@ -423,7 +427,8 @@ class Client:
         while total < iterations:
             n = min(_CHUNK, iterations - total)
             if batch is None:
-                batch, master = self._batch(op, options, master, total, n, fw, device, check_determinism)
+                batch, master = self._batch(op, options, master, total, n, fw, device, check_determinism,
+                                            prefetch=min(_CHUNK, iterations - total - n))
             items, tensors = [], []
             for i, (case, inputs) in enumerate(batch):
                 def rebuild(case=case):
@@ -439,7 +444,9 @@ class Client:
                       "client": {"name": "gpuemu-python"}, "snapshots": True}
             left = iterations - total - n
             if left > 0:  # the next chunk comes back with this one's verdicts: one request a chunk
-                params["next"] = {"count": min(_CHUNK, left), "start_index": total + n, "seed": master}
+                # ... and the daemon makes the one after it while this process runs the kernel
+                params["next"] = {"count": min(_CHUNK, left), "start_index": total + n, "seed": master,
+                                  "prefetch": min(_CHUNK, left - min(_CHUNK, left))}
             if budget > 0:
                 params["hold_for_diagnosis"] = True  # failures come back unstored, to be diagnosed
                 params["hold_by_id"] = True  # ... and kept by the daemon: only diagnoses go back

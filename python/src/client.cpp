@@ -10,7 +10,10 @@
 
 #include <pybind11/stl.h>
 
+#include <malloc.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -37,8 +40,8 @@ std::shared_ptr<std::vector<std::byte>> storage_of(py::handle obj, const std::st
                 "tensor '" + key + "': the storage must be a C-contiguous buffer (bytes, "
                 "bytearray, memoryview, numpy array)");
   }
-  auto storage = std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(view.len));
-  if (view.len > 0) std::memcpy(storage->data(), view.buf, static_cast<std::size_t>(view.len));
+  const auto* b = static_cast<const std::byte*>(view.buf);
+  auto storage = std::make_shared<std::vector<std::byte>>(b, b + view.len);  // one copy, no fill
   PyBuffer_Release(&view);
   return storage;
 }
@@ -82,11 +85,32 @@ py::array storage_array(const Tensor& t) {
   return py::array_t<std::uint8_t>({n}, {py::ssize_t{1}}, data ? data : &empty, owner);
 }
 
+// glibc hands a freed block of 128 KiB or more back to the kernel, so every request's tensors
+// (a chunk of cases is megabytes) were written into fresh pages, each faulted in on this VM at a
+// cost above its copy: a 6 MiB request took 58 ms, 12 ms with the daemon's own settings
+// (daemon/main.cpp). The first Connection of a process gives it those settings, unless the process
+// chose its own (MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ in the environment) or opts out
+// with GPUEMU_KEEP_MALLOC=1: blocks up to 32 MiB come from the heap, whose top is kept up to
+// 64 MiB (docs/python.md, docs/performance.md).
+void tune_malloc_once() {
+  static const bool done = [] {
+    const auto set = [](const char* v) { return v != nullptr && *v != '\0'; };
+    if (set(std::getenv("GPUEMU_KEEP_MALLOC")) || set(std::getenv("MALLOC_MMAP_THRESHOLD_")) ||
+        set(std::getenv("MALLOC_TRIM_THRESHOLD_")))
+      return false;
+    ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    ::mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    return true;
+  }();
+  (void)done;
+}
+
 class Connection {
  public:
   Connection(const std::optional<std::string>& home, const std::optional<std::string>& url,
              bool autostart, double timeout_s, const std::optional<std::string>& daemon_path,
              double start_timeout_s) {
+    tune_malloc_once();
     ClientOptions o;
     o.home = home.value_or("");
     o.url = url.value_or("");

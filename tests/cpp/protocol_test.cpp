@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -53,6 +54,31 @@ TEST(Frame, RoundTripKeepsViewsDtypesAndBits) {
   auto header_len = static_cast<std::size_t>(bytes[4]) | (static_cast<std::size_t>(bytes[5]) << 8);
   Json h = Json::parse(std::string(reinterpret_cast<const char*>(bytes.data()) + 8, header_len));
   for (const auto& desc : h["tensors"]) EXPECT_EQ(desc["data_offset"].get<std::size_t>() % 64, 0u);
+}
+
+TEST(Frame, EncodeToWritesEveryByteOfTheFrameIntoTheCallersBuffer) {
+  // The transport writes frames straight into an NNG message's body, which holds whatever was
+  // there before: every byte, padding included, must be written (or the frame differs by machine).
+  Frame f = make_request("submit_outputs", {{"op", "softmax"}});
+  f.add("a", random_tensor(DType::float16, {3, 7}, 3));  // 42 bytes: 22 of padding follow
+  f.add("b", random_tensor(DType::float32, {5}, 4));
+  f.add("c", Tensor::zeros(DType::float32, {0}));
+  const auto expected = encode(f);
+  std::vector<std::byte> buf(expected.size() + 100, std::byte{0xAB});
+  std::size_t asked = 0;
+  const std::size_t n = encode_to(f, [&](std::size_t k) {
+    asked = k;
+    return buf.data();
+  });
+  EXPECT_EQ(n, expected.size());
+  EXPECT_EQ(asked, expected.size());
+  EXPECT_TRUE(std::equal(expected.begin(), expected.end(), buf.begin()));
+  EXPECT_EQ(buf[expected.size()], std::byte{0xAB});  // nothing past the frame
+  auto d = decode(std::span<const std::byte>(buf.data(), n));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d->tensors.at("a").contiguous_bytes(), f.tensors.at("a").contiguous_bytes());
+  // An allocation that fails: nothing written, 0 returned.
+  EXPECT_EQ(encode_to(f, [](std::size_t) -> std::byte* { return nullptr; }), 0u);
 }
 
 TEST(Frame, MalformedFramesAreProtocolErrors) {
