@@ -1,4 +1,5 @@
 // gpuemu init, gpuemu ci, gpuemu report [verify]: the project-level commands (docs/ci.md).
+#include "ci_shard.hpp"
 #include "cli_common.hpp"
 #include "daemon_link.hpp"
 #include "progress.hpp"
@@ -11,12 +12,14 @@
 #include "gpuemu/lint/lint.hpp"
 
 #include <unistd.h>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <random>
+#include <tuple>
 
 namespace gpuemu::cli {
 namespace fs = std::filesystem;
@@ -189,7 +192,9 @@ Json lint_results(const ProjectConfig& cfg, DaemonClient* client) {
 }
 
 struct CiOptions {
-  std::string config, junit, sarif, preset;
+  std::string config, junit, sarif, preset, shard;
+  std::optional<int> shard_count;
+  std::optional<std::uint64_t> seed;
   bool quick = false, thorough = false, json = false;
 };
 
@@ -205,10 +210,32 @@ int run_ci(const CiOptions& o) {
   if (cfg->ops.empty() && cfg->lint_paths.empty())
     throw GpuemuException(
         make_error(ErrorCode::invalid_argument, cfg->file.string() + ": no [[op]] to run"));
+  std::optional<ShardSpec> shard;
+  if (!o.shard.empty()) {
+    auto sp = parse_shard(o.shard, o.shard_count, shard_environment());
+    if (!sp) throw GpuemuException(sp.error());
+    shard = *sp;
+  } else if (o.shard_count) {
+    throw GpuemuException(make_error(ErrorCode::invalid_argument, "--shard-count needs --shard auto"));
+  }
+  // Every shard must draw the same cases: a sharded run takes its seeds from the config or --seed.
+  if (shard)
+    for (const ProjectOp& op : cfg->ops)
+      if (!op.seed && !o.seed)
+        throw GpuemuException(make_error(
+            ErrorCode::invalid_argument,
+            "a sharded run needs the same seed on every shard, and [[op]] '" + op.op +
+                "' has none: set seed in [defaults] or the [[op]], or pass --seed S (the CI run's "
+                "id, say)"));
   auto client = connect_daemon();
   const bool bars = progress_enabled(o.json);
   Json results = Json::array();
-  for (const ProjectOp& op : cfg->ops) {
+  // The units of work (each [[op]] x dtype) and their expected cost per case.
+  std::vector<ShardUnit> units;
+  std::vector<Json> unit_rows;          // the result row each unit starts from
+  std::vector<std::uint64_t> unit_seed;
+  for (std::size_t entry = 0; entry < cfg->ops.size(); ++entry) {
+    const ProjectOp& op = cfg->ops[entry];
     std::vector<std::string> dtypes = op.dtypes;
     Json base = {{"op", op.op},
                  {"kernel", op.kernel_label()},
@@ -216,66 +243,99 @@ int run_ci(const CiOptions& o) {
                  {"line", op.script.empty() ? op.line : function_line(op.script, op.function)}};
     const CustomOp* custom = cfg->custom_op(op.op);
     if (dtypes.empty() && custom) dtypes = custom->dtypes;
-    if (dtypes.empty()) {
+    double case_cost = 1e5;  // an op the daemon cannot describe (a custom op): a middling case
+    if (dtypes.empty() || shard) {
       try {
         const Json d = call_daemon(*client, "describe_op", {{"op", op.op}});
-        for (const auto& dt : d.value("dtypes", Json::array())) dtypes.push_back(dt);
+        if (dtypes.empty())
+          for (const auto& dt : d.value("dtypes", Json::array())) dtypes.push_back(dt);
+        if (d.contains("max_elements") && d["max_elements"].is_number())
+          case_cost = std::max(1.0, d["max_elements"].get<double>());
       } catch (const GpuemuException& e) {
-        Json r = base;
-        r["name"] = op.op;
-        r["status"] = "error";
-        r["error"] = e.error().message;
-        results.push_back(r);
-        continue;
+        if (dtypes.empty()) {
+          if (!shard || shard->index == 0) {  // reported once, by the first shard
+            Json r = base;
+            r["name"] = op.op;
+            r["status"] = "error";
+            r["error"] = e.error().message;
+            results.push_back(r);
+          }
+          continue;
+        }
       }
     }
     const auto iterations = std::max<std::int64_t>(
         preset.min_iterations,
         static_cast<std::int64_t>(std::llround(static_cast<double>(op.iterations) * preset.scale)));
     for (const std::string& dtype : dtypes) {
+      units.push_back({entry, dtype, iterations, case_cost});
       Json r = base;
       r["name"] = op.op + "[" + dtype + "]";
       r["dtype"] = dtype;
-      const std::uint64_t seed =
-          op.seed
-              ? *op.seed
-              : std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32);
-      r["seed"] = seed;
-      Json params = {{"op", op.op},
-                     {"kernel", op.kernel_spec()},
-                     {"options", protocol::options_to_json(op.fuzz_options(dtype))},
-                     {"seed", seed},
-                     {"iterations", iterations},
-                     {"fail_fast", false},
-                     {"minimize", cfg->ci_minimize},
-                     {"diagnose_limit", 1},
-                     {"repro_prefix", repro_prefix(op, dtype)},
-                     {"client", {{"name", "gpuemu-ci"}, {"version", GPUEMU_VERSION_STRING}}}};
-      if (custom) params["custom_op"] = custom->spec();
-      if (!op.envelope.empty()) {
-        params["envelope"] = Json::object();
-        for (const auto& [dt, v] : op.envelope) params["envelope"][dt] = v;
-      }
-      try {
-        const Json rep = call_daemon_with_progress(*client, "fuzz", params,
-                                                   r["name"].get<std::string>(), bars);
-        const Json failures = rep.value("failures", Json::array());
-        r["cases"] = rep.value("total", 0);
-        r["failed_cases"] = rep.value("failed", 0);
-        r["elapsed"] = rep.value("elapsed", 0.0);
-        r["status"] = failures.empty() ? "passed" : "failed";
-        if (!failures.empty()) r["failure"] = failure_of(failures.front());
-        if (rep.contains("run_id")) r["run_id"] = rep["run_id"];
-        if (rep.contains("envelope") && rep["envelope"].contains(dtype))
-          r["envelope"] = rep["envelope"][dtype];
-      } catch (const GpuemuException& e) {
-        r["status"] = "error";
-        r["error"] = e.error().message;
-      }
-      results.push_back(r);
+      unit_rows.push_back(std::move(r));
+      unit_seed.push_back(op.seed   ? *op.seed
+                          : o.seed ? *o.seed
+                                   : std::random_device{}() ^
+                                         (static_cast<std::uint64_t>(std::random_device{}()) << 32));
     }
   }
-  if (!cfg->lint_paths.empty())
+  std::vector<ShardPiece> pieces;
+  if (shard) {
+    pieces = plan_shards(units, shard->count);
+  } else {
+    for (std::size_t u = 0; u < units.size(); ++u) pieces.push_back({u, 0, units[u].cases, 0});
+  }
+  std::stable_sort(pieces.begin(), pieces.end(), [](const ShardPiece& a, const ShardPiece& b) {
+    return a.unit != b.unit ? a.unit < b.unit : a.start < b.start;
+  });
+  for (const ShardPiece& piece : pieces) {
+    if (shard && piece.shard != shard->index) continue;
+    const ProjectOp& op = cfg->ops[units[piece.unit].entry];
+    const std::string& dtype = units[piece.unit].dtype;
+    const CustomOp* custom = cfg->custom_op(op.op);
+    Json r = unit_rows[piece.unit];
+    const bool whole = piece.start == 0 && piece.end == units[piece.unit].cases;
+    if (!whole)
+      r["name"] = r["name"].get<std::string>() + " cases " + std::to_string(piece.start) + "-" +
+                  std::to_string(piece.end - 1);
+    if (shard) r["cases_range"] = {piece.start, piece.end};
+    const std::uint64_t seed = unit_seed[piece.unit];
+    r["seed"] = seed;
+    Json params = {{"op", op.op},
+                   {"kernel", op.kernel_spec()},
+                   {"options", protocol::options_to_json(op.fuzz_options(dtype))},
+                   {"seed", seed},
+                   {"iterations", piece.end - piece.start},
+                   {"fail_fast", false},
+                   {"minimize", cfg->ci_minimize},
+                   {"diagnose_limit", 1},
+                   {"repro_prefix", repro_prefix(op, dtype)},
+                   {"client", {{"name", "gpuemu-ci"}, {"version", GPUEMU_VERSION_STRING}}}};
+    if (piece.start > 0) params["start_index"] = piece.start;
+    if (custom) params["custom_op"] = custom->spec();
+    if (!op.envelope.empty()) {
+      params["envelope"] = Json::object();
+      for (const auto& [dt, v] : op.envelope) params["envelope"][dt] = v;
+    }
+    try {
+      const Json rep = call_daemon_with_progress(*client, "fuzz", params,
+                                                 r["name"].get<std::string>(), bars);
+      const Json failures = rep.value("failures", Json::array());
+      r["cases"] = rep.value("total", 0);
+      r["failed_cases"] = rep.value("failed", 0);
+      r["elapsed"] = rep.value("elapsed", 0.0);
+      r["status"] = failures.empty() ? "passed" : "failed";
+      if (!failures.empty()) r["failure"] = failure_of(failures.front());
+      if (rep.contains("run_id")) r["run_id"] = rep["run_id"];
+      if (rep.contains("envelope") && rep["envelope"].contains(dtype))
+        r["envelope"] = rep["envelope"][dtype];
+    } catch (const GpuemuException& e) {
+      r["status"] = "error";
+      r["error"] = e.error().message;
+    }
+    results.push_back(r);
+  }
+  if (!cfg->lint_paths.empty() && (!shard || shard->index == 0))  // the lint: the first shard's
     for (const auto& r : lint_results(*cfg, client.get())) results.push_back(r);
   Json doc = {{"tool", "gpuemu"},
               {"version", GPUEMU_VERSION_STRING},
@@ -290,6 +350,12 @@ int run_ci(const CiOptions& o) {
               {"pass_rates", pass_rates_from_results(results)},
               {"first_failures", first_failures_from_results(results)},
               {"runs", Json::array()}};
+  if (shard)
+    doc["shard"] = {{"index", shard->index},
+                    {"count", shard->count},
+                    {"plan", plan_digest(units, shard->count)},
+                    {"pieces", std::count_if(pieces.begin(), pieces.end(),
+                                             [&](const ShardPiece& p) { return p.shard == shard->index; })}};
   const Json& s = doc["summary"];
   record_run({{"time_ms", doc["generated_ms"]},
               {"project", cfg->name},
@@ -409,6 +475,86 @@ Json stored_failures_report(const std::string& op, std::size_t limit, const std:
            runs == "ci" ? Json::array() : daemon_runs(*client, op, runs_limit)}};
 }
 
+
+// The shards of one sharded `gpuemu ci` (their --json documents) as one report: every shard of the
+// plan present once, their results together (in the plan's order: [[op]], dtype, cases), the
+// summary and rates recomputed. Refuses documents that are not shards of one plan.
+Json merge_shards(const std::vector<std::string>& files) {
+  std::vector<Json> docs;
+  for (const auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in) throw GpuemuException(make_error(ErrorCode::invalid_argument, "cannot read " + f));
+    try {
+      docs.push_back(Json::parse(in));
+    } catch (const Json::exception& e) {
+      throw GpuemuException(make_error(ErrorCode::invalid_argument,
+                                       f + ": not a gpuemu ci --json document (" + e.what() + ")"));
+    }
+    const Json& d = docs.back();
+    if (!d.is_object() || d.value("kind", "") != "ci" || !d.contains("shard") ||
+        !d["shard"].is_object())
+      throw GpuemuException(make_error(
+          ErrorCode::invalid_argument,
+          f + ": not the --json document of a sharded gpuemu ci (no \"shard\")"));
+  }
+  if (docs.empty())
+    throw GpuemuException(make_error(ErrorCode::invalid_argument, "no shard documents to merge"));
+  const Json& first = docs.front()["shard"];
+  const int count = first.value("count", 0);
+  std::vector<int> seen(static_cast<std::size_t>(std::max(count, 0)), -1);
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    const Json& sh = docs[i]["shard"];
+    if (sh.value("plan", "") != first.value("plan", "") || sh.value("count", 0) != count ||
+        docs[i].value("project", "") != docs.front().value("project", "") ||
+        docs[i].value("preset", "") != docs.front().value("preset", ""))
+      throw GpuemuException(make_error(
+          ErrorCode::invalid_argument,
+          files[i] + " is a shard of another run than " + files.front() +
+              " (its plan, shard count, project or preset differ)"));
+    const int idx = sh.value("index", -1);
+    if (idx < 0 || idx >= count)
+      throw GpuemuException(make_error(ErrorCode::invalid_argument, files[i] + ": bad shard index"));
+    auto& slot = seen[static_cast<std::size_t>(idx)];
+    if (slot >= 0)
+      throw GpuemuException(make_error(ErrorCode::invalid_argument,
+                                       "shard " + std::to_string(idx) + " appears twice (" +
+                                           files[static_cast<std::size_t>(slot)] + ", " + files[i] + ")"));
+    slot = static_cast<int>(i);
+  }
+  std::string missing;
+  for (int k = 0; k < count; ++k)
+    if (seen[static_cast<std::size_t>(k)] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(k);
+  if (!missing.empty())
+    throw GpuemuException(make_error(ErrorCode::invalid_argument,
+                                     "shards missing of " + std::to_string(count) + ": " + missing));
+  // The plan's order: the [[op]] entries as the file lists them, then dtype, then the first case;
+  // the lint after.
+  using Key = std::tuple<int, std::string, int, std::string, std::int64_t>;
+  std::vector<std::pair<Key, Json>> keyed;
+  for (int k = 0; k < count; ++k)
+    for (const auto& r : docs[static_cast<std::size_t>(seen[static_cast<std::size_t>(k)])]["results"]) {
+      const Json range = r.value("cases_range", Json::array({0, 0}));
+      const std::int64_t start =
+          range.is_array() && !range.empty() && range[0].is_number_integer() ? range[0].get<std::int64_t>() : 0;
+      keyed.push_back({Key{r.value("op", "") == "lint" ? 1 : 0, r.value("file", ""), r.value("line", 0),
+                           r.value("dtype", ""), start},
+                       r});
+    }
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  Json ordered = Json::array();
+  for (auto& kr : keyed) ordered.push_back(std::move(kr.second));
+  Json doc = docs.front();
+  doc.erase("shard");
+  doc["generated_ms"] = now_ms();
+  doc["results"] = ordered;
+  doc["summary"] = summarize(ordered);
+  doc["pass_rates"] = pass_rates_from_results(ordered);
+  doc["first_failures"] = first_failures_from_results(ordered);
+  doc["merged"] = {{"shards", count}, {"plan", first.value("plan", "")}, {"files", files}};
+  return doc;
+}
+
 }  // namespace
 
 void register_project_commands(CLI::App& app, CliContext& ctx) {
@@ -438,6 +584,14 @@ void register_project_commands(CLI::App& app, CliContext& ctx) {
   ci->add_option("--junit", ci_opts.junit, "write JUnit XML here");
   ci->add_option("--sarif", ci_opts.sarif, "write SARIF 2.1.0 here");
   ci->add_flag("--json", ci_opts.json, "JSON output");
+  ci->add_option("--shard", ci_opts.shard,
+                 "run one shard of the work: I/N (0 <= I < N), or auto (from GPUEMU_SHARD_INDEX/"
+                 "COUNT, a Slurm array, a Kubernetes indexed Job; docs/ci.md)");
+  ci->add_option("--shard-count", ci_opts.shard_count,
+                 "the number of shards, for --shard auto where the environment lacks it")
+      ->check(CLI::Range(1, 100000));
+  ci->add_option("--seed", ci_opts.seed,
+                 "the seed of every [[op]] that sets none (a sharded run needs one)");
   ci->callback([&ctx] { ctx.exit_code = run_ci(ci_opts); });
 
   auto* report = app.add_subcommand("report", "A report of the stored failures and recent runs");
@@ -455,6 +609,40 @@ void register_project_commands(CLI::App& app, CliContext& ctx) {
   report->add_option("--runs-limit", runs_limit, "at most N runs of each history (default 20)");
   report->add_option("-o,--output", out_path, "write to FILE instead of stdout");
   report->add_flag("--sign", sign, "sign it (ed25519): writes FILE.sig next to -o FILE");
+  auto* merge = report->add_subcommand(
+      "merge", "Combine the --json documents of a sharded gpuemu ci into one report");
+  static std::vector<std::string> merge_files;
+  static std::string merge_format = "text", merge_out;
+  static bool merge_sign = false;
+  merge->add_option("FILES", merge_files, "every shard's `gpuemu ci --shard I/N --json` output")
+      ->required();
+  merge->add_option("--format", merge_format, "text | json | junit | sarif | html")
+      ->check(CLI::IsMember({"text", "json", "junit", "sarif", "html"}));
+  merge->add_option("-o,--output", merge_out, "write to FILE instead of stdout");
+  merge->add_flag("--sign", merge_sign, "sign it (ed25519): writes FILE.sig next to -o FILE");
+  merge->callback([&ctx, merge] {
+    if (merge_sign && merge_out.empty())
+      throw GpuemuException(make_error(ErrorCode::invalid_argument,
+                                       "--sign needs -o FILE (the signature goes to FILE.sig)"));
+    const Json doc = merge_shards(merge_files);
+    const std::string fmt = merge_sign && merge->count("--format") == 0 ? "json" : merge_format;
+    const std::string text = render_report(doc, fmt);
+    if (merge_out.empty()) {
+      std::cout << text;
+    } else {
+      write_text(merge_out, text);
+      if (merge_sign) {
+        auto sg = sign_report_file(merge_out);
+        if (!sg) throw GpuemuException(sg.error());
+        std::cout << "signed " << merge_out << " -> " << merge_out << ".sig (public key "
+                  << sg->public_key << ")\n";
+      }
+    }
+    const Json& sm = doc["summary"];
+    ctx.exit_code = sm["errors"].get<int>() > 0  ? k_exit_usage
+                    : sm["failed"].get<int>() > 0 ? k_exit_failed
+                                                  : k_exit_ok;
+  });
   auto* verify = report->add_subcommand("verify", "Check a signed report offline");
   static std::string verify_file, verify_key;
   static bool verify_json = false;
@@ -478,8 +666,8 @@ void register_project_commands(CLI::App& app, CliContext& ctx) {
       std::cerr << "gpuemu: error: invalid signature: " << v->reason << "\n";
     ctx.exit_code = v->valid ? k_exit_ok : k_exit_failed;
   });
-  report->callback([&ctx, report, verify] {
-    if (verify->parsed()) return;
+  report->callback([&ctx, report, verify, merge] {
+    if (verify->parsed() || merge->parsed()) return;
     if (sign && out_path.empty())
       throw GpuemuException(make_error(ErrorCode::invalid_argument,
                                        "--sign needs -o FILE (the signature goes to FILE.sig)"));

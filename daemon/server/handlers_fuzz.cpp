@@ -145,6 +145,9 @@ Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
   GPUEMU_TRY(fr.iterations, param<std::int64_t>(p, "iterations", 100));
   if (fr.iterations < 1 || fr.iterations > 10'000'000)
     return make_error(ErrorCode::invalid_argument, "'iterations' must be in [1, 10000000]");
+  GPUEMU_TRY(fr.start_index, param<std::int64_t>(p, "start_index", 0));
+  if (fr.start_index < 0 || fr.start_index > (std::int64_t{1} << 53))
+    return make_error(ErrorCode::invalid_argument, "'start_index' must be in [0, 2^53]");
   GPUEMU_TRY(fr.fail_fast, param<bool>(p, "fail_fast", false));
   GPUEMU_TRY(fr.diagnose_limit, param<int>(p, "diagnose_limit", 3));
   GPUEMU_TRY(bool do_minimize, param<bool>(p, "minimize", true));
@@ -200,6 +203,7 @@ Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
     Json run = {{"kind", "fuzz"},
                 {"op", fr.op},
                 {"seed", fr.seed},
+                {"first_index", fr.start_index},
                 {"kernel", j["kernel"]},
                 {"total", report.total},
                 {"passed", report.passed},
@@ -528,7 +532,8 @@ Status judge_items(DaemonContext& ctx, const Frame& req, const Json& p, const En
 // diagnoses or, when it asked for `hold_by_id`, only `held_id` and `diagnoses` (nothing judged
 // twice, no tensor sent twice). `snapshots`: each stored failure's input snapshot comes back too,
 // as the uint8 tensor snapshots/<item> (the bytes `failures get --snapshot` returns in base64).
-// `next` ({count, start_index, seed}): the next batch of cases comes back in the same reply (result `next`, tensors under cases/<i>/), so a client-side
+// `next` ({count, start_index, seed, prefetch}): the next batch of cases comes back in the same
+// reply (result `next`, tensors under cases/<i>/), so a client-side
 // run makes one request per chunk.
 Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
   const Json p = params_of(req);

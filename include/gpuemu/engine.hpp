@@ -77,6 +77,9 @@ struct FuzzRequest {
   FuzzOptions options;
   std::uint64_t seed = 0;
   std::int64_t iterations = 100;
+  // The first case's index: cases [start_index, start_index + iterations) of the seed (a shard of
+  // a larger run judges exactly those of its cases; docs/ci.md, "Sharding").
+  std::int64_t start_index = 0;
   bool fail_fast = false;
   bool diagnose = true;
   int diagnose_limit = 3;    // failures diagnosed per run (each diagnosis re-runs the kernel)

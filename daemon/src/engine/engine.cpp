@@ -130,7 +130,7 @@ Result<FuzzReport> Engine::fuzz(const FuzzRequest& req, const KernelRunner& kern
   report.op = req.op;
   report.master_seed = req.seed;
   const auto start = std::chrono::steady_clock::now();
-  for (std::int64_t i = 0; i < req.iterations; ++i) {
+  for (std::int64_t i = req.start_index; i < req.start_index + req.iterations; ++i) {
     GPUEMU_TRY(TestCase c, gen.generate(req.seed, i));
     GPUEMU_TRY(CaseResult r, run_case(req.op, req.options, c, kernel));
     ++report.total;
@@ -157,7 +157,7 @@ Result<FuzzReport> Engine::fuzz(const FuzzRequest& req, const KernelRunner& kern
       r.repro = repro.str();
       report.failures.push_back(std::move(r));
     }
-    if (progress) progress(i + 1, req.iterations);
+    if (progress) progress(i - req.start_index + 1, req.iterations);
     if (req.fail_fast && !report.failures.empty()) break;
   }
   report.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
