@@ -9,9 +9,16 @@
 
 namespace gpuemu::cli {
 
+DaemonAddress& daemon_address() {
+  static DaemonAddress a;
+  return a;
+}
+
 std::unique_ptr<DaemonClient> connect_daemon(bool autostart) {
   ClientOptions o;
   o.autostart = autostart;
+  o.url = daemon_address().url;
+  o.token_file = daemon_address().token_file;
   o.timeout = std::chrono::milliseconds(0);  // fuzz runs may be long: no per-call limit by default
   if (const char* t = std::getenv("GPUEMU_TIMEOUT_S"))
     o.timeout = std::chrono::milliseconds(static_cast<long>(std::atof(t) * 1000));

@@ -11,8 +11,16 @@
 
 namespace gpuemu::cli {
 
-// A client of the daemon of $GPUEMU_HOME; throws GpuemuException when none answers (and, with
-// autostart, none could be started).
+// Where the commands' daemon is: gpuemu's global --daemon ADDR and --token-file FILE (empty:
+// $GPUEMU_DAEMON when it is an address, $GPUEMU_TOKEN / $GPUEMU_TOKEN_FILE, else the local socket of
+// $GPUEMU_HOME; docs/protocol.md, "Remote clients").
+struct DaemonAddress {
+  std::string url, token_file;
+};
+DaemonAddress& daemon_address();
+
+// A client of the daemon (daemon_address(), else that of $GPUEMU_HOME); throws GpuemuException when
+// none answers (and, with autostart, none could be started: a remote daemon is never started).
 std::unique_ptr<DaemonClient> connect_daemon(bool autostart = true);
 // A request whose errors are thrown.
 Json call_daemon(DaemonClient& client, const std::string& method, Json params,

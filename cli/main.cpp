@@ -1,5 +1,6 @@
 // gpuemu: the command line. Each command family registers itself from its cmd_*.cpp.
 #include "cli_common.hpp"
+#include "daemon_link.hpp"
 
 #include <gpuemu/client.hpp>
 #include <gpuemu/error.hpp>
@@ -12,6 +13,13 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("gpuemu ") + GPUEMU_VERSION_STRING);
   CliContext ctx;
+  app.add_option("--daemon", daemon_address().url,
+                 "the daemon to use: tcp://HOST:PORT or tls+tcp://HOST:PORT (a daemon started with "
+                 "--tcp), or ipc://PATH (default: $GPUEMU_DAEMON when it is an address, else the "
+                 "local daemon of $GPUEMU_HOME)");
+  app.add_option("--token-file", daemon_address().token_file,
+                 "a file whose first line is a tcp daemon's token (default: $GPUEMU_TOKEN, "
+                 "$GPUEMU_TOKEN_FILE)");
   register_ops_commands(app, ctx);
   register_fuzz_commands(app, ctx);
   register_lint_commands(app, ctx);

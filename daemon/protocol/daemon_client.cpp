@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 namespace gpuemu {
@@ -259,10 +260,26 @@ Status spawn_daemon(const std::string& daemon_path, const std::string& home) {
 Result<std::unique_ptr<DaemonClient>> DaemonClient::connect(ClientOptions options) {
   const protocol::HomePaths paths =
       options.home.empty() ? protocol::home_paths() : protocol::home_paths(options.home);
-  const std::string url = options.url.empty() ? paths.url : options.url;
+  std::string url = options.url;
+  if (url.empty())
+    if (const char* d = std::getenv("GPUEMU_DAEMON");
+        d != nullptr && std::string_view(d).find("://") != std::string_view::npos)
+      url = d;
+  if (url.empty()) url = paths.url;
   std::string token = options.token;
   if (token.empty())
     if (const char* t = std::getenv("GPUEMU_TOKEN")) token = t;
+  std::string token_file = options.token_file;
+  if (token_file.empty())
+    if (const char* t = std::getenv("GPUEMU_TOKEN_FILE")) token_file = t;
+  if (token.empty() && !token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in || !std::getline(in, token) || token.empty())
+      return make_error(ErrorCode::invalid_argument,
+                        "cannot read a token from " + token_file +
+                            " (its first line is the daemon's token: --token-file, GPUEMU_TOKEN_FILE)");
+    while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  }
   std::string tls_ca = options.tls_ca;
   if (tls_ca.empty())
     if (const char* t = std::getenv("GPUEMU_TLS_CA")) tls_ca = t;

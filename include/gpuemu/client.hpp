@@ -16,13 +16,18 @@
 namespace gpuemu {
 
 struct ClientOptions {
-  std::string url;   // empty: ipc:// socket of $GPUEMU_HOME
+  // empty: $GPUEMU_DAEMON when it is an address (holds "://": tcp://host:port, tls+tcp://...;
+  // otherwise it names the daemon binary), else the ipc:// socket of $GPUEMU_HOME
+  std::string url;
   std::string home;  // empty: $GPUEMU_HOME (or its default)
   bool autostart = true;
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};  // per call, unless a call says
   std::chrono::milliseconds start_timeout{std::chrono::seconds(20)};
   std::string daemon_path;  // empty: found next to this program, then on PATH
   std::string token;        // for tcp:// daemons ($GPUEMU_TOKEN when empty)
+  // the file whose first line is the token, when `token` and $GPUEMU_TOKEN are empty
+  // ($GPUEMU_TOKEN_FILE when empty)
+  std::string token_file;
   std::string tls_ca;       // PEM certificates a tls+tcp:// daemon must chain to ($GPUEMU_TLS_CA)
 };
 

@@ -72,7 +72,7 @@ def _default_daemon() -> Optional[str]:
     """$GPUEMU_DAEMON, else $GPUEMU_BIN_DIR's, else the one an installed wheel carries (gpuemu/bin/),
     else the build tree's, else None (the C++ client then looks on PATH)."""
     env = os.environ.get("GPUEMU_DAEMON")
-    if env:
+    if env and "://" not in env:  # an address there names the daemon to reach, not a binary
         return env
     here = Path(__file__).resolve().parent
     for d in (os.environ.get("GPUEMU_BIN_DIR"), here / "bin", here.parents[1] / "build" / "bin"):
@@ -176,14 +176,26 @@ class Client:
 
     def __init__(self, socket: Optional[str] = None, autostart: bool = True, timeout: float = 600.0,
                  home: Optional[str] = None, daemon_path: Optional[str] = None,
-                 start_timeout: float = 20.0) -> None:
-        url = socket
+                 start_timeout: float = 20.0, address: Optional[str] = None,
+                 token_file: Optional[Union[str, os.PathLike]] = None) -> None:
+        """``address``: a daemon elsewhere, ``tcp://HOST:PORT`` or ``tls+tcp://HOST:PORT`` (one
+        started with ``--tcp``), with its token from ``token_file`` (its first line), else
+        ``$GPUEMU_TOKEN`` / ``$GPUEMU_TOKEN_FILE``; default: ``$GPUEMU_DAEMON`` when it is an
+        address, else the local daemon of ``home`` (``$GPUEMU_HOME``), started when none runs.
+        ``socket``: a local daemon's socket path (or any address, as ``address``)."""
+        if address is not None and socket is not None:
+            raise errors.ValidationError("give the daemon as address= or socket=, not both")
+        url = address if address is not None else socket
         if url is not None and "://" not in url:
+            if address is not None:
+                raise errors.ValidationError(f"address={address!r}: expected tcp://HOST:PORT, "
+                                             "tls+tcp://HOST:PORT or ipc://PATH")
             url = "ipc://" + os.path.abspath(url)
         self._conn: Optional[Any] = _core.Connection(home=None if home is None else str(home), socket_url=url,
                                       autostart=autostart, timeout_s=float(timeout),
                                       daemon_path=daemon_path or _default_daemon(),
-                                      start_timeout_s=float(start_timeout))
+                                      start_timeout_s=float(start_timeout),
+                                      token_file=None if token_file is None else os.fspath(token_file))
         self._cases: Dict[Tuple[str, int], Tuple[Dict[str, Any], Dict[str, Any], Dict[str, _fw.Input]]] = {}
 
     # --- plumbing -------------------------------------------------------------------------------

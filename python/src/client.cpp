@@ -109,7 +109,7 @@ class Connection {
  public:
   Connection(const std::optional<std::string>& home, const std::optional<std::string>& url,
              bool autostart, double timeout_s, const std::optional<std::string>& daemon_path,
-             double start_timeout_s) {
+             double start_timeout_s, const std::optional<std::string>& token_file) {
     tune_malloc_once();
     ClientOptions o;
     o.home = home.value_or("");
@@ -118,6 +118,7 @@ class Connection {
     o.timeout = millis(timeout_s);
     o.start_timeout = millis(start_timeout_s);
     o.daemon_path = daemon_path.value_or("");
+    o.token_file = token_file.value_or("");
     Result<std::unique_ptr<DaemonClient>> c = make_error(ErrorCode::internal, "not connected");
     {
       py::gil_scoped_release nogil;
@@ -163,10 +164,12 @@ class Connection {
 void register_client(py::module_& m) {
   py::class_<Connection>(m, "Connection")
       .def(py::init<const std::optional<std::string>&, const std::optional<std::string>&, bool,
-                    double, const std::optional<std::string>&, double>(),
+                    double, const std::optional<std::string>&, double,
+                    const std::optional<std::string>&>(),
            py::arg("home") = py::none(), py::arg("socket_url") = py::none(),
            py::arg("autostart") = true, py::arg("timeout_s") = 600.0,
-           py::arg("daemon_path") = py::none(), py::arg("start_timeout_s") = 20.0)
+           py::arg("daemon_path") = py::none(), py::arg("start_timeout_s") = 20.0,
+           py::arg("token_file") = py::none())
       .def("call", &Connection::call, py::arg("header"), py::arg("tensors") = py::list(),
            py::arg("timeout_s") = py::none(),
            "Sends one request frame; returns (reply header JSON, [(key, dtype, shape, strides, "
