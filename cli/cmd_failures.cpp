@@ -4,6 +4,8 @@
 #include <ctime>
 #include <fstream>
 #include <iomanip>
+#include <iterator>
+#include <sstream>
 
 namespace gpuemu::cli {
 namespace {
@@ -85,22 +87,96 @@ void register_failure_commands(CLI::App& app, CliContext& ctx) {
   auto* exp = failures->add_subcommand(
       "export", "Export stored failures (with their input snapshots, base64) as JSON");
   static std::string exp_op, exp_out;
+  static bool exp_jsonl = false;
   exp->add_option("--op", exp_op, "only this op");
   exp->add_option("-o,--output", exp_out, "file (default: stdout)");
+  exp->add_flag("--jsonl", exp_jsonl, "JSON Lines: one failure per line (what import reads too)");
   exp->callback([&ctx] {
     auto c = connect_daemon();
     const Json r = call_daemon(*c, "failures", {{"action", "export"}, {"op", exp_op}});
-    Json doc = {{"format", "gpuemu-failures"},
-                {"version", 1},
-                {"records", r.value("records", Json::array())}};
+    const Json records = r.value("records", Json::array());
+    std::string text;
+    if (exp_jsonl) {
+      for (const auto& rec : records) text += rec.dump() + "\n";
+    } else {
+      text = Json{{"format", "gpuemu-failures"}, {"version", 1}, {"records", records}}.dump(2) + "\n";
+    }
+    if (r.value("truncated", false))
+      std::cerr << "gpuemu: warning: the export holds " << records.size() << " of "
+                << r.value("matching", 0) << " failures (one reply's limit): export by --op\n";
     if (exp_out.empty()) {
-      std::cout << doc.dump(2) << "\n";
+      std::cout << text;
     } else {
       std::ofstream out(exp_out);
-      out << doc.dump(2) << "\n";
+      out << text;
       if (!out) throw GpuemuException(make_error(ErrorCode::io_error, "cannot write " + exp_out));
-      std::cerr << "exported " << doc["records"].size() << " failures to " << exp_out << "\n";
+      std::cerr << "exported " << records.size() << " failures to " << exp_out << "\n";
     }
+    ctx.exit_code = k_exit_ok;
+  });
+
+  auto* imp = failures->add_subcommand(
+      "import", "Store exported failures here (idempotent: what is stored already stays as it is)");
+  static std::string imp_file;
+  static bool imp_json = false;
+  imp->add_option("FILE", imp_file, "gpuemu failures export's JSON or JSON Lines (- : stdin)")
+      ->required();
+  imp->add_flag("--json", imp_json, "JSON output");
+  imp->callback([&ctx] {
+    std::ifstream file;
+    std::istream* in = &std::cin;
+    if (imp_file != "-") {
+      file.open(imp_file, std::ios::binary);
+      if (!file) throw GpuemuException(make_error(ErrorCode::invalid_argument, "cannot read " + imp_file));
+      in = &file;
+    }
+    const std::string text((std::istreambuf_iterator<char>(*in)), std::istreambuf_iterator<char>());
+    Json records = Json::array();
+    const Json whole = Json::parse(text, nullptr, false);
+    if (!whole.is_discarded() && whole.is_object() && whole.contains("records")) {
+      records = whole["records"];
+    } else {  // JSON Lines
+      std::istringstream lines(text);
+      int n = 0;
+      for (std::string line; std::getline(lines, line);) {
+        ++n;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        Json rec = Json::parse(line, nullptr, false);
+        if (rec.is_discarded())
+          throw GpuemuException(make_error(ErrorCode::invalid_argument,
+                                           imp_file + ":" + std::to_string(n) +
+                                               ": not a JSON record (gpuemu failures export --jsonl)"));
+        records.push_back(std::move(rec));
+      }
+    }
+    if (!records.is_array())
+      throw GpuemuException(make_error(ErrorCode::invalid_argument, imp_file + ": 'records' is not an array"));
+    auto c = connect_daemon();
+    Json imported = Json::array(), present = Json::array();
+    // Batches well under a request's 16 MiB of JSON; each is one transaction, and a batch sent
+    // again (a retry) stores nothing twice.
+    Json batch = Json::array();
+    std::size_t bytes = 0;
+    auto flush = [&] {
+      if (batch.empty()) return;
+      const Json r = call_daemon(*c, "failures", {{"action", "import"}, {"records", batch}});
+      for (const auto& id : r.value("imported", Json::array())) imported.push_back(id);
+      for (const auto& id : r.value("present", Json::array())) present.push_back(id);
+      batch = Json::array();
+      bytes = 0;
+    };
+    for (const auto& rec : records) {
+      const std::size_t n = rec.dump().size();
+      if (bytes + n > (std::size_t{8} << 20)) flush();
+      batch.push_back(rec);
+      bytes += n;
+    }
+    flush();
+    if (imp_json)
+      std::cout << Json{{"imported", imported}, {"present", present}}.dump(2) << "\n";
+    else
+      std::cout << "imported " << imported.size() << " failures; " << present.size()
+                << " were stored already\n";
     ctx.exit_code = k_exit_ok;
   });
 

@@ -4,6 +4,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <optional>
+#include <string_view>
+
 namespace gpuemu::server {
 namespace {
 
@@ -30,6 +33,103 @@ std::string base64(std::span<const std::byte> in) {
     out += {k[v >> 18], k[(v >> 12) & 63], i + 1 < in.size() ? k[(v >> 6) & 63] : '=', '='};
   }
   return out;
+}
+
+// RFC 4648 base64 (padded, as base64() writes it) back to bytes; nullopt when it is not that.
+std::optional<std::vector<std::byte>> from_base64(std::string_view text) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  if (text.size() % 4 != 0) return std::nullopt;
+  std::vector<std::byte> out;
+  out.reserve(text.size() / 4 * 3);
+  for (std::size_t i = 0; i < text.size(); i += 4) {
+    int v[4];
+    int pad = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = text[i + static_cast<std::size_t>(k)];
+      if (c == '=' && i + 4 == text.size() && k >= 2) {
+        v[k] = 0;
+        ++pad;
+        continue;
+      }
+      if (pad > 0 || (v[k] = value(c)) < 0) return std::nullopt;
+    }
+    const unsigned n = static_cast<unsigned>(v[0] << 18 | v[1] << 12 | v[2] << 6 | v[3]);
+    out.push_back(static_cast<std::byte>(n >> 16));
+    if (pad < 2) out.push_back(static_cast<std::byte>((n >> 8) & 0xff));
+    if (pad < 1) out.push_back(static_cast<std::byte>(n & 0xff));
+  }
+  return out;
+}
+
+// Exported failure records (`failures export`: meta with id, op, created_ms and the base64
+// snapshot) into this store, each under its own id: a record already stored with the same content
+// is left as it is (an import is idempotent: importing a file twice, or a file whose records came
+// from here, stores nothing new); one stored with other content under the same id is a conflict.
+// Every record is checked (its snapshot restores as a case) before any is stored.
+Result<Frame> import_failures(Store& store, const Json& records) {
+  if (!records.is_array())
+    return make_error(ErrorCode::invalid_argument, "'records' must be an array of exported failures");
+  std::vector<FailureRecord> fresh;
+  Json present = Json::array();
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const Json& r = records[i];
+    const std::string where = "record " + std::to_string(i);
+    if (!r.is_object() || !r.contains("id") || !r["id"].is_string() || !r.contains("op") ||
+        !r["op"].is_string() || !r.contains("snapshot") || !r["snapshot"].is_string())
+      return make_error(ErrorCode::invalid_argument,
+                        where + ": an exported failure needs string 'id', 'op' and 'snapshot' "
+                                "(gpuemu failures export writes them)");
+    FailureRecord rec;
+    rec.id = r["id"].get<std::string>();
+    rec.op = r["op"].get<std::string>();
+    if (r.contains("created_ms") && !r["created_ms"].is_number_integer())
+      return make_error(ErrorCode::invalid_argument, where + ": 'created_ms' must be an integer");
+    rec.created_ms = r.value("created_ms", std::int64_t{0});
+    auto bytes = from_base64(r["snapshot"].get<std::string>());
+    if (!bytes)
+      return make_error(ErrorCode::invalid_argument, where + " (" + rec.id + "): 'snapshot' is not base64");
+    rec.inputs = std::move(*bytes);
+    auto restored = protocol::restore_case(rec.inputs);
+    if (!restored)
+      return make_error(ErrorCode::invalid_argument,
+                        where + " (" + rec.id + "): its snapshot is not a case: " + restored.error().message);
+    if (restored->op != rec.op)
+      return make_error(ErrorCode::invalid_argument,
+                        where + " (" + rec.id + "): its snapshot is a case of " + restored->op +
+                            ", the record says " + rec.op);
+    // The meta as stored: export adds id, created_ms and the snapshot (and writes op, which a
+    // record's meta also holds, with the same value).
+    rec.meta = r;
+    for (const char* k : {"id", "created_ms", "snapshot"}) rec.meta.erase(k);
+    auto stored = store.get_failure(rec.id);
+    if (stored) {
+      auto same_meta = [](Json a, Json b) {
+        for (Json* m : {&a, &b})
+          for (const char* k : {"id", "op", "created_ms", "snapshot"}) m->erase(k);
+        return a == b;
+      };
+      if (stored->op != rec.op || stored->inputs != rec.inputs || !same_meta(stored->meta, rec.meta))
+        return make_error(ErrorCode::conflict,
+                          where + ": failure " + rec.id +
+                              " is stored here with other content: nothing was imported");
+      present.push_back(rec.id);
+      continue;
+    }
+    if (stored.error().code != ErrorCode::not_found) return stored.error();
+    for (const auto& f : fresh)
+      if (f.id == rec.id)
+        return make_error(ErrorCode::invalid_argument, where + ": failure " + rec.id + " appears twice");
+    fresh.push_back(std::move(rec));
+  }
+  GPUEMU_TRY(auto ids, store.put_failures(std::move(fresh)));
+  return make_reply({{"imported", ids}, {"present", present}});
 }
 
 Result<Store*> store_of(DaemonContext& ctx) {
@@ -79,6 +179,7 @@ Result<Frame> failures(DaemonContext& ctx, const Frame& req) {
     }
     return make_reply(result);
   }
+  if (action == "import") return import_failures(*store, p.value("records", Json()));
   GPUEMU_TRY(std::string id, string_param(p, "id"));
   if (action == "get") {
     GPUEMU_TRY(FailureRecord rec, store->get_failure(id));
@@ -100,7 +201,7 @@ Result<Frame> failures(DaemonContext& ctx, const Frame& req) {
     return make_reply({{"deleted", id}});
   }
   return make_error(ErrorCode::invalid_argument,
-                    "failures action '" + action + "' is not one of list, get, delete, export");
+                    "failures action '" + action + "' is not one of list, get, delete, export, import");
 }
 
 // Runs a stored failure's kernel on its case (or says it cannot: a client-side kernel).
