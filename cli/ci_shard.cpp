@@ -47,51 +47,42 @@ Result<ShardSpec> parse_shard(const std::string& spec, std::optional<int> count_
                             " disagree");
     return checked(i, n, "--shard " + spec);
   }
-  if (!get("GPUEMU_SHARD_INDEX").empty()) {
-    GPUEMU_TRY(long long i, integer("GPUEMU_SHARD_INDEX", get("GPUEMU_SHARD_INDEX")));
-    if (!count_option && get("GPUEMU_SHARD_COUNT").empty())
-      return make_error(ErrorCode::invalid_argument,
-                        "GPUEMU_SHARD_INDEX is set but not GPUEMU_SHARD_COUNT (or --shard-count)");
-    long long n = 0;
-    if (count_option) {
-      n = *count_option;
-    } else {
-      GPUEMU_TRY(n, integer("GPUEMU_SHARD_COUNT", get("GPUEMU_SHARD_COUNT")));
-    }
-    return checked(i, n, "GPUEMU_SHARD_INDEX/GPUEMU_SHARD_COUNT");
-  }
-  if (!get("SLURM_ARRAY_TASK_ID").empty()) {
-    GPUEMU_TRY(long long id, integer("SLURM_ARRAY_TASK_ID", get("SLURM_ARRAY_TASK_ID")));
+  // Each engine's variables, in the order they are looked for. `min`: the first index (a Slurm
+  // array of --array=1-8 numbers its tasks 1..8; a stepped one, --array=0-15:2, needs --shard
+  // I/N). The count: --shard-count, else `count`; `missing` says what to set when neither is.
+  struct Source {
+    const char* index;
+    const char* min;
+    const char* count;
+    const char* missing;
+  };
+  static constexpr Source sources[] = {
+      {"GPUEMU_SHARD_INDEX", nullptr, "GPUEMU_SHARD_COUNT",
+       "GPUEMU_SHARD_INDEX is set but not GPUEMU_SHARD_COUNT (or --shard-count)"},
+      {"SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_COUNT",
+       "SLURM_ARRAY_TASK_ID is set but not SLURM_ARRAY_TASK_COUNT (or --shard-count)"},
+      {"JOB_COMPLETION_INDEX", nullptr, "GPUEMU_SHARD_COUNT",
+       "JOB_COMPLETION_INDEX is set: give the Job's completions as --shard-count N (or "
+       "GPUEMU_SHARD_COUNT)"},
+  };
+  for (const Source& src : sources) {
+    if (get(src.index).empty()) continue;
+    GPUEMU_TRY(long long i, integer(src.index, get(src.index)));
     long long min = 0;
-    if (!get("SLURM_ARRAY_TASK_MIN").empty()) {
-      GPUEMU_TRY(min, integer("SLURM_ARRAY_TASK_MIN", get("SLURM_ARRAY_TASK_MIN")));
+    if (src.min != nullptr && !get(src.min).empty()) {
+      GPUEMU_TRY(min, integer(src.min, get(src.min)));
     }
     long long n = 0;
     if (count_option) {
       n = *count_option;
-    } else if (!get("SLURM_ARRAY_TASK_COUNT").empty()) {
-      GPUEMU_TRY(n, integer("SLURM_ARRAY_TASK_COUNT", get("SLURM_ARRAY_TASK_COUNT")));
+    } else if (get(src.count).empty()) {
+      return make_error(ErrorCode::invalid_argument, src.missing);
     } else {
-      return make_error(ErrorCode::invalid_argument,
-                        "SLURM_ARRAY_TASK_ID is set but not SLURM_ARRAY_TASK_COUNT (or --shard-count)");
+      GPUEMU_TRY(n, integer(src.count, get(src.count)));
     }
-    // An array of --array=1-8 numbers its tasks 1..8: the index is the task's place in it (a
-    // stepped array, --array=0-15:2, needs --shard I/N).
-    return checked(id - min, n, "SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN / SLURM_ARRAY_TASK_COUNT");
-  }
-  if (!get("JOB_COMPLETION_INDEX").empty()) {
-    GPUEMU_TRY(long long i, integer("JOB_COMPLETION_INDEX", get("JOB_COMPLETION_INDEX")));
-    long long n = 0;
-    if (count_option) {
-      n = *count_option;
-    } else if (!get("GPUEMU_SHARD_COUNT").empty()) {
-      GPUEMU_TRY(n, integer("GPUEMU_SHARD_COUNT", get("GPUEMU_SHARD_COUNT")));
-    } else {
-      return make_error(ErrorCode::invalid_argument,
-                        "JOB_COMPLETION_INDEX is set: give the Job's completions as --shard-count N "
-                        "(or GPUEMU_SHARD_COUNT)");
-    }
-    return checked(i, n, "JOB_COMPLETION_INDEX / the shard count");
+    std::string where = std::string(src.index) + (src.min ? std::string(" - ") + src.min : "") +
+                        " / " + (count_option ? "--shard-count" : src.count);
+    return checked(i - min, n, where);
   }
   return make_error(ErrorCode::invalid_argument,
                     "--shard auto found no shard in the environment (GPUEMU_SHARD_INDEX and "

@@ -555,6 +555,20 @@ Json merge_shards(const std::vector<std::string>& files) {
   return doc;
 }
 
+
+// A rendered report to stdout, or to `path` (signed next to it, FILE.sig, when `sign`).
+void emit_report(const std::string& text, const std::string& path, bool sign) {
+  if (path.empty()) {
+    std::cout << text;
+    return;
+  }
+  write_text(path, text);
+  if (!sign) return;
+  auto s = sign_report_file(path);
+  if (!s) throw GpuemuException(s.error());
+  std::cout << "signed " << path << " -> " << path << ".sig (public key " << s->public_key << ")\n";
+}
+
 }  // namespace
 
 void register_project_commands(CLI::App& app, CliContext& ctx) {
@@ -626,18 +640,7 @@ void register_project_commands(CLI::App& app, CliContext& ctx) {
                                        "--sign needs -o FILE (the signature goes to FILE.sig)"));
     const Json doc = merge_shards(merge_files);
     const std::string fmt = merge_sign && merge->count("--format") == 0 ? "json" : merge_format;
-    const std::string text = render_report(doc, fmt);
-    if (merge_out.empty()) {
-      std::cout << text;
-    } else {
-      write_text(merge_out, text);
-      if (merge_sign) {
-        auto sg = sign_report_file(merge_out);
-        if (!sg) throw GpuemuException(sg.error());
-        std::cout << "signed " << merge_out << " -> " << merge_out << ".sig (public key "
-                  << sg->public_key << ")\n";
-      }
-    }
+    emit_report(render_report(doc, fmt), merge_out, merge_sign);
     const Json& sm = doc["summary"];
     ctx.exit_code = sm["errors"].get<int>() > 0  ? k_exit_usage
                     : sm["failed"].get<int>() > 0 ? k_exit_failed
@@ -674,18 +677,7 @@ void register_project_commands(CLI::App& app, CliContext& ctx) {
     // A signed report is the JSON document unless another format is asked for explicitly.
     const std::string fmt = sign && report->count("--format") == 0 ? "json" : format;
     const Json doc = stored_failures_report(report_op, report_limit, runs_source, runs_limit);
-    const std::string text = render_report(doc, fmt);
-    if (out_path.empty()) {
-      std::cout << text;
-    } else {
-      write_text(out_path, text);
-      if (sign) {
-        auto s = sign_report_file(out_path);
-        if (!s) throw GpuemuException(s.error());
-        std::cout << "signed " << out_path << " -> " << out_path << ".sig (public key "
-                  << s->public_key << ")\n";
-      }
-    }
+    emit_report(render_report(doc, fmt), out_path, sign);
     ctx.exit_code = k_exit_ok;
   });
 }
