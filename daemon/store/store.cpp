@@ -17,8 +17,8 @@ using store_codec::check_name;
 
 namespace {
 
-inline constexpr unsigned k_max_dbs = 8;  // six named databases, and room for two more
-inline constexpr int k_id_attempts = 16;  // fresh random ids drawn before giving up
+inline constexpr unsigned k_max_dbs = 8;  // seven named databases, and room for one more
+inline constexpr int k_id_attempts = 16;  // ids tried for a record before giving up
 
 // A stored version string as it may appear in a message.
 std::string printable(std::string_view text) {
@@ -68,6 +68,7 @@ Status Store::Impl::initialise() {
     GPUEMU_TRY(impl.calibrations, txn.open_dbi("calibrations", MDB_CREATE));
     GPUEMU_TRY(impl.baselines, txn.open_dbi("baselines", MDB_CREATE));
     GPUEMU_TRY(impl.runs, txn.open_dbi("runs", MDB_CREATE));
+    GPUEMU_TRY(impl.outbox, txn.open_dbi("outbox", MDB_CREATE));
     return {};
   });
 }
@@ -162,12 +163,27 @@ Result<std::vector<std::string>> Store::put_failures(std::vector<FailureRecord> 
       for (std::size_t i = 0; i < records.size(); ++i) {
         std::string id = records[i].id;
         if (id.empty()) {
+          // The content's id; when it is taken, by the same content nothing is written (the
+          // record is there), by other content the next id is tried.
+          bool present = false;
           for (int attempt = 0;; ++attempt) {
             if (attempt == k_id_attempts)
-              return make_error(ErrorCode::internal, "could not draw an unused failure id");
-            id = impl.ids.next('f');
+              return make_error(ErrorCode::internal, "could not find an unused failure id");
+            id = store_codec::content_failure_id(records[i], attempt);
             GPUEMU_TRY(bool inserted, txn.put(impl.failures, id, values[i], MDB_NOOVERWRITE));
             if (inserted) break;
+            GPUEMU_TRY(auto held, txn.get(impl.failures, id));
+            if (!held) continue;
+            GPUEMU_TRY(FailureRecord other, store_codec::decode_failure(id, *held));
+            if (other.op == records[i].op && other.meta == records[i].meta &&
+                other.inputs == records[i].inputs) {
+              present = true;
+              break;
+            }
+          }
+          if (present) {
+            ids.push_back(std::move(id));
+            continue;
           }
         } else {
           GPUEMU_TRY(bool inserted, txn.put(impl.failures, id, values[i], MDB_NOOVERWRITE));
@@ -178,6 +194,8 @@ Result<std::vector<std::string>> Store::put_failures(std::vector<FailureRecord> 
         const std::string key =
             store_codec::failure_index_key(records[i].op, records[i].created_ms, id);
         GPUEMU_TRY_STATUS(txn.put(impl.failures_idx, key, id));
+        if (impl.options.outbox)
+          GPUEMU_TRY_STATUS(txn.put(impl.outbox, store_codec::outbox_key(now, 'f', id), "{}"));
         ids.push_back(std::move(id));
       }
       return ids;

@@ -106,6 +106,47 @@ std::string run_key(std::int64_t started_ms, std::string_view id) {
   return key;
 }
 
+std::string outbox_key(std::int64_t queued_ms, char kind, std::string_view id) {
+  std::string key;
+  append_be64(key, static_cast<std::uint64_t>(queued_ms));
+  key.push_back(kind);
+  key.append(id);
+  return key;
+}
+
+std::optional<OutboxKey> parse_outbox_key(std::string_view key) {
+  if (key.size() < 10) return std::nullopt;
+  OutboxKey k;
+  k.queued_ms = static_cast<std::int64_t>(read_be64(key));
+  k.kind = key[8];
+  k.id = key.substr(9);
+  if (k.kind != 'f' && k.kind != 'r') return std::nullopt;
+  return k;
+}
+
+std::string content_failure_id(const FailureRecord& record, int attempt) {
+  // FNV-1a over op \0 meta \0 inputs, then mixed (splitmix64) with the attempt.
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  auto add = [&h](const void* data, std::size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  };
+  const std::string meta = dump_json(record.meta);
+  const char zero = 0;
+  add(record.op.data(), record.op.size());
+  add(&zero, 1);
+  add(meta.data(), meta.size());
+  add(&zero, 1);
+  add(record.inputs.data(), record.inputs.size());
+  const std::uint64_t value = splitmix64(h + static_cast<std::uint64_t>(attempt));
+  static constexpr char k_hex[] = "0123456789abcdef";
+  std::string id(17, '0');
+  id[0] = 'f';
+  for (int i = 0; i < 16; ++i)
+    id[16 - static_cast<std::size_t>(i)] = k_hex[(value >> (4 * i)) & 0xf];
+  return id;
+}
+
 std::string calibration_key(std::string_view op, std::string_view dtype) {
   std::string key(op);
   key.push_back('/');

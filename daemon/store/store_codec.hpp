@@ -10,6 +10,9 @@
 // calibrations  key  op "/" dtype                                            value  JSON text
 // baselines     key  name                                                    value  JSON text
 // runs          key  started_ms as u64 big-endian | id                       value  JSON text
+// outbox        key  queued_ms as u64 big-endian | kind ('f' or 'r') | id     value  JSON text
+//                    {} for a failure, {"started_ms": N} for a run; "rejected"/"rejected_ms"
+//                    once the receiver refused it for good
 // meta          key  "version", "created_ms"                                 value  decimal text
 #pragma once
 
@@ -45,6 +48,17 @@ struct FailureIndexKey {
 std::optional<FailureIndexKey> parse_failure_index_key(std::string_view key);
 
 std::string run_key(std::int64_t started_ms, std::string_view id);
+std::string outbox_key(std::int64_t queued_ms, char kind, std::string_view id);
+struct OutboxKey {
+  std::int64_t queued_ms = 0;
+  char kind = 0;
+  std::string_view id;
+};
+std::optional<OutboxKey> parse_outbox_key(std::string_view key);
+
+// The id of a record stored without one: "f" + 16 hex digits of a 64-bit hash of its op, meta and
+// input bytes; `attempt` > 0 draws another (a different record already holds the first).
+std::string content_failure_id(const FailureRecord& record, int attempt);
 std::string calibration_key(std::string_view op, std::string_view dtype);
 
 // The failures value for `record` (id excluded: it is the key). Compresses the inputs.

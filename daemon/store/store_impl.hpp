@@ -28,7 +28,7 @@ struct Store::Impl {
   std::string dir;
   StoreOptions options;
   lmdb::Env env;
-  lmdb::Dbi meta, failures, failures_idx, calibrations, baselines, runs;
+  lmdb::Dbi meta, failures, failures_idx, calibrations, baselines, runs, outbox;
   mutable store_detail::MapGate gate;
   std::mutex write_mutex;
   store_codec::IdGenerator ids;  // drawn from only under write_mutex

@@ -148,7 +148,13 @@ Result<std::string> Store::put_run(Json run) {
         const std::string id = stored["id"].get<std::string>();
         GPUEMU_TRY(bool inserted, txn.put(impl.runs, store_codec::run_key(started, id),
                                           dump_json(stored), MDB_NOOVERWRITE));
-        if (inserted) return id;
+        if (inserted) {
+          if (impl.options.outbox)
+            GPUEMU_TRY_STATUS(txn.put(impl.outbox,
+                                      store_codec::outbox_key(store_codec::now_ms(), 'r', id),
+                                      dump_json(Json{{"started_ms", started}})));
+          return id;
+        }
         if (has_id)
           return make_error(ErrorCode::conflict,
                             "run " + id + " already exists in the store at " + impl.dir);
@@ -175,6 +181,48 @@ Result<std::vector<Json>> Store::list_runs(std::size_t limit) const {
   });
 }
 
+Result<std::optional<Json>> Store::get_run(std::int64_t started_ms, const std::string& id) const {
+  const Impl& impl = *m_impl;
+  return impl.read([&](const lmdb::Txn& txn) -> Result<std::optional<Json>> {
+    GPUEMU_TRY(auto text, txn.get(impl.runs, store_codec::run_key(started_ms, id)));
+    if (!text) return std::optional<Json>();
+    GPUEMU_TRY(Json value, parse_stored_json(*text, "run " + id));
+    return std::optional<Json>(std::move(value));
+  });
+}
+
+Result<bool> Store::import_run(const Json& run, const std::vector<std::string>& ignore) {
+  if (!run.is_object() || !run.contains("id") || !run["id"].is_string() ||
+      !run.contains("started_ms") || !run["started_ms"].is_number_integer() ||
+      run["started_ms"].get<std::int64_t>() < 0)
+    return make_error(ErrorCode::invalid_argument,
+                      "an imported run needs a string 'id' and a non-negative integer 'started_ms'");
+  const std::string id = run["id"].get<std::string>();
+  GPUEMU_TRY_STATUS(check_name("run id", id));
+  const std::int64_t started = run["started_ms"].get<std::int64_t>();
+  Impl& impl = *m_impl;
+  auto done = impl.write([&](lmdb::Txn& txn) -> Result<bool> {
+    const std::string key = store_codec::run_key(started, id);
+    GPUEMU_TRY(auto held, txn.get(impl.runs, key));
+    if (held) {
+      GPUEMU_TRY(Json stored, parse_stored_json(*held, "run " + id));
+      Json mine = run;
+      for (const auto& k : ignore) {
+        stored.erase(k);
+        mine.erase(k);
+      }
+      if (stored != mine)
+        return make_error(ErrorCode::conflict,
+                          "run " + id + " is stored in " + impl.dir + " with other content");
+      return false;
+    }
+    GPUEMU_TRY_STATUS(txn.put(impl.runs, key, dump_json(run)));
+    return true;
+  });
+  if (done && *done) ++impl.changes;
+  return done;
+}
+
 // ---- stats
 // ---------------------------------------------------------------------------------------
 
@@ -186,6 +234,8 @@ Result<StoreStats> Store::stats() const {
     GPUEMU_TRY(MDB_stat calibrations, txn.stat(impl.calibrations));
     GPUEMU_TRY(MDB_stat baselines, txn.stat(impl.baselines));
     GPUEMU_TRY(MDB_stat runs, txn.stat(impl.runs));
+    GPUEMU_TRY(MDB_stat outbox, txn.stat(impl.outbox));
+    stats.outbox = outbox.ms_entries;
     stats.failures = failures.ms_entries;
     stats.calibrations = calibrations.ms_entries;
     stats.baselines = baselines.ms_entries;

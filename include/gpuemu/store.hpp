@@ -6,6 +6,8 @@
 //   calibrations  "<op>/<dtype>" -> JSON
 //   baselines     name -> JSON (lint artifact baselines)
 //   runs          "<started_ms big-endian><id>" -> JSON (run history)
+//   outbox        "<queued_ms big-endian><kind><id>" -> JSON (what a pushing daemon has still to
+//                 hand to its central daemon: docs/scale.md)
 // Every write is one durable transaction (MDB default sync); the map grows when full.
 #pragma once
 
@@ -24,7 +26,9 @@ namespace gpuemu {
 inline constexpr int k_store_version = 1;
 
 struct FailureRecord {
-  std::string id;  // assigned by put_failure when empty ("f" + 16 hex digits)
+  // assigned by put_failure when empty: "f" + 16 hex digits derived from the content (op, meta,
+  // input bytes), so the same failure stored twice, or pushed twice, is one record
+  std::string id;
   std::string op;
   std::int64_t created_ms = 0;    // unix ms; put_failure sets it when 0
   Json meta = Json::object();     // everything else: seed, dtype, dims, attrs, layouts, verdict,
@@ -50,10 +54,28 @@ struct FailureQuery {
 struct StoreOptions {
   std::size_t initial_map_bytes = std::size_t{64} << 20;
   std::size_t max_map_bytes = std::size_t{64} << 30;  // growth stops here: storage_full
+  // Every failure and run written is also queued in the outbox, in the same transaction (a daemon
+  // that pushes to a central one: what it acknowledged is never lost to a crash).
+  bool outbox = false;
+};
+
+// One entry of the outbox: a failure ('f') or a run ('r') to push.
+struct OutboxItem {
+  std::string key;  // the entry's key (outbox_done, outbox_reject)
+  char kind = 'f';
+  std::string id;
+  std::int64_t queued_ms = 0;
+  std::int64_t started_ms = 0;  // a run's (its key in `runs`)
+  std::string rejected;         // non-empty: refused for good by the receiver, not retried
+};
+
+struct OutboxStats {
+  std::size_t pending = 0, rejected = 0;
+  std::int64_t oldest_ms = 0;  // queued_ms of the oldest pending entry (0: none)
 };
 
 struct StoreStats {
-  std::size_t failures = 0, calibrations = 0, baselines = 0, runs = 0;
+  std::size_t failures = 0, calibrations = 0, baselines = 0, runs = 0, outbox = 0;
   std::size_t map_bytes = 0, used_bytes = 0;
   int version = k_store_version;
 };
@@ -67,7 +89,8 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  // Durable on return. Never overwrites: an id already present is a `conflict`.
+  // Durable on return. Never overwrites: a caller's id already present is a `conflict`; a record
+  // without an id whose content is already stored returns the stored record's id (nothing new).
   Result<std::string> put_failure(FailureRecord record);
   // Several in one transaction (a run's failures): all or none.
   Result<std::vector<std::string>> put_failures(std::vector<FailureRecord> records);
@@ -88,6 +111,22 @@ class Store {
 
   Result<std::string> put_run(Json run);  // adds "id" and "started_ms" when absent
   Result<std::vector<Json>> list_runs(std::size_t limit) const;  // newest first
+  Result<std::optional<Json>> get_run(std::int64_t started_ms, const std::string& id) const;
+  // A run written elsewhere (with its id and started_ms): true when stored, false when the same run
+  // is already here; the same id with other content is a `conflict`. Keys in `ignore` (e.g. where
+  // it was pushed from) do not count as content.
+  Result<bool> import_run(const Json& run, const std::vector<std::string>& ignore = {});
+
+  // The outbox (StoreOptions::outbox). Pending entries, oldest first, at most `max`.
+  Result<std::vector<OutboxItem>> outbox_peek(std::size_t max) const;
+  Status outbox_done(const std::vector<std::string>& keys);  // pushed: removed
+  Status outbox_reject(const std::string& key, const std::string& why);  // kept, not retried
+  Result<std::size_t> outbox_retry_rejected();  // rejected entries become pending again
+  Result<OutboxStats> outbox_stats() const;
+  Result<std::vector<OutboxItem>> outbox_rejected(std::size_t max) const;
+  // Queues stored failures matching `query` (and, with `runs`, every stored run) that are not
+  // queued already: what was stored before pushing was turned on. Returns how many were queued.
+  Result<std::size_t> outbox_enqueue_stored(const FailureQuery& query, bool runs);
 
   Result<StoreStats> stats() const;
   // How many writes of failures (put, delete) and runs this Store committed since it was opened:

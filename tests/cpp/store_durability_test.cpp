@@ -103,7 +103,7 @@ TEST_F(StoreDurabilityTest, RefusesAnotherVersionAndLeavesItIntact) {
     auto store = open();
     ASSERT_TRUE(store);
     for (int i = 0; i < 3; ++i)
-      ASSERT_TRUE(store->put_failure(make_record("add", 1 + i, 32, 1)).ok());
+      ASSERT_TRUE(store->put_failure(make_record("add", 1 + i, 32, 1 + static_cast<std::uint64_t>(i))).ok());
   }
   { RawLmdb(m_dir).put("meta", "version", "2"); }
   auto refused = Store::open(m_dir);

@@ -78,7 +78,8 @@ TEST_F(StoreTest, AssignsUniqueIdsAndNeverOverwrites) {
     ids.insert(*id);
   }
   std::vector<FailureRecord> batch;  // and many in one transaction
-  for (int i = 0; i < 400; ++i) batch.push_back(make_record("add", 5000 + i, 16, 7));
+  for (int i = 0; i < 400; ++i)
+    batch.push_back(make_record("add", 5000 + i, 16, 1000 + static_cast<std::uint64_t>(i)));
   auto batch_ids = store->put_failures(batch);
   ASSERT_TRUE(batch_ids.ok()) << batch_ids.error().what();
   ASSERT_EQ(batch_ids->size(), 400u);
