@@ -93,17 +93,28 @@ void register_failure_commands(CLI::App& app, CliContext& ctx) {
   exp->add_flag("--jsonl", exp_jsonl, "JSON Lines: one failure per line (what import reads too)");
   exp->callback([&ctx] {
     auto c = connect_daemon();
-    const Json r = call_daemon(*c, "failures", {{"action", "export"}, {"op", exp_op}});
-    const Json records = r.value("records", Json::array());
+    // Page by page (a reply holds at most 12 MiB of records), newest first.
+    Json records = Json::array();
+    for (std::size_t offset = 0;;) {
+      const Json r = call_daemon(*c, "failures",
+                                 {{"action", "export"}, {"op", exp_op}, {"offset", offset}});
+      for (const auto& rec : r.value("records", Json::array())) records.push_back(rec);
+      if (!r.value("truncated", false)) break;
+      const std::size_t next = r.value("next_offset", offset);
+      if (next == offset)  // one record over a reply's limit: it cannot be exported this way
+        throw GpuemuException(make_error(
+            ErrorCode::invalid_argument,
+            "failure " + std::to_string(offset) + " of the export (newest first) is larger than "
+            "one reply can carry (12 MiB of JSON): a push moves it, its snapshot as binary "
+            "(docs/scale.md)"));
+      offset = next;
+    }
     std::string text;
     if (exp_jsonl) {
       for (const auto& rec : records) text += rec.dump() + "\n";
     } else {
       text = Json{{"format", "gpuemu-failures"}, {"version", 1}, {"records", records}}.dump(2) + "\n";
     }
-    if (r.value("truncated", false))
-      std::cerr << "gpuemu: warning: the export holds " << records.size() << " of "
-                << r.value("matching", 0) << " failures (one reply's limit): export by --op\n";
     if (exp_out.empty()) {
       std::cout << text;
     } else {

@@ -2,6 +2,7 @@
 // store; clients talk to it over NNG (docs/protocol.md). One daemon per GPUEMU_HOME (a lock file).
 #include "gpuemu/op.hpp"
 #include "server/nng_server.hpp"
+#include "server/pusher.hpp"
 
 #include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -47,6 +48,11 @@ struct Options {
   std::size_t case_cache_mib = 512;
   bool allow_remote_scripts = false;
   bool allow_remote_shutdown = false;
+  // Pushing to a central daemon (docs/scale.md).
+  std::string push_to, push_token_file, push_tls_ca;
+  std::size_t push_batch = 64;
+  double push_timeout_s = 30, push_retry_max_s = 30;
+  std::int64_t calibration_sync_s = 300;
 };
 
 Status make_private_dir(const std::string& dir) {
@@ -146,7 +152,34 @@ int serve(const Options& o, const protocol::HomePaths& paths,
       return fail(make_error(ErrorCode::invalid_argument,
                              "the token in $GPUEMU_TOKEN must have at least 16 characters"));
   }
-  auto store = Store::open(paths.store_dir);
+  server::PushConfig push;
+  push.to = o.push_to;
+  if (!push.to.empty()) {
+    if (push.to.find("://") == std::string::npos)
+      return fail(make_error(ErrorCode::invalid_argument,
+                             "--push-to wants an address (tcp://HOST:PORT, tls+tcp://HOST:PORT or "
+                             "ipc://PATH), not '" + push.to + "'"));
+    if (!o.push_token_file.empty()) {
+      std::ifstream t(o.push_token_file);
+      if (!t || !std::getline(t, push.token) || push.token.empty())
+        return fail(make_error(ErrorCode::invalid_argument,
+                               "cannot read the central daemon's token from " + o.push_token_file));
+      while (!push.token.empty() && (push.token.back() == '\r' || push.token.back() == ' '))
+        push.token.pop_back();
+    } else if (push.to.rfind("ipc://", 0) != 0) {
+      return fail(make_error(ErrorCode::invalid_argument,
+                             "--push-to " + push.to + " needs --push-token-file (the central "
+                             "daemon's token; or $GPUEMU_PUSH_TOKEN_FILE)"));
+    }
+    push.tls_ca = o.push_tls_ca;
+    push.batch = o.push_batch;
+    push.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.push_timeout_s * 1000));
+    push.retry_max = std::chrono::milliseconds(static_cast<std::int64_t>(o.push_retry_max_s * 1000));
+    push.calibration_sync = std::chrono::seconds(o.calibration_sync_s);
+  }
+  StoreOptions store_options;
+  store_options.outbox = !push.to.empty();
+  auto store = Store::open(paths.store_dir, store_options);
   if (!store) return fail(store.error());
   ctx.store = std::move(store).value();
   if (auto cals = ctx.store->list_calibrations()) {
@@ -163,6 +196,12 @@ int serve(const Options& o, const protocol::HomePaths& paths,
   if (!o.tcp.empty())
     if (auto st = server.listen(o.tcp); !st) return fail(st.error());
   if (auto st = server.start(); !st) return fail(st.error());
+  std::unique_ptr<server::Pusher> pusher;
+  if (!push.to.empty()) {
+    pusher = std::make_unique<server::Pusher>(ctx, push);
+    ctx.pusher = pusher.get();
+    pusher->start();
+  }
   {
     std::ofstream info(paths.info);
     info << Json{{"pid", static_cast<long>(getpid())},
@@ -210,6 +249,7 @@ int serve(const Options& o, const protocol::HomePaths& paths,
   }
   spdlog::info("draining (up to {} s)", o.drain_s);
   const bool clean = server.stop(std::chrono::seconds(o.drain_s));
+  if (pusher) pusher->stop();  // what it had not pushed stays in the outbox for the next start
   unlink(paths.socket.c_str());
   unlink(paths.info.c_str());
   spdlog::info("stopped{}", clean ? "" : " (without waiting for running requests or the transport)");
@@ -269,6 +309,33 @@ int main(int argc, char** argv) {
                "socket may)");
   app.add_flag("--allow-remote-shutdown", o.allow_remote_shutdown,
                "let tcp clients shut the daemon down (off: only the local socket and signals may)");
+  // Pushing to a central daemon; also from the environment, so that a daemon a client autostarts
+  // on a worker gets them: GPUEMU_PUSH_TO, GPUEMU_PUSH_TOKEN_FILE, GPUEMU_PUSH_TLS_CA.
+  if (const char* v = std::getenv("GPUEMU_PUSH_TO"); v && *v) o.push_to = v;
+  if (const char* v = std::getenv("GPUEMU_PUSH_TOKEN_FILE"); v && *v) o.push_token_file = v;
+  if (const char* v = std::getenv("GPUEMU_PUSH_TLS_CA"); v && *v) o.push_tls_ca = v;
+  app.add_option("--push-to", o.push_to,
+                 "push every failure and run summary this daemon stores to the central daemon at "
+                 "this address (tcp://HOST:PORT, tls+tcp://HOST:PORT, ipc://PATH), queueing them "
+                 "in the store until it acknowledges them, and take its calibrations "
+                 "(docs/scale.md; also $GPUEMU_PUSH_TO)");
+  app.add_option("--push-token-file", o.push_token_file,
+                 "file whose first line is the central daemon's token ($GPUEMU_PUSH_TOKEN_FILE)");
+  app.add_option("--push-tls-ca", o.push_tls_ca,
+                 "PEM certificates the central tls+tcp:// daemon must chain to "
+                 "($GPUEMU_PUSH_TLS_CA)");
+  app.add_option("--push-batch", o.push_batch, "records per push, at most (default 64)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{10000}));
+  app.add_option("--push-timeout", o.push_timeout_s, "seconds one push may take (default 30)")
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--push-retry-max", o.push_retry_max_s,
+                 "longest wait, in seconds, between retries of a failed push (default 30; the "
+                 "wait starts at 0.25 s and doubles)")
+      ->check(CLI::Range(0.25, 3600.0));
+  app.add_option("--calibration-sync", o.calibration_sync_s,
+                 "seconds between pulls of the central daemon's calibrations (default 300; 0: "
+                 "never)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{86400 * 7}));
   app.add_option("--workers", o.workers, "worker threads (default: max(2, cores))");
   app.add_option("--python", o.python,
                  "interpreter for script kernels (default: the project's .venv)");

@@ -178,6 +178,8 @@ struct HeldSubmission {
   std::vector<std::string> used;  // the kept cases judged (case cache keys)
 };
 
+class Pusher;  // pusher.hpp
+
 struct DaemonContext {
   DaemonContext(protocol::HomePaths p, Engine e) : paths(std::move(p)), engine(std::move(e)) {}
 
@@ -198,6 +200,7 @@ struct DaemonContext {
   std::function<void()> request_stop;  // set by the transport: starts a graceful shutdown
   ProgressBoard progress;
   HeldBoard<HeldSubmission> held;
+  Pusher* pusher = nullptr;  // set while this daemon pushes to a central one (--push-to)
 
   double uptime_s() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -227,6 +230,7 @@ void add_fuzz_commands(std::vector<Command>& out);
 void add_failure_commands(std::vector<Command>& out);
 void add_lint_commands(std::vector<Command>& out);
 void add_coverage_commands(std::vector<Command>& out);
+void add_scale_commands(std::vector<Command>& out);
 
 // Helpers shared by handlers.
 Result<std::string> string_param(const Json& params, const char* name);

@@ -13,6 +13,7 @@ const std::vector<Command>& commands() {
     add_failure_commands(t);
     add_lint_commands(t);
     add_coverage_commands(t);
+    add_scale_commands(t);
     return t;
   }();
   return table;

@@ -68,12 +68,19 @@ std::optional<std::vector<std::byte>> from_base64(std::string_view text) {
   return out;
 }
 
+// Keys of a failure's meta that say where a copy came from, not what it is.
+constexpr const char* k_copy_keys[] = {"id", "op", "created_ms", "snapshot", "snapshot_tensor",
+                                       "pushed_from"};
+
 // Exported failure records (`failures export`: meta with id, op, created_ms and the base64
-// snapshot) into this store, each under its own id: a record already stored with the same content
-// is left as it is (an import is idempotent: importing a file twice, or a file whose records came
-// from here, stores nothing new); one stored with other content under the same id is a conflict.
-// Every record is checked (its snapshot restores as a case) before any is stored.
-Result<Frame> import_failures(Store& store, const Json& records) {
+// snapshot, or `snapshot_tensor` naming a uint8 tensor of the request: a push) into this store,
+// each under its own id: a record already stored with the same content is left as it is (an
+// import is idempotent: importing a file twice, or a file whose records came from here, or a push
+// retried after its reply was lost, stores nothing new); one stored with other content under the
+// same id is a conflict. Every record is checked (its snapshot restores as a case) before any is
+// stored. `origin` (a push's worker) is kept in each new record's meta as `pushed_from`.
+Result<Json> import_failures(Store& store, const Json& records, const Frame& req,
+                             const Json& origin = Json()) {
   if (!records.is_array())
     return make_error(ErrorCode::invalid_argument, "'records' must be an array of exported failures");
   std::vector<FailureRecord> fresh;
@@ -81,8 +88,11 @@ Result<Frame> import_failures(Store& store, const Json& records) {
   for (std::size_t i = 0; i < records.size(); ++i) {
     const Json& r = records[i];
     const std::string where = "record " + std::to_string(i);
+    const bool inline_snapshot = r.is_object() && r.contains("snapshot") && r["snapshot"].is_string();
+    const bool tensor_snapshot =
+        r.is_object() && r.contains("snapshot_tensor") && r["snapshot_tensor"].is_string();
     if (!r.is_object() || !r.contains("id") || !r["id"].is_string() || !r.contains("op") ||
-        !r["op"].is_string() || !r.contains("snapshot") || !r["snapshot"].is_string())
+        !r["op"].is_string() || !(inline_snapshot || tensor_snapshot))
       return make_error(ErrorCode::invalid_argument,
                         where + ": an exported failure needs string 'id', 'op' and 'snapshot' "
                                 "(gpuemu failures export writes them)");
@@ -92,10 +102,20 @@ Result<Frame> import_failures(Store& store, const Json& records) {
     if (r.contains("created_ms") && !r["created_ms"].is_number_integer())
       return make_error(ErrorCode::invalid_argument, where + ": 'created_ms' must be an integer");
     rec.created_ms = r.value("created_ms", std::int64_t{0});
-    auto bytes = from_base64(r["snapshot"].get<std::string>());
-    if (!bytes)
-      return make_error(ErrorCode::invalid_argument, where + " (" + rec.id + "): 'snapshot' is not base64");
-    rec.inputs = std::move(*bytes);
+    if (inline_snapshot) {
+      auto bytes = from_base64(r["snapshot"].get<std::string>());
+      if (!bytes)
+        return make_error(ErrorCode::invalid_argument,
+                          where + " (" + rec.id + "): 'snapshot' is not base64");
+      rec.inputs = std::move(*bytes);
+    } else {
+      auto t = req.tensor(r["snapshot_tensor"].get<std::string>());
+      if (!t || t->dtype() != DType::uint8 || t->shape().size() != 1)
+        return make_error(ErrorCode::invalid_argument,
+                          where + " (" + rec.id + "): 'snapshot_tensor' names no 1-d uint8 tensor "
+                                                  "of the request");
+      rec.inputs = t->contiguous_bytes();
+    }
     auto restored = protocol::restore_case(rec.inputs);
     if (!restored)
       return make_error(ErrorCode::invalid_argument,
@@ -107,12 +127,13 @@ Result<Frame> import_failures(Store& store, const Json& records) {
     // The meta as stored: export adds id, created_ms and the snapshot (and writes op, which a
     // record's meta also holds, with the same value).
     rec.meta = r;
-    for (const char* k : {"id", "created_ms", "snapshot"}) rec.meta.erase(k);
+    for (const char* k : {"id", "created_ms", "snapshot", "snapshot_tensor"}) rec.meta.erase(k);
+    if (!origin.is_null()) rec.meta["pushed_from"] = origin;
     auto stored = store.get_failure(rec.id);
     if (stored) {
       auto same_meta = [](Json a, Json b) {
         for (Json* m : {&a, &b})
-          for (const char* k : {"id", "op", "created_ms", "snapshot"}) m->erase(k);
+          for (const char* k : k_copy_keys) m->erase(k);
         return a == b;
       };
       if (stored->op != rec.op || stored->inputs != rec.inputs || !same_meta(stored->meta, rec.meta))
@@ -129,12 +150,39 @@ Result<Frame> import_failures(Store& store, const Json& records) {
     fresh.push_back(std::move(rec));
   }
   GPUEMU_TRY(auto ids, store.put_failures(std::move(fresh)));
-  return make_reply({{"imported", ids}, {"present", present}});
+  return Json{{"imported", ids}, {"present", present}};
 }
 
 Result<Store*> store_of(DaemonContext& ctx) {
   if (!ctx.store) return make_error(ErrorCode::unavailable, "this daemon has no failure store");
   return ctx.store.get();
+}
+
+// A worker daemon's push (docs/scale.md): its failures (snapshots as tensors) and run summaries,
+// taken whole or not at all for the failures; each run is stored unless the same run is here.
+Result<Frame> push(DaemonContext& ctx, const Frame& req) {
+  const Json p = req.header.value("params", Json::object());
+  GPUEMU_TRY(Store * store, store_of(ctx));
+  const Json origin = p.value("origin", Json::object());
+  if (!origin.is_object())
+    return make_error(ErrorCode::invalid_argument, "'origin' must be an object");
+  const Json runs = p.value("runs", Json::array());
+  if (!runs.is_array()) return make_error(ErrorCode::invalid_argument, "'runs' must be an array");
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    if (!runs[i].is_object() || !runs[i].contains("id") || !runs[i]["id"].is_string() ||
+        !runs[i].contains("started_ms") || !runs[i]["started_ms"].is_number_integer())
+      return make_error(ErrorCode::invalid_argument,
+                        "run " + std::to_string(i) + ": a pushed run needs 'id' and 'started_ms'");
+  GPUEMU_TRY(Json failures, import_failures(*store, p.value("records", Json::array()), req, origin));
+  Json imported = Json::array(), present = Json::array();
+  for (const Json& r : runs) {
+    Json run = r;
+    run["pushed_from"] = origin;
+    GPUEMU_TRY(bool fresh, store->import_run(run, {"pushed_from"}));
+    (fresh ? imported : present).push_back(run["id"]);
+  }
+  return make_reply(
+      {{"failures", failures}, {"runs", {{"imported", imported}, {"present", present}}}});
 }
 
 Result<Frame> failures(DaemonContext& ctx, const Frame& req) {
@@ -156,7 +204,12 @@ Result<Frame> failures(DaemonContext& ctx, const Frame& req) {
       truncated = bytes > k_listing_bytes;
       return !truncated;
     };
-    for (const auto& s : list) {
+    // An export is read in pages: `offset` skips that many of the matching failures (newest
+    // first), and a truncated page says where the next one starts.
+    const std::size_t offset = std::min(p.value("offset", std::size_t{0}), list.size());
+    std::size_t next = offset;
+    for (std::size_t k = offset; k < list.size(); ++k, ++next) {
+      const auto& s = list[k];
       if (action == "list") {
         Json item = failure_list_item(s);
         if (!fits(item)) break;
@@ -176,10 +229,14 @@ Result<Frame> failures(DaemonContext& ctx, const Frame& req) {
     if (truncated) {
       result["truncated"] = true;
       result["matching"] = list.size();
+      result["next_offset"] = next;
     }
     return make_reply(result);
   }
-  if (action == "import") return import_failures(*store, p.value("records", Json()));
+  if (action == "import") {
+    GPUEMU_TRY(Json result, import_failures(*store, p.value("records", Json()), req));
+    return make_reply(result);
+  }
   GPUEMU_TRY(std::string id, string_param(p, "id"));
   if (action == "get") {
     GPUEMU_TRY(FailureRecord rec, store->get_failure(id));
@@ -332,7 +389,9 @@ Result<Frame> diagnose(DaemonContext& ctx, const Frame& req) {
 }  // namespace
 
 void add_failure_commands(std::vector<Command>& out) {
-  out.push_back({"failures", failures, false, "stored failures: list, get, delete, export"});
+  out.push_back(
+      {"failures", failures, false, "stored failures: list, get, delete, export, import"});
+  out.push_back({"push", push, false, "take a worker daemon's failures and runs (idempotent)"});
   out.push_back(
       {"reproduce", reproduce, false, "re-run a stored failure from its bytes and from its seed"});
   out.push_back({"minimize", minimize, false, "shrink a stored failure; the result is stored too"});
