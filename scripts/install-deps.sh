@@ -45,6 +45,8 @@ PACKAGES=(
   python3-pil
   # pip install . (setup.py drives CMake) and make package (CPack's .deb, dpkg-shlibdeps)
   python3-setuptools python3-wheel python3-pip dpkg-dev
+  # the multi-host test (tests/python/test_scale_netns.py): network namespaces and veth links
+  iproute2
 )
 if [ -n "$BROWSER" ]; then PACKAGES+=("$BROWSER"); fi
 if [ -n "$TORCH" ]; then PACKAGES+=("$TORCH"); fi

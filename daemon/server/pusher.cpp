@@ -12,6 +12,10 @@ namespace gpuemu::server {
 
 namespace {
 
+// A push's header stops growing past this (a frame's header may hold 16 MiB of JSON; one record's
+// meta is a few KiB, its error map included).
+constexpr std::size_t k_batch_json_bytes = std::size_t{8} << 20;
+
 // Errors the central daemon gives for what it will never take (a record it cannot read, an id it
 // holds with other content, an op it does not know): the entry is set aside, not retried. Anything
 // else (no answer, a timeout, a daemon shutting down or out of space) is retried with back-off.
@@ -131,9 +135,9 @@ Result<bool> Pusher::push_batch() {
   Json records = Json::array(), runs = Json::array();
   std::vector<std::string> sent, gone;
   std::vector<const OutboxItem*> sent_items;
-  std::size_t bytes = 0;
+  std::size_t bytes = 0, json_bytes = 0;  // snapshots; the header's JSON (at most 16 MiB a frame)
   for (const OutboxItem& item : items) {
-    if (!sent.empty() && bytes >= m_config.batch_bytes) break;
+    if (!sent.empty() && (bytes >= m_config.batch_bytes || json_bytes >= k_batch_json_bytes)) break;
     if (item.kind == 'f') {
       auto rec = store.get_failure(item.id);
       if (!rec) {
@@ -152,6 +156,7 @@ Result<bool> Pusher::push_batch() {
       GPUEMU_TRY(Tensor t, Tensor::view(DType::uint8, {n}, {1}, 0,
                                         std::make_shared<std::vector<std::byte>>(std::move(rec->inputs))));
       req.add(name, std::move(t));
+      json_bytes += m.dump().size();
       records.push_back(std::move(m));
     } else {
       GPUEMU_TRY(auto run, store.get_run(item.started_ms, item.id));
@@ -159,7 +164,7 @@ Result<bool> Pusher::push_batch() {
         gone.push_back(item.key);
         continue;
       }
-      bytes += run->dump().size();
+      json_bytes += run->dump().size();
       runs.push_back(std::move(*run));
     }
     sent.push_back(item.key);
@@ -249,7 +254,8 @@ Status Pusher::sync_calibrations() {
 
 void Pusher::run() {
   spdlog::info("[push] pushing failures and runs to {}", m_config.to);
-  std::uint64_t seen = ~std::uint64_t{0};
+  std::uint64_t seen = ~std::uint64_t{0};  // the store's changes() when the outbox was last empty
+  bool more = false;  // the last push took a batch: the outbox may hold more
   std::int64_t next_sync_ms = 0;
   for (;;) {
     {
@@ -279,8 +285,9 @@ void Pusher::run() {
       woken = m_woken;
       m_woken = false;
     }
-    if (due && (changes != seen || woken || retrying)) {
+    if (due && (changes != seen || woken || retrying || more)) {
       auto pushed = push_batch();
+      more = false;
       if (!pushed) {
         failed(pushed.error());
       } else {
@@ -288,7 +295,8 @@ void Pusher::run() {
           std::lock_guard lock(m_mutex);
           m_next_attempt_ms = 0;
         }
-        if (*pushed) continue;  // more may be queued
+        more = *pushed;
+        if (more) continue;
         seen = changes;
       }
     }
