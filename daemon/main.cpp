@@ -51,6 +51,7 @@ struct Options {
   // Pushing to a central daemon (docs/scale.md).
   std::string push_to, push_token_file, push_tls_ca;
   std::size_t push_batch = 64;
+  std::size_t push_max_record_mib = 240;
   double push_timeout_s = 30, push_retry_max_s = 30;
   std::int64_t calibration_sync_s = 300;
 };
@@ -173,6 +174,7 @@ int serve(const Options& o, const protocol::HomePaths& paths,
     }
     push.tls_ca = o.push_tls_ca;
     push.batch = o.push_batch;
+    push.max_record_bytes = o.push_max_record_mib << 20;
     push.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.push_timeout_s * 1000));
     push.retry_max = std::chrono::milliseconds(static_cast<std::int64_t>(o.push_retry_max_s * 1000));
     push.calibration_sync = std::chrono::seconds(o.calibration_sync_s);
@@ -326,6 +328,10 @@ int main(int argc, char** argv) {
                  "($GPUEMU_PUSH_TLS_CA)");
   app.add_option("--push-batch", o.push_batch, "records per push, at most (default 64)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{10000}));
+  app.add_option("--push-max-record-mb", o.push_max_record_mib,
+                 "a failure whose snapshot is larger is not pushed but set aside (gpuemu push "
+                 "rejected); keep it under the central daemon's --tcp-max-message-mb (default 240)")
+      ->check(CLI::Range(std::size_t{1}, server::k_max_message_mib));
   app.add_option("--push-timeout", o.push_timeout_s, "seconds one push may take (default 30)")
       ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--push-retry-max", o.push_retry_max_s,

@@ -135,6 +135,7 @@ Result<bool> Pusher::push_batch() {
   Json records = Json::array(), runs = Json::array();
   std::vector<std::string> sent, gone;
   std::vector<const OutboxItem*> sent_items;
+  bool set_aside = false;
   std::size_t bytes = 0, json_bytes = 0;  // snapshots; the header's JSON (at most 16 MiB a frame)
   for (const OutboxItem& item : items) {
     if (!sent.empty() && (bytes >= m_config.batch_bytes || json_bytes >= k_batch_json_bytes)) break;
@@ -143,6 +144,19 @@ Result<bool> Pusher::push_batch() {
       if (!rec) {
         if (rec.error().code != ErrorCode::not_found) return rec.error();
         gone.push_back(item.key);
+        continue;
+      }
+      if (rec->inputs.size() > m_config.max_record_bytes) {
+        const std::string why =
+            "its snapshot is " + std::to_string(rec->inputs.size() >> 20) +
+            " MiB, over --push-max-record-mb " + std::to_string(m_config.max_record_bytes >> 20) +
+            " (raise it here and the central daemon's --tcp-max-message-mb, then gpuemu push retry; "
+            "or carry it by file: gpuemu failures export / import)";
+        spdlog::warn("[W-push] not pushing failure {}: {}", item.id, why);
+        GPUEMU_TRY_STATUS(store.outbox_reject(item.key, why));
+        set_aside = true;
+        std::lock_guard lock(m_mutex);
+        ++m_rejected;
         continue;
       }
       Json m = rec->meta;
@@ -171,7 +185,7 @@ Result<bool> Pusher::push_batch() {
     sent_items.push_back(&item);
   }
   if (!gone.empty()) GPUEMU_TRY_STATUS(store.outbox_done(gone));
-  if (sent.empty()) return !gone.empty();
+  if (sent.empty()) return !gone.empty() || set_aside;  // the outbox may hold more
   req.header["params"] = {{"records", records}, {"runs", runs}, {"origin", m_origin}};
   GPUEMU_TRY(DaemonClient * c, client());
   const auto t0 = std::chrono::steady_clock::now();

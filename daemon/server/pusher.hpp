@@ -24,6 +24,10 @@ struct PushConfig {
   std::string tls_ca;      // PEM the central's certificate must chain to (tls+tcp)
   std::size_t batch = 64;  // records per push, at most
   std::size_t batch_bytes = std::size_t{32} << 20;  // snapshot bytes per push, about
+  // A failure whose snapshot is larger is set aside (rejected) here rather than sent: the central
+  // daemon's transport would drop the message (its --tcp-max-message-mb, default 256) and the
+  // queue behind it would wait forever.
+  std::size_t max_record_bytes = std::size_t{240} << 20;
   std::chrono::milliseconds timeout{std::chrono::seconds(30)};       // per push
   std::chrono::milliseconds retry_max{std::chrono::seconds(30)};     // longest back-off
   std::chrono::seconds calibration_sync{300};  // 0: never pull the central's calibrations

@@ -252,3 +252,18 @@ def test_a_push_over_tls_goes_only_to_the_central_daemon_its_certificate_names(t
     finally:
         for d in (good, bad, central):
             d.stop()
+
+
+def test_a_failure_too_large_to_push_is_set_aside_and_does_not_block_the_queue(sites):
+    central, worker, address, _, up = sites
+    up("--push-max-record-mb", "1")
+    big = worker.cli_json("fuzz", "matmul", "--kernel", "dropped_tail_k", "-n", "2", "--seed", "6", "--dims", "M=128",
+                          "--dims", "N=128", "--dims", "K=1200", "--dtype", "float32", "--no-layouts",
+                          "--no-minimize", expect_rc=1)
+    small = worker.cli_json("fuzz", "softmax", "--kernel", "tail_leak", "-n", "8", "--seed", "5", expect_rc=1)
+    w = worker.cli_json("push", "wait", "--timeout", "60")
+    assert w["drained"] is True and w["status"]["rejected"] == len(big["failure_ids"]) == 2, w
+    rejected = worker.cli_json("push", "rejected")
+    assert sorted(x["id"] for x in rejected) == sorted(big["failure_ids"])
+    assert all("--push-max-record-mb" in x["why"] for x in rejected)
+    assert sorted(ids_of(central)) == sorted(small["failure_ids"])
