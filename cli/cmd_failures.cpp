@@ -115,14 +115,7 @@ void register_failure_commands(CLI::App& app, CliContext& ctx) {
     } else {
       text = Json{{"format", "gpuemu-failures"}, {"version", 1}, {"records", records}}.dump(2) + "\n";
     }
-    if (exp_out.empty()) {
-      std::cout << text;
-    } else {
-      std::ofstream out(exp_out);
-      out << text;
-      if (!out) throw GpuemuException(make_error(ErrorCode::io_error, "cannot write " + exp_out));
-      std::cerr << "exported " << records.size() << " failures to " << exp_out << "\n";
-    }
+    write_export(exp_out, text, records.size(), "failures");
     ctx.exit_code = k_exit_ok;
   });
 
@@ -134,14 +127,7 @@ void register_failure_commands(CLI::App& app, CliContext& ctx) {
       ->required();
   imp->add_flag("--json", imp_json, "JSON output");
   imp->callback([&ctx] {
-    std::ifstream file;
-    std::istream* in = &std::cin;
-    if (imp_file != "-") {
-      file.open(imp_file, std::ios::binary);
-      if (!file) throw GpuemuException(make_error(ErrorCode::invalid_argument, "cannot read " + imp_file));
-      in = &file;
-    }
-    const std::string text((std::istreambuf_iterator<char>(*in)), std::istreambuf_iterator<char>());
+    const std::string text = read_input_file(imp_file);
     Json records = Json::array();
     const Json whole = Json::parse(text, nullptr, false);
     if (!whole.is_discarded() && whole.is_object() && whole.contains("records")) {

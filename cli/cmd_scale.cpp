@@ -3,9 +3,7 @@
 // provenance (docs/scale.md).
 #include "daemon_link.hpp"
 
-#include <fstream>
 #include <iomanip>
-#include <iterator>
 
 namespace gpuemu::cli {
 namespace {
@@ -45,17 +43,6 @@ void print_status(const Json& s) {
             << cal.value("applied", 0) << " applied";
   if (!cal.value("last_error", "").empty()) std::cout << "; last error: " << cal.value("last_error", "");
   std::cout << "\n";
-}
-
-std::string read_input(const std::string& path) {
-  std::ifstream file;
-  std::istream* in = &std::cin;
-  if (path != "-") {
-    file.open(path, std::ios::binary);
-    if (!file) throw GpuemuException(make_error(ErrorCode::invalid_argument, "cannot read " + path));
-    in = &file;
-  }
-  return std::string((std::istreambuf_iterator<char>(*in)), std::istreambuf_iterator<char>());
 }
 
 }  // namespace
@@ -192,14 +179,7 @@ void register_scale_commands(CLI::App& app, CliContext& ctx) {
     const Json items = r.value("calibrations", Json::array());
     const std::string text =
         Json{{"format", "gpuemu-calibrations"}, {"version", 1}, {"calibrations", items}}.dump(2) + "\n";
-    if (exp_out.empty()) {
-      std::cout << text;
-    } else {
-      std::ofstream out(exp_out);
-      out << text;
-      if (!out) throw GpuemuException(make_error(ErrorCode::io_error, "cannot write " + exp_out));
-      std::cerr << "exported " << items.size() << " calibrations to " << exp_out << "\n";
-    }
+    write_export(exp_out, text, items.size(), "calibrations");
     ctx.exit_code = k_exit_ok;
   });
 
@@ -211,7 +191,7 @@ void register_scale_commands(CLI::App& app, CliContext& ctx) {
   imp->add_flag("--replace", imp_replace, "take the file's even where a newer one is stored");
   imp->add_flag("--json", json, "JSON output");
   imp->callback([&ctx] {
-    const Json whole = Json::parse(read_input(imp_file), nullptr, false);
+    const Json whole = Json::parse(read_input_file(imp_file), nullptr, false);
     if (whole.is_discarded() || !whole.is_object() || !whole.contains("calibrations"))
       throw GpuemuException(make_error(ErrorCode::invalid_argument,
                                        imp_file + ": not a calibrations export (gpuemu "

@@ -1,5 +1,8 @@
 // Connecting to the daemon and printing its results.
 #include "daemon_link.hpp"
+
+#include <fstream>
+#include <iterator>
 #include "progress.hpp"
 
 #include <unistd.h>
@@ -42,6 +45,29 @@ std::string red(const std::string& s) {
 }
 std::string green(const std::string& s) {
   return use_color() ? "\033[32m" + s + "\033[0m" : s;
+}
+
+std::string read_input_file(const std::string& path) {
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    if (!file) throw GpuemuException(make_error(ErrorCode::invalid_argument, "cannot read " + path));
+    in = &file;
+  }
+  return std::string((std::istreambuf_iterator<char>(*in)), std::istreambuf_iterator<char>());
+}
+
+void write_export(const std::string& path, const std::string& text, std::size_t count,
+                  const std::string& what) {
+  if (path.empty()) {
+    std::cout << text;
+    return;
+  }
+  std::ofstream out(path);
+  out << text;
+  if (!out) throw GpuemuException(make_error(ErrorCode::io_error, "cannot write " + path));
+  std::cerr << "exported " << count << " " << what << " to " << path << "\n";
 }
 
 std::string fmt_number(const Json& v) {

@@ -40,4 +40,10 @@ std::string red(const std::string& s);
 std::string green(const std::string& s);
 std::string fmt_number(const Json& v);
 
+// A command's input file ("-": stdin), whole; an unreadable file throws GpuemuException.
+std::string read_input_file(const std::string& path);
+// Writes an export to `path` (empty: stdout) and says on stderr what was written where.
+void write_export(const std::string& path, const std::string& text, std::size_t count,
+                  const std::string& what);
+
 }  // namespace gpuemu::cli

@@ -93,9 +93,14 @@ def daemon(tmp_path, monkeypatch, request) -> Iterator[Daemon]:
     monkeypatch.setenv("GPUEMU_DAEMON", DAEMON)
     d = Daemon(home)
     yield d
-    rep = getattr(request.node, "rep_call", None)
+    shut_down(d, request)
+
+
+def shut_down(d: Daemon, request=None, name: str = "daemon") -> None:
+    """Stops d's daemon (killing it if it lingers); prints its log first when the test failed."""
+    rep = getattr(request.node, "rep_call", None) if request is not None else None
     if rep is not None and rep.failed:
-        print("---- daemon log ----\n" + d.log())
+        print(f"---- {name} log ----\n" + d.log())
     try:
         pid = d.pid
     except (FileNotFoundError, json.JSONDecodeError):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from daemon_harness import DAEMON, Daemon, alive, decode_header, encode_frame, kill_hard  # noqa: E402
+from daemon_harness import DAEMON, Daemon, decode_header, encode_frame, shut_down  # noqa: E402
 
 TOKEN = "a-central-token-of-at-least-16-chars"
 
@@ -62,16 +62,7 @@ def sites(tmp_path, request):
 
     yield central, worker, address, tf, up
     for d in (worker, central):
-        rep = getattr(request.node, "rep_call", None)
-        if rep is not None and rep.failed:
-            print(f"---- {d.home.name} log ----\n" + d.log())
-        try:
-            pid = d.pid
-        except (FileNotFoundError, json.JSONDecodeError):
-            pid = None
-        d.stop()
-        if pid and alive(pid):
-            kill_hard(pid)
+        shut_down(d, request, d.home.name)
 
 
 def test_a_worker_pushes_failures_and_runs_once_with_exact_snapshots(sites):
@@ -197,7 +188,7 @@ def test_calibrations_are_shared_with_their_provenance(sites, tmp_path):
         r = third.cli("calibrations", "import", str(bad))
         assert r.returncode != 0 and "not a calibrations export" in r.stderr
     finally:
-        third.stop()
+        shut_down(third)
 
 
 def test_a_push_to_nowhere_is_a_clear_error_at_start(tmp_path):
@@ -227,7 +218,7 @@ def test_an_export_larger_than_one_reply_comes_whole(tmp_path):
         lines = out.read_text().splitlines()
         assert len(lines) == n and len({json.loads(x)["id"] for x in lines}) == n
     finally:
-        d.stop()
+        shut_down(d)
 
 
 def test_a_push_over_tls_goes_only_to_the_central_daemon_its_certificate_names(tmp_path):
@@ -251,7 +242,7 @@ def test_a_push_over_tls_goes_only_to_the_central_daemon_its_certificate_names(t
         assert w["status"]["last_error"], w
     finally:
         for d in (good, bad, central):
-            d.stop()
+            shut_down(d)
 
 
 def test_a_failure_too_large_to_push_is_set_aside_and_does_not_block_the_queue(sites):
