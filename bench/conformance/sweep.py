@@ -122,7 +122,7 @@ def _job(args: Job) -> Dict[str, Any]:
 
 
 def plan(ops: Optional[Sequence[str]], dtypes: Optional[Sequence[str]], strategies: Sequence[str],
-         seeds: int, cases: int, device: str = "cpu") -> List[Job]:
+         seeds: int, cases: int, device: str = "cpu", first_seed: int = 1) -> List[Job]:
     from impls import variants
 
     jobs = []
@@ -132,7 +132,7 @@ def plan(ops: Optional[Sequence[str]], dtypes: Optional[Sequence[str]], strategi
         per_key[(v.op, v.dtype)] = i + 1
         for strategy in strategies:
             for s in range(seeds):
-                jobs.append(((i, v.op, v.dtype), cases, MASTER_SEED_BASE + s, strategy, device))
+                jobs.append(((i, v.op, v.dtype), cases, MASTER_SEED_BASE + first_seed - 1 + s, strategy, device))
     # seed-major: a sweep cut short (or resumed across sessions) has covered every op and strategy
     # under its first seeds rather than a few ops under all of them
     jobs.sort(key=lambda j: j[2])
@@ -223,6 +223,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--dtypes", nargs="*", help="only these dtypes")
     ap.add_argument("--strategies", nargs="*", default=list(STRATEGIES), choices=STRATEGIES)
     ap.add_argument("--seeds", type=int, default=5, help="master seeds per variant and strategy (default 5)")
+    ap.add_argument("--first-seed", type=int, default=1,
+                    help="the first master seed (1-based: --first-seed 2 --seeds 2 runs seeds 2 and 3)")
     ap.add_argument("--cases", type=int, default=100, help="cases per run (default 100)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     ap.add_argument("--device", default="cpu", help="where the implementations run: cpu (default) or cuda")
@@ -272,7 +274,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     IMPRECISE = imprecise_table(a.device)
     missing = [] if a.ops else uncovered_ops()
-    jobs = plan(a.ops, a.dtypes, a.strategies, a.seeds, a.cases, a.device)
+    jobs = plan(a.ops, a.dtypes, a.strategies, a.seeds, a.cases, a.device, a.first_seed)
     print(f"conformance sweep: {len(jobs)} runs of {a.cases} cases, {a.jobs} processes, "
           f"envelopes: {os.environ.get('GPUEMU_ENVELOPES', 'schemas/envelopes.json')}", file=sys.stderr)
     t0 = time.perf_counter()
