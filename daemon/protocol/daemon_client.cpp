@@ -8,9 +8,12 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <set>
 #include <fstream>
 #include <sstream>
 #include <string_view>
@@ -32,12 +35,35 @@ Error nng_failure(const std::string& what, int rv) {
 
 }  // namespace
 
+// The connection's state as NNG's pipe events report it. A request is sent only while a pipe
+// to the daemon is up (or comes up within k_reconnect_grace), and the loss of the pipe ends every
+// request in flight at once: with no resend (see exchange), req0 would otherwise hold a request
+// queued for a pipe that never comes back until the request's timeout (600 s by default in the
+// Python client), and a client whose daemon was killed would hang that long.
 struct DaemonClient::Impl {
   nng_socket sock = NNG_SOCKET_INITIALIZER;
   std::chrono::milliseconds timeout{0};
   std::string token;
+  std::mutex mu;
+  std::condition_variable pipe_up;
+  int pipes = 0;                // pipes connected now (one daemon: 0 or 1)
+  std::uint64_t pipes_lost = 0;  // pipes removed so far
+  std::set<nng_aio*> in_flight;  // the aios of the requests under way
   ~Impl() {
     if (nng_socket_id(sock) > 0) nng_close(sock);
+  }
+
+  static void on_pipe(nng_pipe, nng_pipe_ev ev, void* arg) {
+    auto* self = static_cast<Impl*>(arg);
+    std::lock_guard lock(self->mu);
+    if (ev == NNG_PIPE_EV_ADD_POST) {
+      ++self->pipes;
+      self->pipe_up.notify_all();
+    } else if (ev == NNG_PIPE_EV_REM_POST) {
+      self->pipes = std::max(0, self->pipes - 1);
+      ++self->pipes_lost;
+      for (nng_aio* a : self->in_flight) nng_aio_abort(a, NNG_ECONNSHUT);
+    }
   }
 };
 
@@ -85,6 +111,9 @@ Result<std::unique_ptr<DaemonClient::Impl>> dial(const std::string& url, const s
   auto impl = std::make_unique<DaemonClient::Impl>();
   if (int rv = nng_req0_open(&impl->sock); rv != 0) return nng_failure("cannot open a socket", rv);
   nng_socket_set_size(impl->sock, NNG_OPT_RECVMAXSZ, 0);  // no limit: tensors are large
+  for (nng_pipe_ev ev : {NNG_PIPE_EV_ADD_POST, NNG_PIPE_EV_REM_POST})
+    if (int rv = nng_pipe_notify(impl->sock, ev, &DaemonClient::Impl::on_pipe, impl.get()); rv != 0)
+      return nng_failure("cannot watch the connection", rv);
   nng_dialer d;
   if (int rv = nng_dialer_create(&d, impl->sock, url.c_str()); rv != 0)
     return nng_failure("cannot dial " + url, rv);
@@ -105,11 +134,15 @@ namespace {
 
 // One request on its own context: `msg` (owned from here on) out, the reply's message back (the
 // caller frees it). `what` names the request in a timeout's message.
-Result<nng_msg*> exchange(nng_socket sock, nng_msg* msg, std::chrono::milliseconds t,
+// How long a request waits for the connection to the daemon to come (back) up before it is
+// refused: the dialer retries every 100 ms or so, so a daemon that is restarting is found again.
+constexpr std::chrono::milliseconds k_reconnect_grace{3000};
+
+Result<nng_msg*> exchange(DaemonClient::Impl& impl, nng_msg* msg, std::chrono::milliseconds t,
                           const std::string& what, const std::string& url) {
   const std::size_t request_bytes = nng_msg_len(msg);
   nng_ctx ctx;
-  if (int rv = nng_ctx_open(&ctx, sock); rv != 0) {
+  if (int rv = nng_ctx_open(&ctx, impl.sock); rv != 0) {
     nng_msg_free(msg);
     return nng_failure("cannot open a context", rv);
   }
@@ -124,20 +157,58 @@ Result<nng_msg*> exchange(nng_socket sock, nng_msg* msg, std::chrono::millisecon
     nng_msg_free(msg);
     return nng_failure("cannot allocate an aio", rv);
   }
+  // Declared after the aio's guard, so destroyed before it: the aio leaves the in-flight set
+  // (where a lost pipe would abort it) before it is freed.
   struct AioGuard {
     nng_aio* a;
     ~AioGuard() { nng_aio_free(a); }
   } aguard{aio};
+  std::uint64_t lost_before = 0;
+  {
+    std::unique_lock lock(impl.mu);
+    const auto grace = t.count() > 0 ? std::min(t, k_reconnect_grace) : k_reconnect_grace;
+    if (!impl.pipe_up.wait_for(lock, grace, [&] { return impl.pipes > 0; })) {
+      nng_msg_free(msg);
+      return make_error(ErrorCode::unavailable,
+                        "the daemon at " + url + " is not connected (it went away; nothing " +
+                            "answered within " +
+                            std::to_string(static_cast<double>(grace.count()) / 1000.0) +
+                            " s), so '" + what + "' was not sent");
+    }
+    lost_before = impl.pipes_lost;
+    impl.in_flight.insert(aio);
+  }
+  struct InFlight {
+    DaemonClient::Impl& impl;
+    nng_aio* a;
+    ~InFlight() {
+      std::lock_guard lock(impl.mu);
+      impl.in_flight.erase(a);
+    }
+  } in_flight{impl, aio};
   nng_aio_set_timeout(
       aio, t.count() <= 0 ? NNG_DURATION_INFINITE : static_cast<nng_duration>(t.count()));
   nng_aio_set_msg(aio, msg);
   nng_ctx_send(ctx, aio);
+  {
+    // The pipe went away between the check above and the send: no abort reached this aio.
+    std::lock_guard lock(impl.mu);
+    if (impl.pipes_lost != lost_before) nng_aio_abort(aio, NNG_ECONNSHUT);
+  }
   nng_aio_wait(aio);
   if (int rv = nng_aio_result(aio); rv != 0) {
     nng_msg_free(nng_aio_get_msg(aio));
-    return nng_failure("cannot send to the daemon at " + url, rv);
+    return nng_failure("cannot send '" + what + "' to the daemon at " + url +
+                           (rv == NNG_ECONNSHUT ? " (the connection was lost: the daemon went away)"
+                                                : ""),
+                       rv);
   }
   nng_ctx_recv(ctx, aio);
+  {
+    // The same for a pipe lost between the end of the send and the start of the receive.
+    std::lock_guard lock(impl.mu);
+    if (impl.pipes_lost != lost_before) nng_aio_abort(aio, NNG_ECONNSHUT);
+  }
   nng_aio_wait(aio);
   if (int rv = nng_aio_result(aio); rv != 0) {
     if (rv == NNG_ETIMEDOUT)
@@ -145,6 +216,8 @@ Result<nng_msg*> exchange(nng_socket sock, nng_msg* msg, std::chrono::millisecon
                         "the daemon did not answer '" + what + "' within " +
                             std::to_string(static_cast<double>(t.count()) / 1000.0) + " s");
     std::string where = "no reply from the daemon at " + url;
+    if (rv == NNG_ECONNRESET || rv == NNG_ECONNSHUT)
+      where += " to '" + what + "' (the connection was lost: the daemon went away or dropped it)";
     // A daemon drops a message over its size limit unread and closes the connection: say so
     // when this message was a large one (gpuemu-daemon --max-message-mb, --tcp-max-message-mb).
     if ((rv == NNG_ECONNRESET || rv == NNG_ECLOSED || rv == NNG_ECONNSHUT) && request_bytes >= (1u << 20))
@@ -177,7 +250,7 @@ Result<protocol::Frame> DaemonClient::call(protocol::Frame request,
     return alloc_rv == 0 ? static_cast<std::byte*>(nng_msg_body(msg)) : nullptr;
   });
   if (alloc_rv != 0) return nng_failure("cannot allocate a message", alloc_rv);
-  GPUEMU_TRY(nng_msg * reply, exchange(m_impl->sock, msg, timeout.value_or(m_impl->timeout),
+  GPUEMU_TRY(nng_msg * reply, exchange(*m_impl, msg, timeout.value_or(m_impl->timeout),
                                        method, m_url));
   MsgGuard guard{reply};
   return protocol::decode(
@@ -192,7 +265,7 @@ Result<std::vector<std::byte>> DaemonClient::call_raw(
     return nng_failure("cannot allocate a message", rv);
   std::memcpy(nng_msg_body(msg), bytes.data(), bytes.size());
   GPUEMU_TRY(nng_msg * reply,
-             exchange(m_impl->sock, msg, timeout.value_or(m_impl->timeout), what, m_url));
+             exchange(*m_impl, msg, timeout.value_or(m_impl->timeout), what, m_url));
   MsgGuard guard{reply};
   const auto* body = static_cast<const std::byte*>(nng_msg_body(reply));
   return std::vector<std::byte>(body, body + nng_msg_len(reply));

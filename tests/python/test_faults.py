@@ -112,15 +112,22 @@ def test_kill_9_mid_run_keeps_every_acknowledged_failure_byte_exact(daemon):
         acknowledged[fid] = dig
     assert in_flight(daemon) >= 1
     kill_hard(pid)
+    killed_at = time.monotonic()
     for w in writers:
         out, err = w.communicate(timeout=60)
         lines = out.splitlines()
         assert lines and lines[-1].startswith("ended:"), (out, err)
+        # the client learns at once that its daemon went away (the pipe's loss ends the request
+        # in flight; a new one waits at most 3 s for a connection), not after its 60 s timeout
+        assert "went away" in lines[-1], lines[-1]
         for line in lines[:-1]:
             fid, dig = line.split()
             acknowledged[fid] = dig
     out, err = engine_run.communicate(timeout=60)
     assert engine_run.returncode == 2, (out, err)  # the CLI says the daemon went away
+    assert "went away" in err, err
+    ended_after = time.monotonic() - killed_at
+    assert ended_after < 20, f"the clients took {ended_after:.1f} s to notice the daemon was gone"
     # a fresh daemon recovers the lock and the stale socket; every acknowledged record is there,
     # its JSON and every byte of its snapshot as they were when the daemon acknowledged it
     daemon.start()
