@@ -47,6 +47,36 @@ def _unsupported(tb: Optional[str]) -> bool:
                          or "CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul" in tb)
 
 
+# CUDA's sticky errors: after one, "the process is in an inconsistent state and any further CUDA
+# work will return the same error" (CUDA runtime API, cudaErrorIllegalAddress and its kin), so a run
+# whose kernel hit one cannot judge its later cases.
+_STICKY_CUDA_ERRORS = ("misaligned address", "an illegal memory access was encountered",
+                       "unspecified launch failure", "an illegal instruction was encountered",
+                       "device-side assert triggered", "invalid program counter", "hardware stack error")
+
+
+def _breaks_context(tb: Optional[str]) -> bool:
+    """The case raised one of CUDA's sticky errors (a crash of the kernel, not a refusal)."""
+    return bool(tb) and "CUDA error" in tb and any(e in tb for e in _STICKY_CUDA_ERRORS)
+
+
+def discount_after_crash(row: Dict[str, Any], failures: List[Any]) -> List[Any]:
+    """The failures of a run whose kernel crashed with a sticky CUDA error, the crash counted once:
+    every later case raises the same error in the broken context without running the kernel, so
+    those cases are recorded as not run (`crashed_at`, `not_run_after_crash`) instead of failed.
+    `row`'s cases and failed are adjusted; the failures that remain are returned."""
+    crashes = [f.index for f in failures if _breaks_context(f.traceback)]
+    if not crashes:
+        return failures
+    first = min(crashes)
+    after = {id(f) for f in failures if f.index > first and _breaks_context(f.traceback)}
+    row["crashed_at"] = first
+    row["not_run_after_crash"] = len(after)
+    row["cases"] -= len(after)
+    row["failed"] -= len(after)
+    return [f for f in failures if id(f) not in after]
+
+
 def _commit() -> Optional[str]:
     """The gpuemu commit the run was judged at ($GPUEMU_SWEEP_COMMIT, else this checkout's HEAD, with
     "+dirty" when the error model's sources differ from it): rows of one table must come from one
@@ -107,6 +137,7 @@ def run_variant(key: Tuple[int, str, str], cases: int, seed: int, strategy: str,
             # failures' worst, or nothing (the passing cases' ratios are not reported one by one).
             ratios = [f.max_error / f.envelope for f in res.failures if f.envelope]
             row["worst_ratio"] = max(ratios) if ratios else None
+        res.failures[:] = discount_after_crash(row, res.failures)
     row["failures"] = [{"index": f.index, "seed": f.seed, "dims": f.dims, "attrs": f.attrs, "layout": f.layout,
                         "max_error": f.max_error, "envelope": f.envelope, "message": f.message[:300],
                         "repro": f.repro, "traceback": (f.traceback or "").strip().splitlines()[-1:]}
@@ -180,7 +211,7 @@ def summarize(rows: List[Dict[str, Any]], device: str = "cpu") -> Dict[Tuple[str
             excused[version] = imprecise_table(device, version)
         k = (r["op"], r["impl"], r["style"], r["dtype"], r["strategy"])
         t = table.setdefault(k, {"cases": 0, "failed": 0, "worst": 0.0, "runs": 0, "unsupported": None,
-                                 "refused": 0,
+                                 "refused": 0, "not_run_after_crash": 0,
                                  "imprecise": is_imprecise(excused[version], r["op"], r["impl"], r["style"],
                                                            r["dtype"])})
         t["runs"] += 1
@@ -190,6 +221,7 @@ def summarize(rows: List[Dict[str, Any]], device: str = "cpu") -> Dict[Tuple[str
         t["cases"] += r["cases"]
         t["failed"] += r["failed"]
         t["refused"] += r.get("refused", 0)
+        t["not_run_after_crash"] += r.get("not_run_after_crash", 0)
         worst = r["worst_ratio"]
         if worst is None:  # only refused cases failed: the computed ones' worst is not known
             worst = 0.0 if r.get("refused") and not r["failed"] else float("inf")
@@ -212,6 +244,8 @@ def markdown(table: Dict[Tuple[str, str, str, str, str], Dict[str, Any]], strate
                 cells.append("n/a")
             else:
                 refused = f" +{t['refused']} refused" if t["refused"] else ""
+                if t["not_run_after_crash"]:
+                    refused += f" +{t['not_run_after_crash']} not run after a crash"
                 cells.append(f"{'imprecise ' if t['imprecise'] else ''}{t['failed']}/{t['cases']} ({t['worst']:.2f}){refused}")
         lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -121,6 +121,38 @@ def test_the_cuda_list_excuses_one_sdpa_backend_not_the_op_and_only_on_cuda():
     assert not _unsupported("RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling cublasLtMatmul")
 
 
+def test_a_sticky_cuda_crash_counts_once_and_the_cases_after_it_as_not_run():
+    # Seed 2 on the H200: the efficient SDPA backend crashed at case 47 ("misaligned address") and
+    # every later case of the run raised the same error in the broken context: 53 "failures" of 55
+    # computed cases, 52 of them cases whose kernel never ran.
+    from types import SimpleNamespace
+
+    from sweep import discount_after_crash, markdown, summarize
+
+    crash = "torch.AcceleratorError: CUDA error: misaligned address"
+    failures = [SimpleNamespace(index=3, traceback="AssertionError: max_error 2.1 > 2"),  # a real failure first
+                SimpleNamespace(index=47, traceback=crash),
+                *[SimpleNamespace(index=i, traceback=crash) for i in range(48, 60)],
+                SimpleNamespace(index=60, traceback="RuntimeError: CUDA error: an illegal memory access was encountered")]
+    row = {"op": "flash_attention", "impl": "F.scaled_dot_product_attention [efficient backend]", "style": "native",
+           "dtype": "float16", "strategy": "regular", "seed": 2, "cases": 61, "failed": len(failures),
+           "worst_ratio": None, "torch": "2.11.0+cu130", "device": "cuda"}
+    kept = discount_after_crash(row, failures)
+    assert [f.index for f in kept] == [3, 47]
+    assert (row["crashed_at"], row["not_run_after_crash"], row["cases"], row["failed"]) == (47, 13, 48, 2)
+    cell = markdown(summarize([row], "cuda"), ["regular"]).splitlines()[-1]
+    assert "+13 not run after a crash" in cell, cell
+    # refusals and errors that leave the context usable are not crashes; a run without one is unchanged
+    clean = [SimpleNamespace(index=1, traceback="RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when "
+                                                "calling cublasLtMatmul"),
+             SimpleNamespace(index=2, traceback="AssertionError: max_error 3 > 2"),
+             SimpleNamespace(index=3, traceback=None)]
+    row2 = {k: v for k, v in row.items() if k not in ("crashed_at", "not_run_after_crash")}
+    row2.update(cases=10, failed=3)
+    assert discount_after_crash(row2, clean) == clean and (row2["cases"], row2["failed"]) == (10, 3)
+    assert "crashed_at" not in row2
+
+
 def test_the_cuda_list_excuses_the_native_half_precision_kernels_not_their_upcasts():
     # CUDA group_norm keeps the group's mean and rstd in fp16/bf16 (imprecise_cuda.py, shown on the
     # H200): its native fp16/bf16 variants are listed; the upcast and fp32 ones are not (their
