@@ -191,11 +191,11 @@ IMPRECISE_CUDA_TORCH2_11: Dict[Tuple[str, ...], Imprecision] = {
     ("flash_attention", SDPA_EFFICIENT, "native", "float32"): Imprecision(
         "crashes (CUDA error: misaligned address) on inputs whose data pointer is not 16-byte aligned",
         _sdpa_misaligned("EFFICIENT_ATTENTION", "float32")),
-    # In fp16/bf16 the efficient backend checks q's alignment (a clean "p.query_ptr is not correctly
-    # aligned", counted as refused) but not v's: seed 2 of the CUDA sweep (docs/gpu.md) crashed it
+    # In fp16/bf16 the efficient backend checks q's and k's alignment (a clean "p.query_ptr is not
+    # correctly aligned", counted as refused) but not v's: seed 2 of the CUDA sweep (docs/gpu.md) crashed it
     # with q contiguous and v at a storage offset of one element.
     **{("flash_attention", SDPA_EFFICIENT, "native", dt): Imprecision(
-        "crashes (CUDA error: misaligned address) when v's data pointer is not 16-byte aligned (q's is checked)",
+        "crashes (CUDA error: misaligned address) when v's data pointer is not 16-byte aligned (q's and k's are checked)",
         _sdpa_misaligned("EFFICIENT_ATTENTION", dt, "v")) for dt in ("float16", "bfloat16")},
 }
 
