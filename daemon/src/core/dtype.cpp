@@ -39,69 +39,69 @@ double max_finite(const FloatFormat& f) {
   return std::ldexp(2.0 - std::ldexp(1.0, 1 - f.man_bits), emax);
 }
 
-// Rounds |x| (finite, >= 0) to the format's grid with ties to even; may exceed max_finite.
-double round_magnitude(const FloatFormat& f, double a) {
-  if (a == 0.0) return 0.0;
-  int e = 0;
-  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
-  int exponent = std::max(e - 1, min_normal_exp(f));
-  double quantum = std::ldexp(1.0, exponent - f.man_bits);
-  double n = a / quantum;  // exact: scaling by a power of two within double's range
-  double fl = std::floor(n);
-  double frac = n - fl;
-  if (frac > 0.5 || (frac == 0.5 && std::fmod(fl, 2.0) != 0.0)) fl += 1.0;
-  return fl * quantum;
+// v / 2^s rounded to the nearest integer, ties to even (1 <= s <= 63).
+constexpr std::uint64_t shift_rne(std::uint64_t v, int s) {
+  const std::uint64_t q = v >> s;
+  const std::uint64_t rem = v & ((std::uint64_t{1} << s) - 1);
+  const std::uint64_t half = std::uint64_t{1} << (s - 1);
+  return q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
 }
 
+constexpr std::uint64_t k_f64_abs = 0x7FFF'FFFF'FFFF'FFFFull;
+constexpr std::uint64_t k_f64_inf = 0x7FF0'0000'0000'0000ull;
+constexpr std::uint64_t k_f64_qnan = 0x7FF8'0000'0000'0000ull;
+constexpr std::uint64_t k_f64_sign = 0x8000'0000'0000'0000ull;
+
+// Encodes x in the format, rounding to nearest with ties to even, on the double's bits: the
+// format's pattern is the double's exponent and fraction re-biased and shifted right by the
+// fraction bits it lacks, so a rounding carry moves into the exponent as it should (the largest
+// subnormal rounds up to the smallest normal, the largest finite value past it to the overflow
+// check). Exact for every double: tests/cpp/dtype_test.cpp checks it against a brute-force oracle.
 std::uint32_t encode_float(const FloatFormat& f, double x, Overflow overflow) {
-  const std::uint32_t sign = std::signbit(x) ? (1u << (f.exp_bits + f.man_bits)) : 0u;
+  const auto b = std::bit_cast<std::uint64_t>(x);
+  const std::uint32_t sign = (b & k_f64_sign) ? (1u << (f.exp_bits + f.man_bits)) : 0u;
+  const std::uint64_t a = b & k_f64_abs;
+  if (a > k_f64_inf) return sign | f.nan;
   const std::uint32_t max_bits =
       f.has_inf ? ((((1u << f.exp_bits) - 2) << f.man_bits) | ((1u << f.man_bits) - 1))
                 : ((((1u << f.exp_bits) - 1) << f.man_bits) | ((1u << f.man_bits) - 2));
-  const std::uint32_t inf_bits = ((1u << f.exp_bits) - 1) << f.man_bits;
-  if (std::isnan(x)) return sign | f.nan;
-  double a = std::fabs(x);
-  if (std::isinf(a)) {
+  const auto overflowed = [&] {
     if (overflow == Overflow::saturate) return sign | max_bits;
-    return sign | (f.has_inf ? inf_bits : f.nan);
+    return sign | (f.has_inf ? ((1u << f.exp_bits) - 1) << f.man_bits : f.nan);
+  };
+  if (a == k_f64_inf) return overflowed();
+  const int shift = 52 - f.man_bits;
+  const int biased = static_cast<int>(a >> 52);  // 0 for double subnormals and zero
+  const int e = biased == 0 ? -1022 : biased - 1023;
+  std::uint64_t out;
+  if (e >= min_normal_exp(f)) {
+    out = shift_rne(a - (static_cast<std::uint64_t>(1023 - f.bias) << 52), shift);
+  } else {  // a subnormal of the format, or zero: the significand over its quantum
+    const std::uint64_t m = (a & ((std::uint64_t{1} << 52) - 1)) | (biased == 0 ? 0 : std::uint64_t{1} << 52);
+    const int s = shift + (min_normal_exp(f) - e);
+    out = s >= 64 ? 0 : shift_rne(m, s);
   }
-  double r = round_magnitude(f, a);
-  if (r > max_finite(f)) {
-    if (overflow == Overflow::saturate) return sign | max_bits;
-    return sign | (f.has_inf ? inf_bits : f.nan);
-  }
-  if (r == 0.0) return sign;
-  int e = 0;
-  std::frexp(r, &e);
-  int exponent = e - 1;
-  if (exponent < min_normal_exp(f)) {  // subnormal
-    auto mant = static_cast<std::uint32_t>(r / std::ldexp(1.0, min_normal_exp(f) - f.man_bits));
-    return sign | mant;
-  }
-  auto mant = static_cast<std::uint32_t>(r / std::ldexp(1.0, exponent - f.man_bits)) -
-              (1u << f.man_bits);
-  auto field = static_cast<std::uint32_t>(exponent + f.bias);
-  return sign | (field << f.man_bits) | mant;
+  if (out > max_bits) return overflowed();
+  return sign | static_cast<std::uint32_t>(out);
 }
 
 double decode_float(const FloatFormat& f, std::uint32_t bits) {
   const std::uint32_t man_mask = (1u << f.man_bits) - 1;
   const std::uint32_t exp_mask = (1u << f.exp_bits) - 1;
-  const bool negative = (bits >> (f.exp_bits + f.man_bits)) & 1u;
+  const std::uint64_t sign = ((bits >> (f.exp_bits + f.man_bits)) & 1u) ? k_f64_sign : 0;
   const std::uint32_t field = (bits >> f.man_bits) & exp_mask;
   const std::uint32_t mant = bits & man_mask;
-  double value;
-  if (field == exp_mask && f.has_inf) {
-    value = mant == 0 ? k_inf : k_nan;
-  } else if (field == exp_mask && mant == man_mask && !f.has_inf) {
-    value = k_nan;
-  } else if (field == 0) {
-    value = std::ldexp(static_cast<double>(mant), min_normal_exp(f) - f.man_bits);
-  } else {
-    value = std::ldexp(static_cast<double>(mant | (1u << f.man_bits)),
-                       static_cast<int>(field) - f.bias - f.man_bits);
+  if (field == exp_mask && f.has_inf) return std::bit_cast<double>(sign | (mant == 0 ? k_f64_inf : k_f64_qnan));
+  if (field == exp_mask && mant == man_mask && !f.has_inf) return std::bit_cast<double>(sign | k_f64_qnan);
+  if (field == 0) {  // subnormal: mant quanta of 2^(emin - man_bits), a normal double
+    const double quantum =
+        std::bit_cast<double>(static_cast<std::uint64_t>(min_normal_exp(f) - f.man_bits + 1023) << 52);
+    const double v = static_cast<double>(mant) * quantum;
+    return sign ? -v : v;
   }
-  return negative ? -value : value;
+  return std::bit_cast<double>(sign |
+                               (static_cast<std::uint64_t>(static_cast<int>(field) - f.bias + 1023) << 52) |
+                               (static_cast<std::uint64_t>(mant) << (52 - f.man_bits)));
 }
 
 DTypeInfo float_info(DType d, std::string_view name, std::size_t size, const FloatFormat& f) {
