@@ -8,6 +8,7 @@
 #include "project_config.hpp"
 
 #include <gpuemu/engine.hpp>
+#include <gpuemu/malloc_tuning.hpp>
 #include <server/script_kernel.hpp>
 
 #include <unistd.h>
@@ -22,6 +23,7 @@ namespace gpuemu::cli {
 namespace {
 
 Engine make_engine() {
+  tune_malloc_for_cases(MallocTuning::unless_environment_says);  // the run's cases are made here
   auto e = Engine::create_default();
   if (!e) throw GpuemuException(e.error());
   return std::move(e).value();

@@ -1,5 +1,6 @@
 // gpuemu-daemon: owns the fuzzer, the fp64 oracle, the calibrator, the analyzer and the failure
 // store; clients talk to it over NNG (docs/protocol.md). One daemon per GPUEMU_HOME (a lock file).
+#include "gpuemu/malloc_tuning.hpp"
 #include "gpuemu/op.hpp"
 #include "server/nng_server.hpp"
 #include "server/pusher.hpp"
@@ -364,14 +365,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{100}));
   app.set_version_flag("--version", std::string("gpuemu-daemon ") + GPUEMU_VERSION);
   CLI11_PARSE(app, argc, argv);
-  // glibc hands a freed block of 128 KiB or more back to the kernel (its own mapping, or a heap top
-  // it trims), so each request's tensors faulted their pages in afresh: a fuzz case's inputs,
-  // outputs and their copies are mostly 0.1-10 MiB, and a float32 softmax run through
-  // fuzz_op_client_side spent a fifth of the daemon's time in page faults. Blocks up to 32 MiB
-  // (glibc's most) now come from the heap, and its top is kept up to 64 MiB; what a large request
-  // or a listing leaves is still handed back by the explicit malloc_trim after it (nng_server.cpp).
-  ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  ::mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  // Blocks up to 32 MiB stay on the heap (malloc_tuning.hpp); what a large request or a listing
+  // leaves is still handed back by the explicit malloc_trim after it (nng_server.cpp).
+  tune_malloc_for_cases(MallocTuning::always);
   const protocol::HomePaths paths =
       o.home.empty() ? protocol::home_paths() : protocol::home_paths(o.home);
   setenv("GPUEMU_HOME", paths.home.c_str(), 1);

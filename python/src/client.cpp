@@ -7,10 +7,9 @@
 #include "register.hpp"
 
 #include "gpuemu/client.hpp"
+#include "gpuemu/malloc_tuning.hpp"
 
 #include <pybind11/stl.h>
-
-#include <malloc.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -85,32 +84,14 @@ py::array storage_array(const Tensor& t) {
   return py::array_t<std::uint8_t>({n}, {py::ssize_t{1}}, data ? data : &empty, owner);
 }
 
-// glibc hands a freed block of 128 KiB or more back to the kernel, so every request's tensors
-// (a chunk of cases is megabytes) were written into fresh pages, each faulted in on this VM at a
-// cost above its copy: a 6 MiB request took 58 ms, 12 ms with the daemon's own settings
-// (daemon/main.cpp). The first Connection of a process gives it those settings, unless the process
-// chose its own (MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ in the environment) or opts out
-// with GPUEMU_KEEP_MALLOC=1: blocks up to 32 MiB come from the heap, whose top is kept up to
-// 64 MiB (docs/python.md, docs/performance.md).
-void tune_malloc_once() {
-  static const bool done = [] {
-    const auto set = [](const char* v) { return v != nullptr && *v != '\0'; };
-    if (set(std::getenv("GPUEMU_KEEP_MALLOC")) || set(std::getenv("MALLOC_MMAP_THRESHOLD_")) ||
-        set(std::getenv("MALLOC_TRIM_THRESHOLD_")))
-      return false;
-    ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    ::mallopt(M_TRIM_THRESHOLD, 64 << 20);
-    return true;
-  }();
-  (void)done;
-}
-
 class Connection {
  public:
   Connection(const std::optional<std::string>& home, const std::optional<std::string>& url,
              bool autostart, double timeout_s, const std::optional<std::string>& daemon_path,
              double start_timeout_s, const std::optional<std::string>& token_file) {
-    tune_malloc_once();
+    // A chunk of cases is megabytes: a 6 MiB request took 58 ms in page faults, 12 ms with this
+    // (docs/python.md, docs/performance.md).
+    tune_malloc_for_cases(MallocTuning::unless_environment_says);
     ClientOptions o;
     o.home = home.value_or("");
     o.url = url.value_or("");
@@ -177,6 +158,8 @@ void register_client(py::module_& m) {
       .def_property_readonly("hello", &Connection::hello)
       .def_property_readonly("url", &Connection::url)
       .def_property_readonly("started_daemon", &Connection::started_daemon);
+  // The wire's version, from include/gpuemu/protocol.hpp: the one place it is written.
+  m.attr("PROTOCOL_VERSION") = protocol::k_protocol_version;
   m.def("find_daemon_binary", &find_daemon_binary,
         "The gpuemu-daemon a client would start ('' when none is found)");
 }

@@ -4,6 +4,7 @@
 #include "register.hpp"
 
 #include "gpuemu/engine.hpp"
+#include "gpuemu/malloc_tuning.hpp"
 
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
@@ -186,7 +187,10 @@ void register_engine(py::module_& m) {
          "reference computed once: {passed, max_error, envelope, message}");
 
   py::class_<Engine>(m, "Engine")
-      .def(py::init([] { return unwrap(Engine::create_default()); }))
+      .def(py::init([] {
+        tune_malloc_for_cases(MallocTuning::unless_environment_says);  // in-process runs make cases here
+        return unwrap(Engine::create_default());
+      }))
       .def("builtin_kernels", &Engine::builtin_kernel_names)
       .def("envelope", [](const Engine& e, const std::string& op, const std::string& dtype) {
         return e.envelopes().get(op, dtype_from_name(dtype));

@@ -10,6 +10,7 @@
 #include "register.hpp"
 
 #include "gpuemu/catalogue.hpp"
+#include "gpuemu/malloc_tuning.hpp"
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -47,6 +48,7 @@ std::shared_ptr<const Catalogue> catalogue_nogil(bool reload = false) {
 
 py::list reference(const std::string& op, const py::dict& inputs, const py::dict& attrs,
                    const std::optional<std::string>& case_dtype) {
+  tune_malloc_for_cases(MallocTuning::unless_environment_says);  // the inputs' copies and the outputs
   // Decode everything to exact values while holding the GIL (straight from the arrays' memory),
   // then compute without it.
   std::map<std::string, RefArg, std::less<>> args;
