@@ -3,7 +3,8 @@
     GPUEMU_BIN_DIR=build/bin .venv/bin/python bench/race.py [--cases 60] [--seed 16] [--ops ...]
                                                            [--repeat 2] [--json out.json]
 
-For each op (softmax, layer_norm, matmul, flash_attention), float32, the fuzzer's own mix of sizes
+For each op (softmax, layer_norm, matmul, flash_attention), float32 (``--dtype bfloat16``: torch
+1.13's CPU kernels take it, most of them not float16), the fuzzer's own mix of sizes
 (adversarial values, layouts on, the op's default attrs), ``--cases`` cases drawn once with
 ``get_test_batch`` and timed through:
 
@@ -19,7 +20,7 @@ For each op (softmax, layer_norm, matmul, flash_attention), float32, the fuzzer'
 
 The kernel's own time inside each gpuemu mode is measured too, so the table shows what gpuemu
 adds per case. The machine's limit is measured in the same run: memcpy bandwidth (numpy copy of
-64 MiB), and each row's bytes (inputs + output, float32) give the cases/s a pure copy of them
+64 MiB), and each row's bytes (inputs + output, in the cases' dtype) give the cases/s a pure copy of them
 would reach. Each timing is the best of ``--repeat``. Ratios are gpuemu / loop cases/s (> 1:
 gpuemu is faster).
 
@@ -57,6 +58,11 @@ import gpuemu  # noqa: E402
 from gpuemu import Client  # noqa: E402
 
 OPS = ("softmax", "layer_norm", "matmul", "flash_attention")
+DTYPE = "float32"  # --dtype
+
+
+def itemsize() -> int:
+    return 4 if DTYPE == "float32" else 2
 
 
 # ---- the kernels: plain torch, in whatever dtype they are handed (float32 for the case, float64
@@ -202,16 +208,16 @@ def race_size(client: Client, op: str, dims: Dict[str, int], n: int, seed: int, 
               gbps: float) -> Dict[str, Any]:
     """The loop and fuzz_op_client_side on ``n`` cases of one pinned shape."""
     fn = KERNELS[op]
-    batch = client.get_test_batch(op, count=n, seed=seed, dtypes=["float32"], framework="torch", dims=dims)
+    batch = client.get_test_batch(op, count=n, seed=seed, dtypes=[DTYPE], framework="torch", dims=dims)
     cases = [case_args(c) for c in batch]
     elements = sum(int(v.numel()) for v in batch[0]["inputs"].values() if isinstance(v, torch.Tensor))
-    nbytes = 4 * (elements + int(fn(cases[0]).numel()))
+    nbytes = itemsize() * (elements + int(fn(cases[0]).numel()))
     kernel_s = best_of(repeat, lambda: [fn(a) for a in cases])
     loop_s = best_of(repeat, lambda: usual_loop(fn, cases))
     got: Dict[str, Any] = {}
 
     def client_run() -> None:
-        got["r"] = client.fuzz_op_client_side(op, fn, iterations=n, seed=seed, dtypes=["float32"],
+        got["r"] = client.fuzz_op_client_side(op, fn, iterations=n, seed=seed, dtypes=[DTYPE],
                                               framework="torch", dims=dims)
 
     client_s = best_of(repeat, client_run)
@@ -224,12 +230,12 @@ def race_size(client: Client, op: str, dims: Dict[str, int], n: int, seed: int, 
 
 def race_op(client: Client, op: str, n: int, seed: int, repeat: int, gbps: float) -> Dict[str, Any]:
     fn = KERNELS[op]
-    batch = client.get_test_batch(op, count=n, seed=seed, dtypes=["float32"], framework="torch")
+    batch = client.get_test_batch(op, count=n, seed=seed, dtypes=[DTYPE], framework="torch")
     cases = [case_args(c) for c in batch]
     elements = [sum(int(v.numel()) for v in c["inputs"].values() if isinstance(v, torch.Tensor))
                 for c in batch]
     out_elems = [int(fn(a).numel()) for a in cases]
-    nbytes = [4 * (e + o) for e, o in zip(elements, out_elems)]
+    nbytes = [itemsize() * (e + o) for e, o in zip(elements, out_elems)]
 
     row: Dict[str, Any] = {"op": op, "cases": n, "seed": seed,
                            "median_elements": int(statistics.median(elements)),
@@ -243,10 +249,10 @@ def race_op(client: Client, op: str, n: int, seed: int, repeat: int, gbps: float
     results: Dict[str, Any] = {}
 
     def client_run() -> None:
-        results["client"] = client.fuzz_op_client_side(op, fn, iterations=n, seed=seed, dtypes=["float32"], framework="torch")
+        results["client"] = client.fuzz_op_client_side(op, fn, iterations=n, seed=seed, dtypes=[DTYPE], framework="torch")
 
     def submit_run() -> None:
-        got = client.get_test_batch(op, count=n, seed=seed, dtypes=["float32"], framework="torch")
+        got = client.get_test_batch(op, count=n, seed=seed, dtypes=[DTYPE], framework="torch")
         fails = 0
         for c in got:
             v = client.submit_output(op, c["inputs"], fn(case_args(c)), c["seed"])
@@ -254,7 +260,7 @@ def race_op(client: Client, op: str, n: int, seed: int, repeat: int, gbps: float
         results["submit_failed"] = fails
 
     def inproc_run() -> None:
-        results["inproc"] = gpuemu.fuzz_op_in_process(op, fn, iterations=n, seed=seed, dtypes=["float32"], framework="torch")
+        results["inproc"] = gpuemu.fuzz_op_in_process(op, fn, iterations=n, seed=seed, dtypes=[DTYPE], framework="torch")
 
     row["client_s"] = best_of(repeat, client_run)
     row["submit_s"] = best_of(repeat, submit_run)
@@ -294,7 +300,7 @@ def sizes_table(args: argparse.Namespace, gbps: float) -> int:
             for dims in SIZE_GRID[op]:
                 rows.append(race_size(client, op, dims, args.size_cases, args.seed, args.repeat, gbps))
     print(f"memcpy {gbps:.1f} GB/s; torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"{args.size_cases} float32 cases per size, master seed {args.seed}, best of {args.repeat}")
+          f"{args.size_cases} {DTYPE} cases per size, master seed {args.seed}, best of {args.repeat}")
     print("| op | dims | elements | loop cases/s | client cases/s | ratio | kernel ms | added ms: loop, client "
           "| copy-limit cases/s |")
     print("|---|---|---:|---:|---:|---:|---:|---|---:|")
@@ -318,12 +324,16 @@ def main() -> int:
     ap.add_argument("--ops", nargs="*", default=list(OPS), choices=OPS)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                    help="the cases' dtype (default float32)")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--no-reference", action="store_true", help="skip gpuemu.reference against numpy")
     ap.add_argument("--sizes", action="store_true",
                     help="only the cost over shapes (SIZE_GRID): loop vs fuzz_op_client_side per pinned size")
     ap.add_argument("--size-cases", type=int, default=12, help="cases per size with --sizes (default 12)")
     args = ap.parse_args()
+    global DTYPE
+    DTYPE = args.dtype
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -335,7 +345,7 @@ def main() -> int:
         for op in args.ops:
             rows.append(race_op(client, op, args.cases, args.seed, args.repeat, gbps))
     print(f"memcpy {gbps:.1f} GB/s; torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"{args.cases} float32 cases per op, master seed {args.seed}, best of {args.repeat}")
+          f"{args.cases} {DTYPE} cases per op, master seed {args.seed}, best of {args.repeat}")
     print("| op | median elements | loop cases/s | client cases/s (ratio) | submit cases/s (ratio) "
           "| in-process cases/s (ratio) | kernel ms/case | added ms/case: loop, client, submit, in-process "
           "| copy-limit cases/s |")
