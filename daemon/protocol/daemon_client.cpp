@@ -138,6 +138,13 @@ namespace {
 // refused: the dialer retries every 100 ms or so, so a daemon that is restarting is found again.
 constexpr std::chrono::milliseconds k_reconnect_grace{3000};
 
+// "3", "0.5", "600": seconds for a message.
+std::string seconds_text(std::chrono::milliseconds t) {
+  std::ostringstream os;
+  os << static_cast<double>(t.count()) / 1000.0;
+  return os.str();
+}
+
 Result<nng_msg*> exchange(DaemonClient::Impl& impl, nng_msg* msg, std::chrono::milliseconds t,
                           const std::string& what, const std::string& url) {
   const std::size_t request_bytes = nng_msg_len(msg);
@@ -171,9 +178,8 @@ Result<nng_msg*> exchange(DaemonClient::Impl& impl, nng_msg* msg, std::chrono::m
       nng_msg_free(msg);
       return make_error(ErrorCode::unavailable,
                         "the daemon at " + url + " is not connected (it went away; nothing " +
-                            "answered within " +
-                            std::to_string(static_cast<double>(grace.count()) / 1000.0) +
-                            " s), so '" + what + "' was not sent");
+                            "answered within " + seconds_text(grace) + " s), so '" + what +
+                            "' was not sent");
     }
     lost_before = impl.pipes_lost;
     impl.in_flight.insert(aio);
@@ -213,8 +219,7 @@ Result<nng_msg*> exchange(DaemonClient::Impl& impl, nng_msg* msg, std::chrono::m
   if (int rv = nng_aio_result(aio); rv != 0) {
     if (rv == NNG_ETIMEDOUT)
       return make_error(ErrorCode::timeout,
-                        "the daemon did not answer '" + what + "' within " +
-                            std::to_string(static_cast<double>(t.count()) / 1000.0) + " s");
+                        "the daemon did not answer '" + what + "' within " + seconds_text(t) + " s");
     std::string where = "no reply from the daemon at " + url;
     if (rv == NNG_ECONNRESET || rv == NNG_ECONNSHUT)
       where += " to '" + what + "' (the connection was lost: the daemon went away or dropped it)";

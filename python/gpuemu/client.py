@@ -230,7 +230,7 @@ class Client:
     def request(self, method: str, params: Optional[Dict[str, Any]] = None, tensors: Sequence = (),
                 timeout: Optional[float] = None) -> Tuple[Dict[str, Any], Dict[str, tuple]]:
         """One request: (result, {key: (dtype, shape, strides, offset, uint8 storage)})."""
-        header = json.dumps({"v": 1, "method": method, "params": params or {}})
+        header = json.dumps({"v": _core.PROTOCOL_VERSION, "method": method, "params": params or {}})
         reply, tens = self._live().call(header, list(tensors), timeout)
         h = json.loads(reply)
         if not h.get("ok", False):

@@ -234,6 +234,9 @@ def test_misc_requests(daemon):
     client = Client()
     assert client.ping()["pong"] is True
     assert "submit_outputs" in client.hello["methods"]
+    # the Python client writes the wire's version from the C++ header, the daemon answers with it
+    assert client.hello["protocol"] == gpuemu._core.PROTOCOL_VERSION == 1
+    assert client.request("ping")[0]["pong"] is True
     assert client.stats()["requests"] >= 1
     cal = client.calibrate("softmax", dtypes=["float32"], cases=3, apply=False)
     assert cal["results"][0]["dtype"] == "float32"

@@ -145,6 +145,29 @@ def test_kill_9_mid_run_keeps_every_acknowledged_failure_byte_exact(daemon):
           f"the clients noticed the kill within {ended_after:.1f} s")
 
 
+def test_a_client_follows_a_restarted_daemon_and_is_refused_at_once_when_none_comes_back(daemon):
+    # A request waits at most 3 s for a connection (daemon_client.cpp): long enough for a daemon
+    # that is restarting to be found again by the same Client, short enough that a daemon gone for
+    # good is a prompt, clear error and not a hang until the request's timeout (30 s here, 600 by
+    # default: a timeout error, not the ConnectError this expects).
+    daemon.start()
+    c = gpuemu.Client(autostart=False, timeout=30)
+    first = c.hello["pid"]
+    assert c.ping()["pong"]
+    daemon.stop()
+    assert wait_gone(first)
+    daemon.start()
+    assert daemon.pid != first
+    assert c.ping()["pong"]  # the same Client, through the dialer's reconnection
+    daemon.stop()
+    t = time.monotonic()
+    with pytest.raises(gpuemu.ConnectError) as e:
+        c.ping()
+    took = time.monotonic() - t
+    assert "is not connected (it went away" in str(e.value) and "'ping' was not sent" in str(e.value), str(e.value)
+    assert 2.5 < took < 10, f"refused after {took:.1f} s"
+
+
 # Sends one request and stays until it is killed. "send": a 192 MiB tensor the daemon must receive
 # (killed during the transfer or soon after); "wait": a batch that takes the daemon a while to
 # generate (killed while the daemon works on it, so its reply goes to a dead peer).
