@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <csignal>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -21,15 +22,26 @@ std::unique_ptr<DaemonClient> try_connect() {
   return std::move(c).value();
 }
 
-// Running (a zombie that nobody reaped yet counts as gone: the daemon's parent may not reap it).
+// Running. A zombie that nobody reaped yet counts as gone (the daemon's parent may not reap it),
+// but only once every thread of it has exited: the thread-group leader turns zombie as soon as its
+// own thread ends, while the others may still be exiting and holding the process's descriptors
+// and mappings (its store, its log), so "stopped" would come too early for anyone who then
+// unmounts, remounts read-only or reopens the home.
 bool process_alive(long pid) {
   if (pid <= 0 || kill(static_cast<pid_t>(pid), 0) != 0) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::ifstream stat(proc + "/stat");
   std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
   const auto close = text.rfind(')');
   if (close == std::string::npos || close + 2 >= text.size()) return true;
   const char state = text[close + 2];
-  return state != 'Z' && state != 'X';
+  if (state != 'Z' && state != 'X') return true;
+  std::error_code ec;
+  std::size_t threads = 0;
+  for (auto it = std::filesystem::directory_iterator(proc + "/task", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    ++threads;
+  return !ec && threads > 1;
 }
 
 Json status_json(DaemonClient& c) {

@@ -134,10 +134,14 @@ def decode_header(frame: bytes) -> dict:
 
 
 def alive(pid: int) -> bool:
-    """Running (a zombie nobody reaped yet counts as gone)."""
+    """Running (a zombie nobody reaped yet counts as gone once all its threads have exited: the
+    leader turns zombie before the others, which still hold the process's files; cli/cmd_daemon.cpp,
+    process_alive)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+            if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
 
