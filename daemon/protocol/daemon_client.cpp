@@ -35,34 +35,34 @@ Error nng_failure(const std::string& what, int rv) {
 
 }  // namespace
 
-// The connection's state as NNG's pipe events report it. A request is sent only while a pipe
-// to the daemon is up (or comes up within k_reconnect_grace), and the loss of the pipe ends every
-// request in flight at once: with no resend (see exchange), req0 would otherwise hold a request
-// queued for a pipe that never comes back until the request's timeout (600 s by default in the
-// Python client), and a client whose daemon was killed would hang that long.
+// The connection's state as NNG's pipe events report it. With no resend (see exchange), req0 fails
+// a request whose pipe closes while it waits for the reply (ECONNRESET), but holds a request that
+// has no pipe to be sent on until the request's timeout (600 s by default in the Python client): a
+// client whose daemon was killed between two requests hung that long. So a request is sent only
+// while a pipe is up (or comes up within k_reconnect_grace), and one still waiting to be sent, or
+// whose reply can no longer come, is ended once no pipe has been up for that long, or once every
+// pipe it could have gone out on is gone.
 struct DaemonClient::Impl {
   nng_socket sock = NNG_SOCKET_INITIALIZER;
   std::chrono::milliseconds timeout{0};
   std::string token;
   std::mutex mu;
   std::condition_variable pipe_up;
-  int pipes = 0;                // pipes connected now (one daemon: 0 or 1)
-  std::uint64_t pipes_lost = 0;  // pipes removed so far
-  std::set<nng_aio*> in_flight;  // the aios of the requests under way
+  std::set<std::uint32_t> live;                             // the ids of the pipes up now
+  std::chrono::steady_clock::time_point empty_since{};      // when `live` last became empty
   ~Impl() {
     if (nng_socket_id(sock) > 0) nng_close(sock);
   }
 
-  static void on_pipe(nng_pipe, nng_pipe_ev ev, void* arg) {
+  static void on_pipe(nng_pipe p, nng_pipe_ev ev, void* arg) {
     auto* self = static_cast<Impl*>(arg);
     std::lock_guard lock(self->mu);
+    const auto id = static_cast<std::uint32_t>(nng_pipe_id(p));
     if (ev == NNG_PIPE_EV_ADD_POST) {
-      ++self->pipes;
+      self->live.insert(id);
       self->pipe_up.notify_all();
-    } else if (ev == NNG_PIPE_EV_REM_POST) {
-      self->pipes = std::max(0, self->pipes - 1);
-      ++self->pipes_lost;
-      for (nng_aio* a : self->in_flight) nng_aio_abort(a, NNG_ECONNSHUT);
+    } else if (ev == NNG_PIPE_EV_REM_POST && self->live.erase(id) > 0 && self->live.empty()) {
+      self->empty_since = std::chrono::steady_clock::now();
     }
   }
 };
@@ -145,6 +145,20 @@ std::string seconds_text(std::chrono::milliseconds t) {
   return os.str();
 }
 
+// Why a request's connection was lost, for its error ("" for other errors): the daemon went away,
+// or, for a large request, dropped it over its size limit (a daemon drops a message over
+// --max-message-mb or --tcp-max-message-mb unread and closes the connection, which the client may
+// see while still sending or while waiting for the reply).
+std::string lost_connection(int rv, std::size_t request_bytes) {
+  if (rv != NNG_ECONNRESET && rv != NNG_ECLOSED && rv != NNG_ECONNSHUT) return "";
+  if (request_bytes >= (1u << 20))
+    return " (the connection was lost: the daemon went away, or dropped the request unread; this "
+           "request was " + std::to_string(request_bytes >> 20) +
+           " MiB, and a daemon drops a message over its --max-message-mb or --tcp-max-message-mb "
+           "limit)";
+  return " (the connection was lost: the daemon went away or dropped it)";
+}
+
 Result<nng_msg*> exchange(DaemonClient::Impl& impl, nng_msg* msg, std::chrono::milliseconds t,
                           const std::string& what, const std::string& url) {
   const std::size_t request_bytes = nng_msg_len(msg);
@@ -159,77 +173,91 @@ Result<nng_msg*> exchange(DaemonClient::Impl& impl, nng_msg* msg, std::chrono::m
   } guard{ctx};
   // One request is never re-sent: a fuzz run may take minutes, and re-sending would run it twice.
   nng_ctx_set_ms(ctx, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+  // The aio reports its completion to `done`, so that the wait below can look at the connection
+  // every 100 ms meanwhile.
+  struct Done {
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+    static void callback(void* arg) {
+      auto* d = static_cast<Done*>(arg);
+      std::lock_guard lock(d->m);
+      d->done = true;
+      d->cv.notify_all();
+    }
+  } done;
   nng_aio* aio = nullptr;
-  if (int rv = nng_aio_alloc(&aio, nullptr, nullptr); rv != 0) {
+  if (int rv = nng_aio_alloc(&aio, &Done::callback, &done); rv != 0) {
     nng_msg_free(msg);
     return nng_failure("cannot allocate an aio", rv);
   }
-  // Declared after the aio's guard, so destroyed before it: the aio leaves the in-flight set
-  // (where a lost pipe would abort it) before it is freed.
   struct AioGuard {
     nng_aio* a;
-    ~AioGuard() { nng_aio_free(a); }
+    ~AioGuard() { nng_aio_free(a); }  // waits for the callback
   } aguard{aio};
-  std::uint64_t lost_before = 0;
+  const auto grace = t.count() > 0 ? std::min(t, k_reconnect_grace) : k_reconnect_grace;
   {
     std::unique_lock lock(impl.mu);
-    const auto grace = t.count() > 0 ? std::min(t, k_reconnect_grace) : k_reconnect_grace;
-    if (!impl.pipe_up.wait_for(lock, grace, [&] { return impl.pipes > 0; })) {
+    if (!impl.pipe_up.wait_for(lock, grace, [&] { return !impl.live.empty(); })) {
       nng_msg_free(msg);
       return make_error(ErrorCode::unavailable,
                         "the daemon at " + url + " is not connected (it went away; nothing " +
                             "answered within " + seconds_text(grace) + " s), so '" + what +
                             "' was not sent");
     }
-    lost_before = impl.pipes_lost;
-    impl.in_flight.insert(aio);
   }
-  struct InFlight {
-    DaemonClient::Impl& impl;
-    nng_aio* a;
-    ~InFlight() {
-      std::lock_guard lock(impl.mu);
-      impl.in_flight.erase(a);
+  // Runs one operation of the aio to its end. `lost` (called under impl.mu) says when the
+  // connection it needs is gone; the operation is then ended with NNG_ECONNSHUT.
+  const auto run = [&](auto start, auto lost) {
+    {
+      std::lock_guard lock(done.m);
+      done.done = false;
     }
-  } in_flight{impl, aio};
+    start();
+    bool aborted = false;
+    std::unique_lock lock(done.m);
+    while (!done.cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return done.done; })) {
+      if (aborted) continue;
+      lock.unlock();
+      {
+        std::lock_guard pipes(impl.mu);
+        aborted = lost();
+      }
+      if (aborted) nng_aio_abort(aio, NNG_ECONNSHUT);
+      lock.lock();
+    }
+  };
+  const auto no_pipe_for_grace = [&] {
+    return impl.live.empty() && std::chrono::steady_clock::now() - impl.empty_since >= grace;
+  };
   nng_aio_set_timeout(
       aio, t.count() <= 0 ? NNG_DURATION_INFINITE : static_cast<nng_duration>(t.count()));
   nng_aio_set_msg(aio, msg);
-  nng_ctx_send(ctx, aio);
-  {
-    // The pipe went away between the check above and the send: no abort reached this aio.
-    std::lock_guard lock(impl.mu);
-    if (impl.pipes_lost != lost_before) nng_aio_abort(aio, NNG_ECONNSHUT);
-  }
-  nng_aio_wait(aio);
+  // Sending waits for a pipe: ended when none has been up for the grace.
+  run([&] { nng_ctx_send(ctx, aio); }, no_pipe_for_grace);
   if (int rv = nng_aio_result(aio); rv != 0) {
     nng_msg_free(nng_aio_get_msg(aio));
-    return nng_failure("cannot send '" + what + "' to the daemon at " + url +
-                           (rv == NNG_ECONNSHUT ? " (the connection was lost: the daemon went away)"
-                                                : ""),
-                       rv);
+    return nng_failure("cannot send '" + what + "' to the daemon at " + url + lost_connection(rv, request_bytes), rv);
   }
-  nng_ctx_recv(ctx, aio);
+  // The request went out on one of the pipes up now; its reply can come on no other (no resend).
+  std::set<std::uint32_t> sent_on;
   {
-    // The same for a pipe lost between the end of the send and the start of the receive.
     std::lock_guard lock(impl.mu);
-    if (impl.pipes_lost != lost_before) nng_aio_abort(aio, NNG_ECONNSHUT);
+    sent_on = impl.live;
   }
-  nng_aio_wait(aio);
+  run([&] { nng_ctx_recv(ctx, aio); },
+      [&] {
+        for (auto id : sent_on)
+          if (impl.live.count(id) > 0) return false;
+        return true;
+      });
   if (int rv = nng_aio_result(aio); rv != 0) {
     if (rv == NNG_ETIMEDOUT)
       return make_error(ErrorCode::timeout,
                         "the daemon did not answer '" + what + "' within " + seconds_text(t) + " s");
-    std::string where = "no reply from the daemon at " + url;
-    if (rv == NNG_ECONNRESET || rv == NNG_ECONNSHUT)
-      where += " to '" + what + "' (the connection was lost: the daemon went away or dropped it)";
-    // A daemon drops a message over its size limit unread and closes the connection: say so
-    // when this message was a large one (gpuemu-daemon --max-message-mb, --tcp-max-message-mb).
-    if ((rv == NNG_ECONNRESET || rv == NNG_ECLOSED || rv == NNG_ECONNSHUT) && request_bytes >= (1u << 20))
-      where += " (this request was " + std::to_string(request_bytes >> 20) +
-               " MiB: a daemon drops a message over its --max-message-mb or --tcp-max-message-mb "
-               "limit unread)";
-    return nng_failure(where, rv);
+    return nng_failure("no reply from the daemon at " + url + " to '" + what + "'" +
+                           lost_connection(rv, request_bytes),
+                       rv);
   }
   return nng_aio_get_msg(aio);
 }

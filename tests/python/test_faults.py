@@ -56,7 +56,7 @@ try:
                 print(v.failure_id, digest(c, v.failure_id), flush=True)
         seed += 1
 except Exception as e:  # the daemon was killed: say how, for the test's log
-    print("ended:", type(e).__name__, str(e)[:200], flush=True)
+    print("ended:", type(e).__name__, str(e)[:600], flush=True)
 """
 
 
