@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <new>
@@ -108,6 +109,10 @@ class RefContext {
   // gpuemu/precision.hpp). The gemm, conv and attention references widen c_acc by what that
   // operand rounding can move the result, and nothing else reads it.
   double operand_roundoff = 0.0;
+  // The smallest operand magnitude the declared policy's rounding turns into Inf
+  // (policy_operand_overflow; infinity under IEEE): the gemm and conv references let an output
+  // that such an operand takes part in be non-finite (alt_nonfinite).
+  double operand_overflow = std::numeric_limits<double>::infinity();
   // The caller wants the fp64 value alone (gpuemu.reference): a reference may then skip the work
   // that only the error bounds need and leave c_acc, c_in and alt_nonfinite empty. Verdicts,
   // calibration and minimizing never set it.

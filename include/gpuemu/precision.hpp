@@ -50,4 +50,13 @@ Result<PrecisionPolicy> resolve_precision(const std::map<std::string, std::strin
 // what the policy keeps (fp16 and bf16 operands are exact in tf32), else operand_roundoff(p).
 double policy_operand_roundoff(PrecisionPolicy p, DType in_dtype);
 
+// The smallest |x| of an `in_dtype` operand that a policy's rounding to nearest turns into Inf
+// (infinity when none does: ieee, or an input dtype whose largest value fits). TF32 keeps fp32's
+// exponent but only 10 fraction bits, so its largest finite value is (2 - 2^-10) * 2^127, and an
+// fp32 operand from the midpoint (2 - 2^-11) * 2^127 = 3.40199e38 up (the top 0.02% of fp32's
+// range) rounds to Inf; tf32x3's hi part is that rounding too, and bf16x3's hi part overflows from
+// (2 - 2^-8) * 2^127. A kernel that rounds (cuBLAS and cuDNN on an H200 do: docs/gpu.md) then
+// returns Inf or NaN wherever such an operand takes part in a product; one that truncates does not.
+double policy_operand_overflow(PrecisionPolicy p, DType in_dtype);
+
 }  // namespace gpuemu

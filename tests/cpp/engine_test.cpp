@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -152,6 +153,73 @@ TEST(Precision, PoliciesResolvePerOpThenFamilyAndOnlyWidenWideOperands) {
   EXPECT_EQ(c->precision, PrecisionPolicy::tf32);
   EXPECT_EQ(c->describe()["precision"], "tf32");
   EXPECT_EQ(case_ref_context(mm, *c).value().operand_roundoff, 0x1.0p-10);
+}
+
+// An fp32 operand of 3.40199e38 or more rounds to Inf in TF32: cuBLAS's TF32 GEMM on an H200 gave
+// NaN over row 0 of a 95x7 @ 7x61 product whose row 0 held +-3.4025e38 (docs/gpu.md). Under a
+// declared tf32 policy the outputs such an operand takes part in may be non-finite; every other
+// output is judged as before, and without the policy the same NaN fails.
+TEST(Precision, AnOperandThatOverflowsTf32MayMakeItsOutputsNonFinite) {
+  EXPECT_EQ(policy_operand_overflow(PrecisionPolicy::tf32, DType::float32), 0x1.ffep127);
+  EXPECT_EQ(policy_operand_overflow(PrecisionPolicy::tf32x3, DType::float32), 0x1.ffep127);
+  EXPECT_EQ(policy_operand_overflow(PrecisionPolicy::bf16x3, DType::float32), 0x1.ffp127);
+  EXPECT_TRUE(std::isinf(policy_operand_overflow(PrecisionPolicy::ieee, DType::float32)));
+  EXPECT_TRUE(std::isinf(policy_operand_overflow(PrecisionPolicy::tf32, DType::bfloat16)));  // fits
+  EXPECT_TRUE(std::isinf(policy_operand_overflow(PrecisionPolicy::tf32, DType::float16)));
+  for (const char* op : {"matmul", "conv1d"}) {
+    const OpSchema& schema = *engine().catalogue().find(op);
+    for (const char* policy : {"tf32", "ieee"}) {
+      FuzzOptions o;
+      o.precision[op] = policy;
+      o.dtypes = {DType::float32};
+      o.layouts = false;
+      o.distribution = Distribution::regular;
+      if (std::string(op) == "matmul") o.dims = {{"M", {6}}, {"K", {7}}, {"N", {5}}};
+      auto c = CaseGenerator(schema, o).generate(3, 0).value();
+      Tensor& a = c.inputs.at(std::string(op) == "matmul" ? "a" : "x");
+      a.set_flat(1, 0x1.fffp127);  // 3.4024e38: a finite fp32, Inf in TF32
+      // Its partners tiny, so the exact products stay far inside fp32's range (the boundary
+      // values that failed on the H200 paired such operands with small ones): no overflow of the
+      // accumulation excuses a non-finite output here, only the policy's operand rounding does.
+      if (std::string(op) == "matmul") {
+        Tensor& b = c.inputs.at("b");
+        for (std::int64_t j = 0; j < 5; ++j) b.set_flat(5 + j, b.get_flat(5 + j) * 1e-30);  // b[1, :]
+      } else {
+        Tensor& w = c.inputs.at("weight");
+        for (std::int64_t k = 0; k < w.numel(); ++k) w.set_flat(k, w.get_flat(k) * 1e-30);
+      }
+      const RefContext ctx = case_ref_context(schema, c).value();
+      const auto ref = run_reference(schema, ctx).value();
+      const std::vector<std::uint8_t>& alt = ref[0].alt_nonfinite;
+      const bool tf32 = std::string(policy) == "tf32";
+      if (!tf32) {
+        EXPECT_TRUE(alt.empty()) << op;
+      } else {
+        ASSERT_FALSE(alt.empty()) << op;
+        const auto flagged = std::count(alt.begin(), alt.end(), k_alt_any_nonfinite);
+        EXPECT_GT(flagged, 0) << op;
+        EXPECT_LT(flagged, static_cast<std::ptrdiff_t>(alt.size())) << op;  // the rest are not
+        if (std::string(op) == "matmul") {  // a[0, 1]: row 0 of the output, and only it
+          for (std::size_t i = 0; i < alt.size(); ++i) EXPECT_EQ(alt[i] != 0, i < 5) << i;
+        }
+      }
+      // The kernel's answer: the reference rounded to fp32, NaN wherever the policy allows it.
+      auto vals = ref[0].value;
+      for (std::size_t i = 0; i < alt.size(); ++i)
+        if (alt[i] != 0) vals[i] = std::numeric_limits<double>::quiet_NaN();
+      if (!tf32) vals[0] = std::numeric_limits<double>::quiet_NaN();  // the same NaN, no policy
+      const auto v = judge(schema, ctx, ref, {Tensor::from_values(ref[0].dtype, ref[0].shape, vals)}, 2.0);
+      EXPECT_EQ(v.passed, tf32) << op << " " << policy << ": " << v.message;
+      if (tf32) {  // a NaN outside the flagged outputs still fails
+        std::size_t other = 0;
+        while (other < alt.size() && alt[other] != 0) ++other;
+        ASSERT_LT(other, alt.size());
+        vals[other] = std::numeric_limits<double>::quiet_NaN();
+        EXPECT_FALSE(judge(schema, ctx, ref, {Tensor::from_values(ref[0].dtype, ref[0].shape, vals)}, 2.0).passed)
+            << op;
+      }
+    }
+  }
 }
 
 TEST(Cases, ShapesHitTileBoundariesAndLongReductions) {

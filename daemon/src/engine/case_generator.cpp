@@ -32,6 +32,7 @@ Result<RefContext> case_ref_context(const OpSchema& schema, const TestCase& c) {
   GPUEMU_TRY(RefContext ctx, make_ref_context(schema, c.inputs, c.attrs, c.dtype));
   ctx.dims = c.dims;
   ctx.operand_roundoff = policy_operand_roundoff(c.precision, c.dtype);
+  ctx.operand_overflow = policy_operand_overflow(c.precision, c.dtype);
   return ctx;
 }
 

@@ -1,6 +1,7 @@
 #include "gpuemu/precision.hpp"
 
 #include <cmath>
+#include <limits>
 
 namespace gpuemu {
 
@@ -84,6 +85,19 @@ double policy_operand_roundoff(PrecisionPolicy p, DType in_dtype) {
   if (!info.is_floating) return 0.0;
   // Exact conversion when the operand has no more mantissa bits than the policy keeps.
   return info.unit_roundoff >= u / 2 ? 0.0 : u;
+}
+
+double policy_operand_overflow(PrecisionPolicy p, DType in_dtype) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  double threshold = inf;
+  switch (p) {
+    case PrecisionPolicy::ieee: return inf;
+    case PrecisionPolicy::tf32:
+    case PrecisionPolicy::tf32x3: threshold = std::ldexp(2.0 - std::ldexp(1.0, -11), 127); break;
+    case PrecisionPolicy::bf16x3: threshold = std::ldexp(2.0 - std::ldexp(1.0, -8), 127); break;
+  }
+  const auto& info = dtype_info(in_dtype);
+  return info.is_floating && info.max_finite >= threshold ? threshold : inf;
 }
 
 }  // namespace gpuemu

@@ -83,10 +83,34 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, int spatial_dims
   std::vector<RefVec> abs_w;
   for (std::int64_t grp = 0; grp < g.groups; ++grp)
     abs_w.push_back(abs_copy(weight + grp * cog * R, cog * R));
+  // Under a precision policy whose operand rounding overflows (RefContext::operand_overflow), an
+  // output whose filter or receptive field holds such an operand may be Inf or NaN, as in the gemm
+  // references: `over` marks them (empty when no operand reaches the threshold).
+  const double thr = ctx.operand_overflow;
+  std::vector<std::uint8_t> over;
+  std::vector<char> w_big;
+  if (std::isfinite(thr)) {
+    w_big.assign(static_cast<std::size_t>(g.Cout), 0);
+    for (std::int64_t c = 0; c < g.Cout; ++c)
+      for (std::int64_t r = 0; r < R; ++r)
+        if (std::fabs(weight[c * R + r]) >= thr) w_big[c] = 1;
+  }
   for (std::int64_t b = 0; b < g.B; ++b)
     for (std::int64_t grp = 0; grp < g.groups; ++grp) {
       im2col(x, g, b, grp, ReductionOrder::chw, Im2colBug::none, cols.data());
       const std::int64_t o = (b * g.Cout + grp * cog) * P;
+      if (!w_big.empty()) {
+        std::vector<char> x_big(static_cast<std::size_t>(P), 0);
+        for (std::int64_t r = 0; r < R; ++r)
+          for (std::int64_t px = 0; px < P; ++px)
+            if (std::fabs(cols[r * P + px]) >= thr) x_big[px] = 1;
+        for (std::int64_t co = 0; co < cog; ++co)
+          for (std::int64_t px = 0; px < P; ++px)
+            if (x_big[px] || w_big[grp * cog + co]) {
+              if (over.empty()) over.assign(n, 0);
+              over[o + co * P + px] = k_alt_any_nonfinite;
+            }
+      }
       dgemm_rm(false, false, cog, P, R, weight + grp * cog * R, R, cols.data(), P, value.data() + o,
                P);
       for (auto& c : cols) c = std::fabs(c);
@@ -94,6 +118,10 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, int spatial_dims
     }
   std::vector<std::uint8_t> alt;
   if (!all_finite(weight, g.Cout * R)) padded_taps_take_no_part(g, x, weight, value, c_acc, alt);
+  if (!over.empty()) {
+    if (alt.empty()) alt.assign(n, 0);
+    for (std::size_t i = 0; i < n; ++i) alt[i] |= over[i];
+  }
   const double root = sqrt_len(R) + policy_weight(ctx);  // a precision policy's operand rounding
   const double bias_root = sqrt_len(R);                    // the bias is never a rounded operand
   for (std::int64_t b = 0; b < g.B; ++b)

@@ -97,6 +97,35 @@ const double* b_of(const GemmProblem& p, std::int64_t batch) {
   return p.b_shared ? p.b : p.b + batch * p.K * p.N;
 }
 
+// Under a precision policy whose operand rounding overflows (RefContext::operand_overflow: an fp32
+// operand of 3.40199e38 or more becomes Inf in TF32), every output whose row of a or column of b
+// holds such an operand may be Inf or NaN (Inf times the other operand, Inf - Inf in the sum, Inf
+// times a zero): alt_nonfinite for those, empty when no operand reaches the threshold.
+std::vector<std::uint8_t> policy_overflow(const RefContext& ctx, const GemmProblem& p) {
+  const double thr = ctx.operand_overflow;
+  if (!std::isfinite(thr)) return {};
+  const auto big = [thr](double v) { return std::fabs(v) >= thr; };
+  std::vector<std::uint8_t> alt;
+  for (std::int64_t t = 0; t < p.batches; ++t) {
+    std::vector<char> row(static_cast<std::size_t>(p.M)), col(static_cast<std::size_t>(p.N));
+    bool any = false;
+    const double* a = p.a + t * p.M * p.K;
+    const double* b = b_of(p, t);
+    for (std::int64_t i = 0; i < p.M; ++i)
+      for (std::int64_t k = 0; k < p.K; ++k)
+        if (big(a[i * p.K + k])) row[i] = any = true;
+    for (std::int64_t k = 0; k < p.K; ++k)
+      for (std::int64_t j = 0; j < p.N; ++j)
+        if (big(p.b_transposed ? b[j * p.K + k] : b[k * p.N + j])) col[j] = any = true;
+    if (!any) continue;
+    if (alt.empty()) alt.assign(static_cast<std::size_t>(p.batches * p.M * p.N), 0);
+    for (std::int64_t i = 0; i < p.M; ++i)
+      for (std::int64_t j = 0; j < p.N; ++j)
+        if (row[i] || col[j]) alt[(t * p.M + i) * p.N + j] = k_alt_any_nonfinite;
+  }
+  return alt;
+}
+
 Result<std::vector<RefOutput>> reference(const RefContext& ctx, std::string_view op) {
   GPUEMU_TRY(GemmProblem p, problem_of(ctx, op));
   const std::int64_t mn = p.M * p.N;
@@ -136,7 +165,7 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, std::string_view
       }
   }
   return single_output(ctx.output_dtype(), p.out_shape, std::move(value), std::move(c_acc),
-                       std::move(c_in));
+                       std::move(c_in), policy_overflow(ctx, p));
 }
 
 // How an emulated kernel differs from a plain tiled one, beyond the K-loop configuration.
