@@ -78,8 +78,8 @@ Result<FuzzOptions> options_from_json(const Json& j) {
   return o;
 }
 
-Json case_to_json(const TestCase& c) {
-  Json j = c.describe();
+Json case_to_json(const TestCase& c, bool digests) {
+  Json j = c.describe(digests);
   for (auto& [name, in] : j["inputs"].items()) {
     auto lay = c.layouts.find(name);
     in["layout_param"] = lay == c.layouts.end() ? 0 : lay->second.param;

@@ -244,10 +244,12 @@ std::shared_ptr<CaseCache::Entry> kept_case(CaseCache* cache, const std::string&
 }
 
 // Cases [start, start + count) of `op` under `master`: their tensors into `reply` under
-// cases/<i>/, kept in the case cache for the submission that judges them; the batch's JSON.
+// cases/<i>/, kept in the case cache for the submission that judges them; the batch's JSON
+// (each input's digest only with `digests`).
 Result<Json> hand_out(DaemonContext& ctx, const Json& p, const RequestEngine& re,
                       const std::string& op, const OpSchema& schema, const FuzzOptions& options,
-                      std::uint64_t master, std::int64_t start, std::int64_t count, Frame& reply) {
+                      std::uint64_t master, std::int64_t start, std::int64_t count, bool digests,
+                      Frame& reply) {
   if (count < 1) return make_error(ErrorCode::invalid_argument, "'count' must be >= 1");
   GPUEMU_TRY_STATUS(check_batch_size(ctx, count, "'count' (cases in one batch)"));
   if (start < 0) return make_error(ErrorCode::invalid_argument, "'start_index' must be >= 0");
@@ -260,7 +262,7 @@ Result<Json> hand_out(DaemonContext& ctx, const Json& p, const RequestEngine& re
     const std::string key = cache ? CaseCache::key(op, options_key, master, i) : "";
     auto ahead = cache ? cache->peek(key) : nullptr;  // generated ahead (prefetch)
     GPUEMU_TRY(TestCase c, ahead ? Result<TestCase>(ahead->test_case()) : gen.generate(master, i));
-    cases.push_back(protocol::case_to_json(c));
+    cases.push_back(protocol::case_to_json(c, digests));
     protocol::add_case_tensors(reply, c, "cases/" + std::to_string(i - start) + "/");
     if (cache) cache->put(key, c, re.engine().catalogue_ptr(), &schema);
   }
@@ -311,8 +313,9 @@ Result<Frame> get_test_batch(DaemonContext& ctx, const Frame& req) {
   GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(op));
   GPUEMU_TRY_STATUS(check_case_budget(ctx, *schema, options));
   GPUEMU_TRY(std::int64_t ahead, param<std::int64_t>(p, "prefetch", 0));
+  GPUEMU_TRY(bool digests, param<bool>(p, "digests", true));
   Frame reply = make_reply();
-  GPUEMU_TRY(Json batch, hand_out(ctx, p, re, op, *schema, options, master, start, count, reply));
+  GPUEMU_TRY(Json batch, hand_out(ctx, p, re, op, *schema, options, master, start, count, digests, reply));
   GPUEMU_TRY_STATUS(prefetch(ctx, p, re, op, *schema, options, master, start + count, ahead));
   reply.header["result"] = std::move(batch);
   return reply;
@@ -634,7 +637,8 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
     GPUEMU_TRY(auto seed, optional_seed(next));
     const std::uint64_t master = seed ? *seed : h.master_seed.value_or(0);
     GPUEMU_TRY(std::int64_t ahead, param<std::int64_t>(next, "prefetch", 0));
-    GPUEMU_TRY(j["next"], hand_out(ctx, p, re, op, *schema, options, master, start, count, reply));
+    GPUEMU_TRY(bool digests, param<bool>(next, "digests", true));
+    GPUEMU_TRY(j["next"], hand_out(ctx, p, re, op, *schema, options, master, start, count, digests, reply));
     GPUEMU_TRY_STATUS(prefetch(ctx, p, re, op, *schema, options, master, start + count, ahead));
   }
   reply.header["result"] = std::move(j);

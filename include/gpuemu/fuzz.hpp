@@ -59,8 +59,9 @@ struct TestCase {
   std::map<std::string, std::string, std::less<>> value_transforms;  // set by the minimizer
   PrecisionPolicy precision = PrecisionPolicy::ieee;       // what the options declare for this op
 
-  // dtype, dims, attrs, layouts and a digest of each input (what `gpuemu cases` prints).
-  Json describe() const;
+  // dtype, dims, attrs, layouts and a digest of each input (what `gpuemu cases` prints; without
+  // `digests`, no digest: a client that never reads them need not pay a hash of every byte).
+  Json describe(bool digests = true) const;
 };
 
 std::uint64_t case_seed(std::uint64_t master_seed, std::int64_t index);

@@ -69,7 +69,8 @@ Json options_to_json(const FuzzOptions& options);
 Result<FuzzOptions> options_from_json(const Json& j);
 
 // A test case: its header part (everything but bytes) and its input tensors as "inputs/<name>".
-Json case_to_json(const TestCase& c);
+// `digests`: each input's digest too (TestCase::describe).
+Json case_to_json(const TestCase& c, bool digests = true);
 void add_case_tensors(Frame& frame, const TestCase& c, const std::string& prefix = "inputs/");
 Result<TestCase> case_from_frame(const Json& case_json, const Frame& frame,
                                  const std::string& prefix = "inputs/");

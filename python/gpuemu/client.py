@@ -131,10 +131,22 @@ def _output_array(v: Any, want: Optional[str]) -> Tuple[str, np.ndarray]:
     return _fw.output_array(v, want, _round_bits)
 
 
-def _wire_input(inp: _fw.Input, key: str) -> Optional[tuple]:
+def _pristine_copies(inputs: Dict[str, _fw.Input]) -> Dict[str, np.ndarray]:
+    """Copies of the received storages a kernel is about to be handed itself (its writes land
+    there), taken before it runs: what it left is compared with them afterwards, so an input it
+    did not touch need not go back to the daemon."""
+    return {n: inp.storage.copy() for n, inp in inputs.items() if not inp.immutable and inp.own is None}
+
+
+def _wire_input(inp: _fw.Input, key: str, pristine: Optional[np.ndarray] = None) -> Optional[tuple]:
     """The input's storage as the kernel left it, for the daemon's mutation check (None for
     immutable JAX/TensorFlow arrays: nothing to check). Zero copy when the kernel's tensor views
-    the received storage."""
+    the received storage. None too when those bytes are the ones received: ``pristine`` (a copy
+    taken before the kernel ran), or the received storage itself when the kernel was handed a
+    copy of it (a device tensor, decoded bfloat16/fp8 values). Any difference, even one the
+    daemon would not count (a NaN's payload, padding between strided elements), sends the input
+    back, and the daemon's element-by-element check decides, as it does for every input a
+    client sends."""
     if inp.immutable:
         return None
     data = inp.storage
@@ -144,6 +156,9 @@ def _wire_input(inp: _fw.Input, key: str) -> Optional[tuple]:
             data = to_bits(host.astype(np.float64), inp.dtype)
         else:
             data = np.ascontiguousarray(host)
+    received = pristine if pristine is not None else inp.storage if inp.own is not None else None
+    if received is not None and _core.same_bytes(received, data):
+        return None
     return (key, inp.dtype, inp.shape, inp.strides, inp.offset, data)
 
 
@@ -279,12 +294,15 @@ class Client:
         return args
 
     def _batch(self, op, options, seed, start, count, framework, device, keep_wire: bool = False,
-               prefetch: int = 0):
+               prefetch: int = 0, digests: bool = True):
         """[(case json, {name: _fw.Input})] and the master seed (``keep_wire``: see _cases_of;
-        ``prefetch``: the daemon generates that many cases after these meanwhile)."""
+        ``prefetch``: the daemon generates that many cases after these meanwhile; ``digests``:
+        the cases' JSON carries each input's digest, which the daemon hashes every byte for)."""
         params = {"op": op, "count": count, "start_index": start, "options": options}
         if prefetch > 0:
             params["prefetch"] = int(prefetch)
+        if not digests:
+            params["digests"] = False
         if seed is not None:
             params["seed"] = int(seed)
         res, tens = self.request("get_test_batch", params)
@@ -346,12 +364,17 @@ class Client:
             out.append((d if isinstance(d, str) and not d.startswith("like:") else None, shape))
         return out
 
-    def _run_item(self, op, run_op, case, inputs, i: int, check_determinism: bool, rebuild) -> Tuple[dict, list]:
-        """Runs the kernel on one case: (item json, wire tensors)."""
+    def _run_item(self, op, run_op, case, inputs, i: int, check_determinism: bool, rebuild,
+                  runs_here: bool = True) -> Tuple[dict, list]:
+        """Runs the kernel on one case: (item json, wire tensors). ``runs_here``: ``run_op`` is the
+        kernel itself, so the inputs it is handed can be copied before it runs (an input that
+        comes back unchanged is then not sent); False when it only returns what a kernel already
+        made (submit_output)."""
         args: Dict[str, Any] = self._with_absent(op, case, {n: inp.tensor for n, inp in inputs.items()})
         args.update(case.get("attrs", {}))
         item: Dict[str, Any] = {"case": case}
         tensors = []
+        pristine = _pristine_copies(inputs) if runs_here else {}
         try:
             result = run_op(args)
         except Exception:  # noqa: BLE001 (a kernel's exception is a failure of the case)
@@ -398,7 +421,7 @@ class Client:
             strides = [s // arr.itemsize for s in arr.strides] if arr.ndim else []
             tensors.append((f"items/{i}/outputs/{k}", d, list(arr.shape), strides, 0, arr))
         for name, inp in inputs.items():
-            wired = _wire_input(inp, f"items/{i}/inputs/{name}")
+            wired = _wire_input(inp, f"items/{i}/inputs/{name}", pristine.get(name))
             if wired is not None:
                 tensors.append(wired)
         return item, tensors
@@ -440,7 +463,7 @@ class Client:
             n = min(_CHUNK, iterations - total)
             if batch is None:
                 batch, master = self._batch(op, options, master, total, n, fw, device, check_determinism,
-                                            prefetch=min(_CHUNK, iterations - total - n))
+                                            prefetch=min(_CHUNK, iterations - total - n), digests=False)
             items, tensors = [], []
             for i, (case, inputs) in enumerate(batch):
                 def rebuild(case=case):
@@ -458,7 +481,7 @@ class Client:
             if left > 0:  # the next chunk comes back with this one's verdicts: one request a chunk
                 # ... and the daemon makes the one after it while this process runs the kernel
                 params["next"] = {"count": min(_CHUNK, left), "start_index": total + n, "seed": master,
-                                  "prefetch": min(_CHUNK, left - min(_CHUNK, left))}
+                                  "prefetch": min(_CHUNK, left - min(_CHUNK, left)), "digests": False}
             if budget > 0:
                 params["hold_for_diagnosis"] = True  # failures come back unstored, to be diagnosed
                 params["hold_by_id"] = True  # ... and kept by the daemon: only diagnoses go back
@@ -668,13 +691,14 @@ class Client:
                       run_op: Optional[Callable] = None) -> Verdict:
         """The daemon's verdict on ``output`` for the case of :meth:`get_test_batch` with ``seed``.
         The inputs the case handed out are sent back too, so a kernel that wrote into them fails
-        with "input mutated"."""
+        with "input mutated" (an input the kernel got as a copy — on a device, or as decoded
+        bfloat16/fp8 values — goes back only when the copy no longer matches what was received)."""
         key = (op, int(seed))
         if key not in self._cases:
             raise errors.NotFoundError(f"no case with seed {seed} of {op!r} was fetched by this client "
                                        "(call get_test_batch first)")
         case, options, held = self._cases[key]
-        item, tensors = self._run_item(op, lambda _args: output, case, held, 0, False, None)
+        item, tensors = self._run_item(op, lambda _args: output, case, held, 0, False, None, runs_here=False)
         res, _ = self.request("submit_outputs", {"op": op, "options": options, "items": [item],
                                                  "kernel": _kernel_identity(run_op) if run_op else
                                                  {"kind": "client", "name": "submit_output"},

@@ -133,9 +133,32 @@ py::dict info_dict(DType d) {
   return out;
 }
 
+// Whether two buffers hold the same bytes: both C-contiguous and of one length, compared with one
+// memcmp (False for a non-contiguous buffer: the caller then sends it for the daemon's exact check).
+bool same_bytes(const py::buffer& a, const py::buffer& b) {
+  const py::buffer_info x = a.request(), y = b.request();
+  auto contiguous = [](const py::buffer_info& i) {
+    py::ssize_t step = i.itemsize;
+    for (py::ssize_t d = i.ndim - 1; d >= 0; --d) {
+      if (i.shape[d] != 1 && i.strides[d] != step) return false;
+      step *= i.shape[d];
+    }
+    return true;
+  };
+  if (!contiguous(x) || !contiguous(y)) return false;
+  const auto nx = static_cast<std::size_t>(x.size * x.itemsize);
+  const auto ny = static_cast<std::size_t>(y.size * y.itemsize);
+  if (nx != ny) return false;
+  if (nx == 0) return true;
+  py::gil_scoped_release unlocked;
+  return std::memcmp(x.ptr, y.ptr, nx) == 0;
+}
+
 }  // namespace
 
 void register_dtypes(py::module_& m) {
+  m.def("same_bytes", &same_bytes, py::arg("a"), py::arg("b"),
+        "whether two C-contiguous buffers hold the same bytes (False when either is not contiguous)");
   m.def(
       "to_bits", &to_bits, py::arg("values"), py::arg("dtype"), py::arg("overflow") = "to_nan",
       "float64 values rounded to a floating dtype (nearest, ties to even), as its bits: uint8 for "

@@ -461,6 +461,42 @@ def test_held_submission_by_id_is_checked(daemon):
     assert len(runs) == 1 and runs[0]["total"] == 2 and runs[0]["passed"] == 0
 
 
+@pytest.mark.parametrize("framework,dtype", [("numpy", "float32"), ("numpy", "bfloat16"), ("torch", "float32")])
+def test_inputs_a_kernel_left_alone_are_not_sent_back_and_a_written_one_is(daemon, framework, dtype):
+    """The mutation check without the round trip of every input: an input the kernel did not
+    write goes back to the daemon only when it differs from what came (numpy float32 and torch
+    float32 are handed the received storage itself; numpy bfloat16 gets decoded float32 copies)."""
+    client = Client()
+    rec = _Recorder(client)
+
+    def kernel(i):
+        x = i["x"]
+        return np_softmax(np.asarray(x), i["dim"]) if framework == "numpy" else x.softmax(i["dim"])
+
+    r = client.fuzz_op_client_side("softmax", run_op=kernel, iterations=32, dtypes=[dtype], seed=5,
+                                   framework=framework)
+    assert r.passed == 32, r.summary()
+    subs = [(p, n) for m, p, n in rec.calls if m == "submit_outputs"]
+    assert [n for _, n in subs] == [len(p["items"]) for p, _ in subs] == [16, 16], subs  # outputs only
+
+    rec.calls.clear()
+    seen = []
+
+    def writes_into_case_5(i):
+        out = kernel(i)
+        seen.append(1)
+        if len(seen) == 6:  # the sixth case: index 5
+            i["x"][..., 0] = 7.0
+        return out
+
+    r = client.fuzz_op_client_side("softmax", run_op=writes_into_case_5, iterations=32, dtypes=[dtype], seed=5,
+                                   framework=framework)
+    assert [f.index for f in r.failures] == [5] and r.passed == 31, r.summary()
+    assert r.failures[0].message.startswith("input mutated: the kernel wrote into 'x'"), r.failures[0].message
+    subs = [n for m, _, n in rec.calls if m == "submit_outputs"]
+    assert subs[0] == 17 and subs[1:] == [16], subs  # the written input went back, no other
+
+
 def test_determinism_check_runs_again_on_pristine_inputs_without_asking_the_daemon(daemon):
     client = Client()
     rec = _Recorder(client)
@@ -779,3 +815,20 @@ def test_prefetched_cases_are_made_ahead_and_handed_out_as_generated(daemon):
     assert res["cases"][0]["seed"] == first[0]["seed"]
     with pytest.raises(gpuemu.ValidationError, match="prefetch"):
         client.request("get_test_batch", {"op": "softmax", "count": 1, "prefetch": 10 ** 9})
+
+
+def test_a_batch_carries_digests_unless_asked_not_to(daemon):
+    """`digests: false` (what fuzz_op_client_side asks): the same cases and bytes, without the
+    FNV-1a of every input byte that `gpuemu cases` prints (docs/tensor-layout.md)."""
+    client = Client()
+    base = {"op": "matmul", "count": 3, "seed": 4, "options": {"distribution": "adversarial"}}
+    with_d, t1 = client.request("get_test_batch", base)
+    without, t2 = client.request("get_test_batch", {**base, "digests": False})
+    assert all(set(i) >= {"digest", "dtype", "shape", "strides"} for c in with_d["cases"] for i in c["inputs"].values())
+    assert all("digest" not in i for c in without["cases"] for i in c["inputs"].values())
+    strip = [{**c, "inputs": {k: {f: v for f, v in i.items() if f != "digest"} for k, i in c["inputs"].items()}}
+             for c in with_d["cases"]]
+    assert strip == without["cases"]
+    assert {k: v[4].tobytes() for k, v in t1.items()} == {k: v[4].tobytes() for k, v in t2.items()}
+    with pytest.raises(gpuemu.ValidationError, match="digests"):
+        client.request("get_test_batch", {**base, "digests": "no"})
