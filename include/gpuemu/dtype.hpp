@@ -77,5 +77,12 @@ double round_to(DType dtype, double x, Overflow overflow = Overflow::to_nan);
 // Element storage: encode `x` into `dst` (dtype_size bytes, little-endian), decode back.
 void encode_element(DType dtype, double x, std::byte* dst, Overflow overflow = Overflow::to_nan);
 double decode_element(DType dtype, const std::byte* src);
+// n elements at once, packed: the same bits as n calls of the functions above, with the choice of
+// format made once rather than per element (what tensors of millions of elements go through).
+void encode_elements(DType dtype, const double* x, std::size_t n, std::byte* dst,
+                     Overflow overflow = Overflow::to_nan);
+void decode_elements(DType dtype, const std::byte* src, std::size_t n, double* out);
+// round_to over n values in place.
+void round_elements(DType dtype, double* x, std::size_t n, Overflow overflow = Overflow::to_nan);
 
 }  // namespace gpuemu

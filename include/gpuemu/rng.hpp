@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <type_traits>
 
 namespace gpuemu {
 
@@ -51,15 +52,64 @@ class Rng {
   // generator's bulk path (det_log's series runs over a block of values at a time, SIMD, instead
   // of one dependent chain per value).
   void normals(double* out, std::size_t n);
+  // n normals into out drawn as `for i: out[i] = normal(); then(i);` would draw them, where then(i)
+  // makes the draws that interleave with the normals in the stream (a chance() per element, say):
+  // the same u64s in the same order, the same bits, with the log series over blocks as in
+  // normals(). then(i) may draw from this Rng and record what it drew, but must not read out[i]:
+  // a block's values are finished after its last then().
+  template <class Then>
+  void normals_then(double* out, std::size_t n, Then&& then);
   // True with probability num/den (integers, so no rounding question arises).
   bool chance(std::uint64_t num, std::uint64_t den) { return bounded(den) < num; }
   // An index drawn with integer weights (sum > 0).
   std::size_t weighted(std::span<const std::uint64_t> weights);
 
  private:
+  // One try of the polar method's draws into slot i of a block: u, s = u^2 + v^2 and frexp(s), read
+  // off its bits (u and v are multiples of 2^-52, so an accepted s >= 2^-104 is a normal double;
+  // for a rejected s the slot holds garbage and the next try overwrites it). Whether 0 < s < 1.
+  // finish_block() turns a block into values (det_log's adjustment of m included).
+  static constexpr std::size_t k_block = 256;
+  struct PolarBlock {
+    double m[k_block], e[k_block], u[k_block], s[k_block];
+  };
+  struct NoDraws {
+    void operator()(std::size_t) const {}
+  };
+  bool polar_try(PolarBlock& b, std::size_t i) {
+    const double uu = 2.0 * uniform01() - 1.0;
+    const double vv = 2.0 * uniform01() - 1.0;
+    const double ss = uu * uu + vv * vv;
+    std::uint64_t bits;
+    __builtin_memcpy(&bits, &ss, sizeof bits);
+    const auto biased = static_cast<int>((bits >> 52) & 0x7ff);
+    bits = (bits & ~(std::uint64_t{0x7ff} << 52)) | (std::uint64_t{1022} << 52);
+    __builtin_memcpy(&b.m[i], &bits, sizeof bits);  // frexp's fraction, in [0.5, 1)
+    b.e[i] = static_cast<double>(biased - 1022);      // ... and its exponent
+    b.u[i] = uu;
+    b.s[i] = ss;
+    return ss > 0.0 && ss < 1.0;
+  }
+  static void finish_block(const PolarBlock& b, double* out, std::size_t n);
+
   std::uint64_t m_s0;
   std::uint64_t m_s1;
 };
+
+template <class Then>
+void Rng::normals_then(double* out, std::size_t n, Then&& then) {
+  PolarBlock block;
+  for (std::size_t at = 0; at < n; at += k_block) {
+    const std::size_t b = n - at < k_block ? n - at : k_block;
+    if constexpr (std::is_same_v<std::decay_t<Then>, NoDraws>) {
+      for (std::size_t i = 0; i < b;) i += polar_try(block, i) ? 1 : 0;  // no branch to mispredict
+    } else {
+      for (std::size_t i = 0; i < b;)
+        if (polar_try(block, i)) then(at + i++);
+    }
+    finish_block(block, out + at, b);
+  }
+}
 
 // Natural logarithm of x > 0, finite, computed only with IEEE-exact operations in a fixed order
 // (frexp, then an atanh series of fixed length). Accurate to a few ulp; identical on every machine.

@@ -523,3 +523,36 @@ TEST(Dtype, NamesAndParsing) {
 }
 
 }  // namespace
+
+// The bulk conversions are the per-element ones, bit for bit, for every dtype and overflow rule, on
+// values of every kind (random bits, specials, overflow thresholds, integers' ranges).
+TEST(DtypeBulk, EncodeDecodeAndRoundManyAreTheOneAtATimeFunctions) {
+  gpuemu::Rng rng(20261203);
+  std::vector<double> x;
+  for (int i = 0; i < 20000; ++i) {
+    const std::uint64_t bits = rng.next_u64();
+    x.push_back(i % 2 ? std::bit_cast<double>(bits) : rng.normal() * std::ldexp(1.0, static_cast<int>(rng.integer(-30, 30))));
+  }
+  for (double v : {0.0, -0.0, 1.0, -1.0, 65504.0, 65520.0, -65520.0, 3.4028234663852886e38, 3.5e38, -3.5e38,
+                   448.0, 464.0, 57344.0, 61440.0, 1e-40, 1e-310, 127.5, 128.0, -129.0, 255.5, 256.0, 9.3e18,
+                   std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                   std::numeric_limits<double>::quiet_NaN()})
+    x.push_back(v);
+  for (gpuemu::DType d : gpuemu::all_dtypes()) {
+    for (auto ov : {gpuemu::Overflow::to_nan, gpuemu::Overflow::saturate}) {
+      const std::size_t es = gpuemu::dtype_size(d);
+      std::vector<std::byte> one(x.size() * es), many(x.size() * es);
+      for (std::size_t i = 0; i < x.size(); ++i) gpuemu::encode_element(d, x[i], one.data() + i * es, ov);
+      gpuemu::encode_elements(d, x.data(), x.size(), many.data(), ov);
+      ASSERT_EQ(one, many) << gpuemu::dtype_name(d);
+      std::vector<double> back_one(x.size()), back_many(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) back_one[i] = gpuemu::decode_element(d, one.data() + i * es);
+      gpuemu::decode_elements(d, one.data(), x.size(), back_many.data());
+      ASSERT_EQ(0, std::memcmp(back_one.data(), back_many.data(), x.size() * sizeof(double))) << gpuemu::dtype_name(d);
+      std::vector<double> r_one(x.size()), r_many = x;
+      for (std::size_t i = 0; i < x.size(); ++i) r_one[i] = gpuemu::round_to(d, x[i], ov);
+      gpuemu::round_elements(d, r_many.data(), r_many.size(), ov);
+      ASSERT_EQ(0, std::memcmp(r_one.data(), r_many.data(), x.size() * sizeof(double))) << gpuemu::dtype_name(d);
+    }
+  }
+}

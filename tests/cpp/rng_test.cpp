@@ -524,6 +524,33 @@ TEST(Rng, DetLogAccuracy) {
 }  // namespace
 
 // The bulk path is normal() n times, bit for bit, and leaves the stream where they would.
+TEST(Rng, NormalsThenAreNormalsInterleavedWithTheirDrawsBitForBit) {
+  for (std::uint64_t seed : {1ULL, 7ULL, 0xdeadbeefULL, 20261202ULL}) {
+    for (std::size_t n : {0u, 1u, 5u, 255u, 256u, 257u, 1000u, 4099u}) {
+      Rng a(seed), b(seed);
+      std::vector<double> bulk(n);
+      std::vector<std::uint64_t> drawn_a(n, 0), drawn_b(n, 0);
+      // a chance() after some normals only, as the late-spike logits draw it
+      a.normals_then(bulk.data(), n, [&](std::size_t i) {
+        if (i % 3 == 0) return;
+        const std::uint64_t c = a.chance(1, 16) ? 1 : 0;
+        drawn_a[i] = 1 + c + 2 * a.bounded(1000);
+      });
+      for (std::size_t i = 0; i < n; ++i) {
+        const double one = b.normal();
+        if (i % 3 != 0) {
+          const std::uint64_t c = b.chance(1, 16) ? 1 : 0;
+          drawn_b[i] = 1 + c + 2 * b.bounded(1000);
+        }
+        ASSERT_EQ(std::bit_cast<std::uint64_t>(bulk[i]), std::bit_cast<std::uint64_t>(one))
+            << "seed " << seed << " n " << n << " at " << i;
+      }
+      EXPECT_EQ(drawn_a, drawn_b) << "seed " << seed << " n " << n;
+      EXPECT_EQ(a.next_u64(), b.next_u64()) << "seed " << seed << " n " << n;
+    }
+  }
+}
+
 TEST(Rng, NormalsAreNormalBitForBit) {
   for (std::uint64_t seed : {1ULL, 7ULL, 0xdeadbeefULL, 20261202ULL}) {
     for (std::size_t n : {0u, 1u, 3u, 4u, 5u, 255u, 256u, 257u, 1000u, 4099u}) {

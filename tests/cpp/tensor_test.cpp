@@ -251,6 +251,28 @@ TEST(Tensor, NonContiguousReadsAndBytes) {
   for (std::int64_t i = 0; i < e->numel(); ++i) flat.push_back(e->get_flat(i));
   EXPECT_EQ(flat, expect);
   EXPECT_EQ(e->contiguous().to_f64(), expect);
+
+  // Rows of stride 1 in a non-contiguous view (decoded a row at a time): a slice along dim 2, and
+  // the same rows repeated by an expanded leading dim, in float32 and bfloat16.
+  for (DType d : {DType::float32, DType::bfloat16}) {
+    Tensor src = Tensor::from_values(d, {3, 4, 5, 6}, iota(360));
+    Tensor rows = src.slice(2, 1, 5, 2).slice(3, 1, 6, 1);  // [3, 4, 2, 5], last stride 1
+    auto rep = rows.slice(0, 2, 3, 1).expand({2, 4, 2, 5});
+    ASSERT_TRUE(rep.ok());
+    std::vector<double> want_rows, want_rep;
+    for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 4; ++b)
+        for (int c2 = 0; c2 < 2; ++c2)
+          for (int k = 0; k < 5; ++k) want_rows.push_back(a * 120 + b * 30 + (1 + 2 * c2) * 6 + 1 + k);
+    for (int a = 0; a < 2; ++a)
+      for (int b = 0; b < 4; ++b)
+        for (int c2 = 0; c2 < 2; ++c2)
+          for (int k = 0; k < 5; ++k) want_rep.push_back(2 * 120 + b * 30 + (1 + 2 * c2) * 6 + 1 + k);
+    for (auto& x : want_rows) x = gpuemu::round_to(d, x);
+    for (auto& x : want_rep) x = gpuemu::round_to(d, x);
+    EXPECT_EQ(rows.to_f64(), want_rows);
+    EXPECT_EQ(rep->to_f64(), want_rep);
+  }
 }
 
 TEST(Tensor, Fnv1a) {

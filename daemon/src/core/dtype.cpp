@@ -281,4 +281,69 @@ double decode_element(DType dtype, const std::byte* src) {
   return 0.0;
 }
 
+namespace {
+
+template <class Bits>
+void encode_format(const FloatFormat& f, const double* x, std::size_t n, std::byte* dst, Overflow overflow) {
+  for (std::size_t i = 0; i < n; ++i) store(dst + i * sizeof(Bits), static_cast<Bits>(encode_float(f, x[i], overflow)));
+}
+
+template <class Bits>
+void decode_format(const FloatFormat& f, const std::byte* src, std::size_t n, double* out) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = decode_float(f, load<Bits>(src + i * sizeof(Bits)));
+}
+
+}  // namespace
+
+void encode_elements(DType dtype, const double* x, std::size_t n, std::byte* dst, Overflow overflow) {
+  switch (dtype) {
+    case DType::float64: std::memcpy(dst, x, n * sizeof(double)); return;
+    case DType::float32:
+      if (overflow != Overflow::saturate) {
+        for (std::size_t i = 0; i < n; ++i) store(dst + i * 4, static_cast<float>(x[i]));
+        return;
+      }
+      break;
+    case DType::float16: encode_format<std::uint16_t>(k_f16, x, n, dst, overflow); return;
+    case DType::bfloat16: encode_format<std::uint16_t>(k_bf16, x, n, dst, overflow); return;
+    default: break;
+  }
+  const std::size_t es = dtype_size(dtype);
+  for (std::size_t i = 0; i < n; ++i) encode_element(dtype, x[i], dst + i * es, overflow);
+}
+
+void decode_elements(DType dtype, const std::byte* src, std::size_t n, double* out) {
+  switch (dtype) {
+    case DType::float64: std::memcpy(out, src, n * sizeof(double)); return;
+    case DType::float32:
+      for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<double>(load<float>(src + i * 4));
+      return;
+    case DType::float16: decode_format<std::uint16_t>(k_f16, src, n, out); return;
+    case DType::bfloat16: decode_format<std::uint16_t>(k_bf16, src, n, out); return;
+    default: break;
+  }
+  const std::size_t es = dtype_size(dtype);
+  for (std::size_t i = 0; i < n; ++i) out[i] = decode_element(dtype, src + i * es);
+}
+
+void round_elements(DType dtype, double* x, std::size_t n, Overflow overflow) {
+  switch (dtype) {
+    case DType::float64: return;
+    case DType::float32:
+      if (overflow != Overflow::saturate) {
+        for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<double>(static_cast<float>(x[i]));
+        return;
+      }
+      break;
+    case DType::float16:
+      for (std::size_t i = 0; i < n; ++i) x[i] = decode_float(k_f16, encode_float(k_f16, x[i], overflow));
+      return;
+    case DType::bfloat16:
+      for (std::size_t i = 0; i < n; ++i) x[i] = decode_float(k_bf16, encode_float(k_bf16, x[i], overflow));
+      return;
+    default: break;
+  }
+  for (std::size_t i = 0; i < n; ++i) x[i] = round_to(dtype, x[i], overflow);
+}
+
 }  // namespace gpuemu

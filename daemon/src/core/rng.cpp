@@ -76,17 +76,48 @@ namespace {
 // det_log's series and the polar method's last step over a block, as vectors. The operations and
 // their order are det_log's and normal()'s, element by element (IEEE +, -, *, / and sqrt are
 // correctly rounded in every lane, and nothing is contracted into an FMA), so every lane gives the
-// bits the scalar path gives. m in [1/sqrt 2, sqrt 2) and e are frexp's, already adjusted.
+// bits the scalar path gives. m in [0.5, 1) and e are frexp's; det_log's adjustment (m < 1/sqrt 2:
+// m * 2, e - 1, both exact) is made here, lane by lane, with a select instead of a branch taken
+// about half the time.
 using v4d = double __attribute__((vector_size(32)));
 
 [[gnu::always_inline]] inline void polar_tail(const double* m, const double* e, const double* u, const double* s,
                        double* out, std::size_t n) {
   std::size_t i = 0;
+  // Four vectors at a time: the series is a chain of 20 dependent multiply-adds per value, so one
+  // vector at a time waits on each step's latency; four independent chains fill the pipeline.
+  // (Each lane's operations and their order are unchanged.)
+  for (; i + 16 <= n; i += 16) {
+    v4d mv[4], ev[4], sv[4], z[4], z2[4], p[4];
+    for (int j = 0; j < 4; ++j) {
+      __builtin_memcpy(&mv[j], m + i + 4 * j, sizeof(v4d));
+      __builtin_memcpy(&ev[j], e + i + 4 * j, sizeof(v4d));
+      __builtin_memcpy(&sv[j], s + i + 4 * j, sizeof(v4d));
+      const auto low = mv[j] < 0.70710678118654752;
+      mv[j] = low ? mv[j] * 2.0 : mv[j];
+      ev[j] = low ? ev[j] - 1.0 : ev[j];
+      z[j] = (mv[j] - 1.0) / (mv[j] + 1.0);
+      z2[j] = z[j] * z[j];
+      p[j] = v4d{} + 1.0 / 41.0;
+    }
+    for (int k = 19; k >= 0; --k) {
+      const double c = 1.0 / static_cast<double>(2 * k + 1);
+      for (int j = 0; j < 4; ++j) p[j] = p[j] * z2[j] + c;
+    }
+    for (int j = 0; j < 4; ++j) {
+      const v4d log_s = ev[j] * 0.6931471805599453 + 2.0 * z[j] * p[j];
+      const v4d t = -2.0 * log_s / sv[j];
+      __builtin_memcpy(out + i + 4 * j, &t, sizeof t);
+    }
+  }
   for (; i + 4 <= n; i += 4) {
     v4d mv, ev, sv;
     __builtin_memcpy(&mv, m + i, sizeof mv);
     __builtin_memcpy(&ev, e + i, sizeof ev);
     __builtin_memcpy(&sv, s + i, sizeof sv);
+    const auto low = mv < 0.70710678118654752;
+    mv = low ? mv * 2.0 : mv;
+    ev = low ? ev - 1.0 : ev;
     const v4d z = (mv - 1.0) / (mv + 1.0);
     const v4d z2 = z * z;
     v4d p = v4d{} + 1.0 / 41.0;
@@ -96,11 +127,13 @@ using v4d = double __attribute__((vector_size(32)));
     __builtin_memcpy(out + i, &t, sizeof t);
   }
   for (; i < n; ++i) {
-    const double z = (m[i] - 1.0) / (m[i] + 1.0);
+    const bool low = m[i] < 0.70710678118654752;
+    const double mi = low ? m[i] * 2.0 : m[i], ei = low ? e[i] - 1.0 : e[i];
+    const double z = (mi - 1.0) / (mi + 1.0);
     const double z2 = z * z;
     double p = 1.0 / 41.0;
     for (int k = 19; k >= 0; --k) p = p * z2 + 1.0 / static_cast<double>(2 * k + 1);
-    out[i] = -2.0 * (e[i] * 0.6931471805599453 + 2.0 * z * p) / s[i];
+    out[i] = -2.0 * (ei * 0.6931471805599453 + 2.0 * z * p) / s[i];
   }
   for (std::size_t j = 0; j < n; ++j) out[j] = u[j] * std::sqrt(out[j]);
 }
@@ -119,37 +152,11 @@ const bool k_has_avx2 = __builtin_cpu_supports("avx2");
 
 }  // namespace
 
-void Rng::normals(double* out, std::size_t n) {
-  constexpr std::size_t k_block = 256;
-  double m[k_block], e[k_block], u[k_block], s[k_block];
-  while (n > 0) {
-    const std::size_t b = n < k_block ? n : k_block;
-    for (std::size_t i = 0; i < b; ++i) {
-      for (;;) {
-        const double uu = 2.0 * uniform01() - 1.0;
-        const double vv = 2.0 * uniform01() - 1.0;
-        const double ss = uu * uu + vv * vv;
-        if (ss > 0.0 && ss < 1.0) {
-          // frexp of a positive normal double (ss >= 2^-104), then det_log's adjustment.
-          int ex = 0;
-          double mm = std::frexp(ss, &ex);
-          if (mm < 0.70710678118654752) {
-            mm = mm * 2.0;
-            ex = ex - 1;
-          }
-          m[i] = mm;
-          e[i] = static_cast<double>(ex);
-          u[i] = uu;
-          s[i] = ss;
-          break;
-        }
-      }
-    }
-    (k_has_avx2 ? polar_tail_avx2 : polar_tail_base)(m, e, u, s, out, b);
-    out += b;
-    n -= b;
-  }
+void Rng::finish_block(const PolarBlock& b, double* out, std::size_t n) {
+  (k_has_avx2 ? polar_tail_avx2 : polar_tail_base)(b.m, b.e, b.u, b.s, out, n);
 }
+
+void Rng::normals(double* out, std::size_t n) { normals_then(out, n, NoDraws{}); }
 
 std::size_t Rng::weighted(std::span<const std::uint64_t> weights) {
   std::uint64_t total = 0;

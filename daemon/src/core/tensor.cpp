@@ -52,9 +52,7 @@ Tensor Tensor::from_values(DType dtype, Shape shape, std::span<const double> val
   Tensor t = zeros(dtype, std::move(shape));
   if (static_cast<std::int64_t>(values.size()) != t.numel())
     throw std::invalid_argument("Tensor::from_values: value count does not match the shape");
-  const std::size_t es = dtype_size(dtype);
-  std::byte* base = t.m_storage->data();
-  for (std::size_t i = 0; i < values.size(); ++i) encode_element(dtype, values[i], base + i * es, overflow);
+  encode_elements(dtype, values.data(), values.size(), t.m_storage->data(), overflow);
   return t;
 }
 
@@ -161,19 +159,23 @@ void decode_strided(DType dtype, const std::byte* first, std::span<const std::in
   if (n == 0) return;
   const auto es = static_cast<std::int64_t>(dtype_size(dtype));
   if (contiguous) {
-    if (dtype == DType::float64) {
-      std::memcpy(out, first, static_cast<std::size_t>(n) * sizeof(double));
-    } else {
-      for (std::int64_t i = 0; i < n; ++i) out[i] = decode_element(dtype, first + i * es);
-    }
+    decode_elements(dtype, first, static_cast<std::size_t>(n), out);
     return;
   }
-  // Odometer walk over the multi-index.
+  // Odometer walk over the multi-index; a last dim of stride 1 is decoded as one run.
   const std::size_t rank = shape.size();
   std::vector<std::int64_t> idx(rank, 0);
   std::int64_t pos = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    out[i] = decode_element(dtype, first + pos * es);
+  const std::int64_t run = strides[rank - 1] == 1 ? shape[rank - 1] : 1;
+  for (std::int64_t i = 0; i < n;) {
+    if (run > 1) {
+      decode_elements(dtype, first + pos * es, static_cast<std::size_t>(run), out + i);
+      i += run;
+      idx[rank - 1] = shape[rank - 1] - 1;  // the run ends at the last dim's last index
+      pos += run - 1;
+    } else {
+      out[i++] = decode_element(dtype, first + pos * es);
+    }
     for (std::size_t d = rank; d-- > 0;) {
       if (++idx[d] < shape[d]) {
         pos += strides[d];

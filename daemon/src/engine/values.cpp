@@ -63,20 +63,27 @@ void fill_logits(std::vector<double>& v, const Shape& shape, Rng& rng, DType d, 
     case 2: offset = -spread * rng.uniform(4.0, 12.0) - 4.0; break;
     default: break;
   }
-  // The draws in index order: the late spike's chance() interleaves with them, so that pattern
-  // draws one by one; every other takes the normals in bulk (the same stream, the same bits).
-  const bool bulk = key_like || pattern != 2;
-  if (bulk) rng.normals(v.data(), v.size());
+  // The draws in index order: in the late-spike pattern a chance() follows the normal of each
+  // element of a row's last quarter (normals_then interleaves it: the same stream, the same bits).
+  const bool spikes = !key_like && pattern == 2;
+  const std::int64_t tail_from = n - std::max<std::int64_t>(n / 4, 1);
+  std::vector<unsigned char> spike(spikes ? v.size() : 0);
+  if (spikes)
+    rng.normals_then(v.data(), v.size(), [&](std::size_t i) {
+      spike[i] = static_cast<std::int64_t>(i) % n >= tail_from && rng.chance(1, 16);
+    });
+  else
+    rng.normals(v.data(), v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
     const auto k = static_cast<std::int64_t>(i) % n;
-    double x = (bulk ? v[i] : rng.normal()) * spread + offset;
+    double x = v[i] * spread + offset;
     if (key_like) {
       // Keys: grow along the sequence dim so later keys give larger scores.
       const auto row = (static_cast<std::int64_t>(i) / n) % std::max<std::int64_t>(rows_len, 1);
       if (pattern != 0) x *= 1.0 + 3.0 * static_cast<double>(row) / static_cast<double>(std::max<std::int64_t>(rows_len, 1));
     } else if (pattern == 1) {
       x += ramp * static_cast<double>(k) / static_cast<double>(n);
-    } else if (pattern == 2 && k >= n - std::max<std::int64_t>(n / 4, 1) && rng.chance(1, 16)) {
+    } else if (spikes && spike[i]) {
       x += ramp * 2.0;
     }
     v[i] = x;
@@ -120,9 +127,12 @@ void fill_accumulated(std::vector<double>& v, Rng& rng) {
     case 0:
       for (auto& x : v) x = rng.uniform(0.5, 1.5);
       break;
-    case 1:
-      for (auto& x : v) x = rng.normal() * (rng.chance(1, 64) ? 64.0 : 1.0);
+    case 1: {  // each normal, then the chance of its outlier
+      std::vector<unsigned char> outlier(v.size());
+      rng.normals_then(v.data(), v.size(), [&](std::size_t i) { outlier[i] = rng.chance(1, 64); });
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = v[i] * (outlier[i] ? 64.0 : 1.0);
       break;
+    }
     default: {
       const double mean = rng.uniform(0.25, 1.0);
       rng.normals(v.data(), v.size());
@@ -335,7 +345,7 @@ std::vector<double> generate_values(const ValueRequest& req, Rng& rng) {
     for (auto& x : v) x = std::min(1.0, x / (1.0 + x));
   }
   if (req.distribution == Distribution::special) sprinkle_specials(v, rng);
-  for (auto& x : v) x = round_to(req.dtype, x);
+  round_elements(req.dtype, v.data(), v.size());
   return v;
 }
 
@@ -519,7 +529,7 @@ std::vector<double> transform_values(const std::string& transform, std::vector<d
   else if (transform == "ones") std::fill(values.begin(), values.end(), 1.0);
   else if (transform == "small_ints")
     for (auto& x : values) x = std::isfinite(x) ? std::clamp(std::nearbyint(x), -2.0, 2.0) : x;
-  for (auto& x : values) x = round_to(dtype, x);
+  round_elements(dtype, values.data(), values.size());
   return values;
 }
 

@@ -8,22 +8,42 @@
 
 namespace gpuemu {
 
+namespace {
+
+// normalised_error's dtype facts, looked up once per output rather than once per element.
+struct ErrorScale {
+  double u_out, u_in, min_normal, min_subnormal;
+  bool floating;
+  bool exact;
+  ErrorScale(DType out_dtype, DType in_dtype, bool exact_op) {
+    const auto& o = dtype_info(out_dtype);
+    const auto& i = dtype_info(in_dtype);
+    u_out = o.is_floating ? o.unit_roundoff : 0.0;
+    u_in = i.is_floating ? i.unit_roundoff : 0.0;
+    min_normal = o.min_normal;
+    min_subnormal = o.min_subnormal;
+    floating = o.is_floating;
+    exact = exact_op;
+  }
+  double operator()(double out, double ref, double c_acc, double c_in) const {
+    const double bound = exact ? 0.0 : u_out * std::fabs(ref) + k_u_acc * c_acc + u_in * c_in;
+    // The floor near zero. A correct result within reach of the subnormal range (its reference
+    // below the smallest normal, give or take what the bound lets it move) may come back flushed
+    // to zero (FTZ) or as the smallest normal: there the floor is the smallest normal. Elsewhere
+    // flushing cannot happen, and the floor is the subnormal spacing: a floor of min_normal
+    // everywhere let a float16 softmax 5 % too large pass on every row of 1,000 or more (outputs
+    // near 1e-3, floor 6e-5).
+    double tiny = 0.5;
+    if (floating) tiny = std::fabs(ref) <= min_normal + k_floor_reach * bound ? min_normal : min_subnormal;
+    return std::fabs(out - ref) / (bound + tiny);
+  }
+};
+
+}  // namespace
+
 double normalised_error(double out, double ref, double c_acc, double c_in, DType out_dtype,
                         DType in_dtype, bool exact) {
-  const auto& o = dtype_info(out_dtype);
-  const auto& i = dtype_info(in_dtype);
-  const double u_out = o.is_floating ? o.unit_roundoff : 0.0;
-  const double u_in = i.is_floating ? i.unit_roundoff : 0.0;
-  const double bound = exact ? 0.0 : u_out * std::fabs(ref) + k_u_acc * c_acc + u_in * c_in;
-  // The floor near zero. A correct result within reach of the subnormal range (its reference
-  // below the smallest normal, give or take what the bound lets it move) may come back flushed to
-  // zero (FTZ) or as the smallest normal: there the floor is the smallest normal. Elsewhere flushing
-  // cannot happen, and the floor is the subnormal spacing: a floor of min_normal everywhere let a
-  // float16 softmax 5 % too large pass on every row of 1,000 or more (outputs near 1e-3, floor 6e-5).
-  double tiny = 0.5;
-  if (o.is_floating)
-    tiny = std::fabs(ref) <= o.min_normal + k_floor_reach * bound ? o.min_normal : o.min_subnormal;
-  return std::fabs(out - ref) / (bound + tiny);
+  return ErrorScale(out_dtype, in_dtype, exact)(out, ref, c_acc, c_in);
 }
 
 double inf_stand_in(DType dtype) {
@@ -111,8 +131,7 @@ std::vector<std::vector<double>> rounded_reference(const std::vector<RefOutput>&
   out.reserve(reference.size());
   for (const auto& ref : reference) {
     std::vector<double> r(ref.value.begin(), ref.value.end());
-    if (dtype_info(ref.dtype).is_floating)
-      for (double& x : r) x = round_to(ref.dtype, x);
+    if (dtype_info(ref.dtype).is_floating) round_elements(ref.dtype, r.data(), r.size());
     out.push_back(std::move(r));
   }
   return out;
@@ -175,6 +194,7 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx,
         }
       };
       const double* pre = rounded != nullptr ? (*rounded)[k].data() : nullptr;
+      const ErrorScale scale(od, ctx.case_dtype, ref.exact);
       for (std::size_t e = 0; e < out.size(); ++e) {
         const double r = pre != nullptr ? pre[e]
                          : floating     ? round_to(od, ref.value[e])
@@ -214,8 +234,7 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx,
           if (std::isfinite(edge) && ((std::isinf(o) && rf) || (std::isinf(r) && of))) {
             const double o_val = std::isinf(o) ? std::copysign(edge, o) : o;
             const double r_val = std::isinf(r) ? std::copysign(edge, r) : ref.value[e];
-            err = normalised_error(o_val, r_val, std::isfinite(ca) ? ca : 0.0,
-                                   std::isfinite(ci) ? ci : 0.0, od, ctx.case_dtype, ref.exact);
+            err = scale(o_val, r_val, std::isfinite(ca) ? ca : 0.0, std::isfinite(ci) ? ci : 0.0);
             if (err <= envelope) {
               record(e, err, o, ref.value[e]);
               continue;
@@ -230,7 +249,7 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx,
           }
           err = std::numeric_limits<double>::infinity();
         } else {
-          err = floating ? normalised_error(o, ref.value[e], ca, ci, od, ctx.case_dtype, ref.exact)
+          err = floating ? scale(o, ref.value[e], ca, ci)
                          : (o == r ? 0.0 : std::numeric_limits<double>::infinity());
         }
         record(e, err, o, ref.value[e]);

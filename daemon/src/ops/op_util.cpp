@@ -112,7 +112,7 @@ Shape reduced_shape(const Shape& shape, std::int64_t dim, bool keepdim) {
 }
 
 std::vector<double> round_all(DType dtype, std::vector<double> v) {
-  for (auto& x : v) x = round_to(dtype, x);
+  round_elements(dtype, v.data(), v.size());
   return v;
 }
 
