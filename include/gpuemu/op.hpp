@@ -113,6 +113,10 @@ class RefContext {
   // (policy_operand_overflow; infinity under IEEE): the gemm and conv references let an output
   // that such an operand takes part in be non-finite (alt_nonfinite).
   double operand_overflow = std::numeric_limits<double>::infinity();
+  // The absolute error the declared policy's rounding may add to an operand below the input
+  // dtype's smallest normal (policy_operand_floor; 0 under IEEE): the gemm and conv references
+  // widen c_acc by what it can move each dot product.
+  double operand_floor = 0.0;
   // The caller wants the fp64 value alone (gpuemu.reference): a reference may then skip the work
   // that only the error bounds need and leave c_acc, c_in and alt_nonfinite empty. Verdicts,
   // calibration and minimizing never set it.

@@ -59,4 +59,14 @@ double policy_operand_roundoff(PrecisionPolicy p, DType in_dtype);
 // returns Inf or NaN wherever such an operand takes part in a product; one that truncates does not.
 double policy_operand_overflow(PrecisionPolicy p, DType in_dtype);
 
+// The absolute error a policy's conversion may add to an `in_dtype` operand on top of its relative
+// roundoff: nonzero where policy_operand_roundoff is. TF32 (and tf32x3's and bf16x3's hi parts) keep
+// fp32's exponent range with fewer fraction bits, so below fp32's smallest normal the conversion's
+// error is absolute, not relative: up to half the format's subnormal spacing when it rounds, less
+// than the spacing when it truncates. The bound is that spacing: 2^-136 for tf32 and tf32x3, 2^-133
+// for bf16x3. (The H200's cuBLAS and cuDNN TF32 round subnormals, flushing none: 2^-127, 1.5 * 2^-130
+// and 2^-136 are kept exactly, 2^-149 becomes 0, bench/conformance/probe_tf32_subnormal.py; so a
+// product 2^-149 * 2^127 = 2^-22 of an exact value is lost: docs/gpu.md, seed 3.)
+double policy_operand_floor(PrecisionPolicy p, DType in_dtype);
+
 }  // namespace gpuemu

@@ -33,6 +33,7 @@ Result<RefContext> case_ref_context(const OpSchema& schema, const TestCase& c) {
   ctx.dims = c.dims;
   ctx.operand_roundoff = policy_operand_roundoff(c.precision, c.dtype);
   ctx.operand_overflow = policy_operand_overflow(c.precision, c.dtype);
+  ctx.operand_floor = policy_operand_floor(c.precision, c.dtype);
   return ctx;
 }
 

@@ -87,6 +87,13 @@ double policy_operand_roundoff(PrecisionPolicy p, DType in_dtype) {
   return info.unit_roundoff >= u / 2 ? 0.0 : u;
 }
 
+double policy_operand_floor(PrecisionPolicy p, DType in_dtype) {
+  if (policy_operand_roundoff(p, in_dtype) == 0.0) return 0.0;
+  // The subnormal spacing of the format the operand is converted to (its hi part's for the split
+  // schemes, whose lo part then holds the rest on the same grid): TF32 2^-126 * 2^-10, bf16 2^-126 * 2^-7.
+  return p == PrecisionPolicy::bf16x3 ? 0x1.0p-133 : 0x1.0p-136;
+}
+
 double policy_operand_overflow(PrecisionPolicy p, DType in_dtype) {
   constexpr double inf = std::numeric_limits<double>::infinity();
   double threshold = inf;

@@ -95,6 +95,11 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, int spatial_dims
       for (std::int64_t r = 0; r < R; ++r)
         if (std::fabs(weight[c * R + r]) >= thr) w_big[c] = 1;
   }
+  // Under a policy with an absolute operand error (RefContext::operand_floor), what each
+  // subnormal operand adds to the bounds of the outputs it takes part in (subnormal_error), in
+  // c_acc's units, added after the √R scaling below.
+  std::vector<double> floor_part;
+  if (ctx.operand_floor > 0.0) floor_part.assign(n, 0.0);
   for (std::int64_t b = 0; b < g.B; ++b)
     for (std::int64_t grp = 0; grp < g.groups; ++grp) {
       im2col(x, g, b, grp, ReductionOrder::chw, Im2colBug::none, cols.data());
@@ -115,6 +120,19 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, int spatial_dims
                P);
       for (auto& c : cols) c = std::fabs(c);
       dgemm_rm(false, false, cog, P, R, abs_w[grp].data(), R, cols.data(), P, c_acc.data() + o, P);
+      if (!floor_part.empty()) {  // cols holds |x| now; padding taps are 0 and add nothing
+        const double wa = floor_weight_a(ctx), wb = floor_weight_b(ctx);
+        double* fp = floor_part.data() + o;
+        const double* w = weight + grp * cog * R;
+        for (std::int64_t co = 0; co < cog; ++co)
+          for (std::int64_t r = 0; r < R; ++r)
+            if (const double s = subnormal_error(ctx, w[co * R + r]); s > 0.0)
+              for (std::int64_t px = 0; px < P; ++px) fp[co * P + px] += wa * s * cols[r * P + px];
+        for (std::int64_t r = 0; r < R; ++r)
+          for (std::int64_t px = 0; px < P; ++px)
+            if (const double s = subnormal_error(ctx, cols[r * P + px]); s > 0.0)
+              for (std::int64_t co = 0; co < cog; ++co) fp[co * P + px] += wb * std::fabs(w[co * R + r]) * s;
+      }
     }
   std::vector<std::uint8_t> alt;
   if (!all_finite(weight, g.Cout * R)) padded_taps_take_no_part(g, x, weight, value, c_acc, alt);
@@ -129,6 +147,7 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, int spatial_dims
       for (std::int64_t p = 0; p < P; ++p) {
         const auto i = static_cast<std::size_t>((b * g.Cout + c) * P + p);
         c_acc[i] *= root;
+        if (!floor_part.empty()) c_acc[i] += floor_part[i];
         if (bias) {
           c_in[i] = std::fabs(value[i]);
           value[i] += bias[c];

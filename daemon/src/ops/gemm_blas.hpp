@@ -51,6 +51,22 @@ inline double policy_weight(const RefContext& ctx) {
   return (2.0 * u + u * u) * 0x1.0p24;
 }
 
+// A policy's absolute operand error (RefContext::operand_floor: eta, the format's subnormal
+// spacing): an operand x below fp32's smallest normal converts with an error s(x) = min(|x|, eta)
+// at most (0 is on the format's grid, so neither rounding nor truncation moves it further), where
+// the relative u bounds a normal operand's. 0 for a normal operand, a zero, and under IEEE.
+inline double subnormal_error(const RefContext& ctx, double x) {
+  const double m = std::fabs(x);
+  return (m > 0.0 && m < 0x1.0p-126) ? (m < ctx.operand_floor ? m : ctx.operand_floor) : 0.0;
+}
+
+// What that adds to one product a*b's error beyond the relative part (policy_weight), in c_acc's
+// fp32 units: with |da| <= u|a| + s(a) and |db| <= u|b| + s(b), |da b + a db + da db| exceeds the
+// relative part by at most (1 + u) s(a)|b| + (1 + u)|a| s(b) + s(a) s(b) <= (2 + u) s(a)|b| +
+// (1 + u)|a| s(b) (s(b) <= |b|). Called with s(a) for the first term, s(b) for the second.
+inline double floor_weight_a(const RefContext& ctx) { return (2.0 + ctx.operand_roundoff) * 0x1.0p24; }
+inline double floor_weight_b(const RefContext& ctx) { return (1.0 + ctx.operand_roundoff) * 0x1.0p24; }
+
 // The fp64 value of a[M,K]·b[K,N] (row-major, contiguous) and nothing else: one dgemm into the
 // returned buffer. This is the path the matmul benchmark holds against a bare cblas_dgemm.
 RefVec gemm_reference_value_only(const double* a, const double* b, std::int64_t M, std::int64_t K,

@@ -154,6 +154,24 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, std::string_view
   }
   const double root_k = sqrt_len(p.K) + policy_weight(ctx);
   for (auto& c : c_acc) c *= root_k;
+  if (ctx.operand_floor > 0.0) {  // a policy's absolute error on subnormal operands (rare: a
+    // pass over the operands, then work only for each subnormal one found)
+    const double wa = floor_weight_a(ctx), wb = floor_weight_b(ctx);
+    for (std::int64_t t = 0; t < p.batches; ++t) {
+      const double* a = p.a + t * p.M * p.K;
+      const double* b = b_of(p, t);
+      const auto b_at = [&](std::int64_t k, std::int64_t j) { return p.b_transposed ? b[j * p.K + k] : b[k * p.N + j]; };
+      double* acc = c_acc.data() + t * mn;
+      for (std::int64_t i = 0; i < p.M; ++i)
+        for (std::int64_t k = 0; k < p.K; ++k)
+          if (const double s = subnormal_error(ctx, a[i * p.K + k]); s > 0.0)
+            for (std::int64_t j = 0; j < p.N; ++j) acc[i * p.N + j] += wa * s * std::fabs(b_at(k, j));
+      for (std::int64_t k = 0; k < p.K; ++k)
+        for (std::int64_t j = 0; j < p.N; ++j)
+          if (const double s = subnormal_error(ctx, b_at(k, j)); s > 0.0)
+            for (std::int64_t i = 0; i < p.M; ++i) acc[i * p.N + j] += wb * std::fabs(a[i * p.K + k]) * s;
+    }
+  }
   if (p.bias) {
     c_in = uninit_output(static_cast<std::int64_t>(value.size()));  // written in full below
     for (std::int64_t r = 0; r < p.batches * p.M; ++r)
