@@ -17,6 +17,13 @@ namespace gpuemu {
 void decode_strided(DType dtype, const std::byte* first, std::span<const std::int64_t> shape,
                     std::span<const std::int64_t> strides, double* out);
 
+// The inverse: element i of `in` (row-major over `shape`) encoded into the `dtype` element at
+// `first` + Σ index_d·strides[d] (bit for bit encode_element; where strides alias, the last write
+// wins, as element by element).
+void encode_strided(DType dtype, const double* in, std::span<const std::int64_t> shape,
+                    std::span<const std::int64_t> strides, std::byte* first,
+                    Overflow overflow = Overflow::to_nan);
+
 // The same into a fresh reference buffer (never zero-filled: every element is written).
 RefVec exact_values_of(DType dtype, const std::byte* first, std::span<const std::int64_t> shape,
                        std::span<const std::int64_t> strides);

@@ -2,6 +2,7 @@
 // non-contiguous views gives the logical elements, and views that would leave their storage fail
 // with invalid_argument.
 #include "gpuemu/tensor.hpp"
+#include "gpuemu/strided.hpp"
 
 #include <gtest/gtest.h>
 
@@ -272,6 +273,27 @@ TEST(Tensor, NonContiguousReadsAndBytes) {
     for (auto& x : want_rep) x = gpuemu::round_to(d, x);
     EXPECT_EQ(rows.to_f64(), want_rows);
     EXPECT_EQ(rep->to_f64(), want_rep);
+  }
+
+  // encode_strided writes what set_flat writes, element by element, through every kind of view
+  // (rows of stride 1, a transpose, steps, an offset, a negative-free expand of stride 0).
+  for (DType d : {DType::float32, DType::bfloat16, DType::float16, DType::int32}) {
+    const Tensor base = Tensor::from_values(d, {3, 4, 5, 6}, iota(360));
+    std::vector<Tensor> views = {base.slice(2, 1, 5, 2).slice(3, 1, 6, 1), base.transpose(1, 3),
+                                 base.slice(0, 1, 3, 1).slice(3, 0, 6, 3), base};
+    if (auto e = base.slice(0, 0, 1, 1).expand({2, 4, 5, 6}); e.ok()) views.push_back(*e);
+    for (const Tensor& v : views) {
+      std::vector<double> vals(static_cast<std::size_t>(v.numel()));
+      for (std::size_t i = 0; i < vals.size(); ++i) vals[i] = 0.37 * static_cast<double>(i) - 11.0;
+      Tensor one = Tensor::view(d, v.shape(), v.strides(), v.offset(),
+                                std::make_shared<std::vector<std::byte>>(*v.storage())).value();
+      Tensor many = Tensor::view(d, v.shape(), v.strides(), v.offset(),
+                                 std::make_shared<std::vector<std::byte>>(*v.storage())).value();
+      for (std::int64_t i = 0; i < one.numel(); ++i) one.set_flat(i, vals[static_cast<std::size_t>(i)]);
+      gpuemu::encode_strided(d, vals.data(), many.shape(), many.strides(),
+                             many.storage()->data() + many.offset() * static_cast<std::int64_t>(gpuemu::dtype_size(d)));
+      EXPECT_EQ(*one.storage(), *many.storage()) << gpuemu::dtype_name(d);
+    }
   }
 }
 

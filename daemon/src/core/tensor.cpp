@@ -146,35 +146,24 @@ void Tensor::to_f64(double* out) const {
   decode_strided(m_dtype, first, m_shape, m_strides, out);
 }
 
-void decode_strided(DType dtype, const std::byte* first, std::span<const std::int64_t> shape,
-                    std::span<const std::int64_t> strides, double* out) {
-  std::int64_t n = 1, expected = 1;
-  bool contiguous = true;
-  for (std::size_t i = shape.size(); i-- > 0;) {
-    n *= shape[i];
-    if (shape[i] == 1) continue;
-    contiguous &= strides[i] == expected;
-    expected *= shape[i];
-  }
-  if (n == 0) return;
-  const auto es = static_cast<std::int64_t>(dtype_size(dtype));
-  if (contiguous) {
-    decode_elements(dtype, first, static_cast<std::size_t>(n), out);
-    return;
-  }
-  // Odometer walk over the multi-index; a last dim of stride 1 is decoded as one run.
+namespace {
+
+// Calls run(pos, i, len) for the elements of a row-major walk over `shape` in order: element i at
+// storage position pos (in elements), and when the last dim has stride 1, a whole row of len
+// elements at once (else len = 1).
+template <class Run>
+void walk_strided(std::span<const std::int64_t> shape, std::span<const std::int64_t> strides, std::int64_t n,
+                  Run&& run) {
   const std::size_t rank = shape.size();
   std::vector<std::int64_t> idx(rank, 0);
   std::int64_t pos = 0;
-  const std::int64_t run = strides[rank - 1] == 1 ? shape[rank - 1] : 1;
+  const std::int64_t len = strides[rank - 1] == 1 ? shape[rank - 1] : 1;
   for (std::int64_t i = 0; i < n;) {
-    if (run > 1) {
-      decode_elements(dtype, first + pos * es, static_cast<std::size_t>(run), out + i);
-      i += run;
+    run(pos, i, len);
+    i += len;
+    if (len > 1) {
       idx[rank - 1] = shape[rank - 1] - 1;  // the run ends at the last dim's last index
-      pos += run - 1;
-    } else {
-      out[i++] = decode_element(dtype, first + pos * es);
+      pos += len - 1;
     }
     for (std::size_t d = rank; d-- > 0;) {
       if (++idx[d] < shape[d]) {
@@ -185,6 +174,49 @@ void decode_strided(DType dtype, const std::byte* first, std::span<const std::in
       idx[d] = 0;
     }
   }
+}
+
+// n and whether a view of `shape` and `strides` is row-major contiguous (size-1 dims ignored).
+std::pair<std::int64_t, bool> extent(std::span<const std::int64_t> shape, std::span<const std::int64_t> strides) {
+  std::int64_t n = 1, expected = 1;
+  bool contiguous = true;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    n *= shape[i];
+    if (shape[i] == 1) continue;
+    contiguous &= strides[i] == expected;
+    expected *= shape[i];
+  }
+  return {n, contiguous};
+}
+
+}  // namespace
+
+void decode_strided(DType dtype, const std::byte* first, std::span<const std::int64_t> shape,
+                    std::span<const std::int64_t> strides, double* out) {
+  const auto [n, contiguous] = extent(shape, strides);
+  if (n == 0) return;
+  if (contiguous) {
+    decode_elements(dtype, first, static_cast<std::size_t>(n), out);
+    return;
+  }
+  const auto es = static_cast<std::int64_t>(dtype_size(dtype));
+  walk_strided(shape, strides, n, [&](std::int64_t pos, std::int64_t i, std::int64_t len) {
+    decode_elements(dtype, first + pos * es, static_cast<std::size_t>(len), out + i);
+  });
+}
+
+void encode_strided(DType dtype, const double* in, std::span<const std::int64_t> shape,
+                    std::span<const std::int64_t> strides, std::byte* first, Overflow overflow) {
+  const auto [n, contiguous] = extent(shape, strides);
+  if (n == 0) return;
+  if (contiguous) {
+    encode_elements(dtype, in, static_cast<std::size_t>(n), first, overflow);
+    return;
+  }
+  const auto es = static_cast<std::int64_t>(dtype_size(dtype));
+  walk_strided(shape, strides, n, [&](std::int64_t pos, std::int64_t i, std::int64_t len) {
+    encode_elements(dtype, in + i, static_cast<std::size_t>(len), first + pos * es, overflow);
+  });
 }
 
 std::vector<std::byte> Tensor::contiguous_bytes() const {

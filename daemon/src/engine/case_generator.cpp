@@ -1,5 +1,6 @@
 #include "engine/shape_sampler.hpp"
 #include "engine/values.hpp"
+#include "gpuemu/strided.hpp"
 #include "gpuemu/fuzz.hpp"
 #include "gpuemu/rng.hpp"
 
@@ -141,7 +142,8 @@ Materialised materialise(DType dtype, const Shape& shape, const std::string& kin
   Materialised m;
   const auto rank = static_cast<std::int64_t>(shape.size());
   auto fill = [&](Tensor& t, const std::vector<double>& v) {
-    for (std::int64_t i = 0; i < t.numel(); ++i) t.set_flat(i, v[static_cast<std::size_t>(i)]);
+    encode_strided(t.dtype(), v.data(), t.shape(), t.strides(),
+                   t.storage()->data() + t.offset() * static_cast<std::int64_t>(dtype_size(t.dtype())));
   };
   (void)values_for_expand_base;
   if (kind == "transposed" && rank >= 2 && shape[rank - 1] > 1 && shape[rank - 2] > 1) {
