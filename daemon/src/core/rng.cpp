@@ -81,6 +81,12 @@ namespace {
 // about half the time.
 using v4d = double __attribute__((vector_size(32)));
 
+// 1 / (2k + 1) for k = 0..19, det_log's series coefficients (the same correctly rounded doubles the
+// loops' 1.0 / (2k + 1) give).
+constexpr double k_odd_reciprocals[20] = {
+    1.0 / 1,  1.0 / 3,  1.0 / 5,  1.0 / 7,  1.0 / 9,  1.0 / 11, 1.0 / 13, 1.0 / 15, 1.0 / 17, 1.0 / 19,
+    1.0 / 21, 1.0 / 23, 1.0 / 25, 1.0 / 27, 1.0 / 29, 1.0 / 31, 1.0 / 33, 1.0 / 35, 1.0 / 37, 1.0 / 39};
+
 [[gnu::always_inline]] inline void polar_tail(const double* m, const double* e, const double* u, const double* s,
                        double* out, std::size_t n) {
   std::size_t i = 0;
@@ -88,27 +94,40 @@ using v4d = double __attribute__((vector_size(32)));
   // vector at a time waits on each step's latency; four independent chains fill the pipeline.
   // (Each lane's operations and their order are unchanged.)
   for (; i + 16 <= n; i += 16) {
-    v4d mv[4], ev[4], sv[4], z[4], z2[4], p[4];
-    for (int j = 0; j < 4; ++j) {
-      __builtin_memcpy(&mv[j], m + i + 4 * j, sizeof(v4d));
-      __builtin_memcpy(&ev[j], e + i + 4 * j, sizeof(v4d));
-      __builtin_memcpy(&sv[j], s + i + 4 * j, sizeof(v4d));
-      const auto low = mv[j] < 0.70710678118654752;
-      mv[j] = low ? mv[j] * 2.0 : mv[j];
-      ev[j] = low ? ev[j] - 1.0 : ev[j];
-      z[j] = (mv[j] - 1.0) / (mv[j] + 1.0);
-      z2[j] = z[j] * z[j];
-      p[j] = v4d{} + 1.0 / 41.0;
+    v4d m0, m1, m2, m3, e0, e1, e2, e3;
+    const auto load = [&](v4d& mv, v4d& ev, std::size_t at) {
+      __builtin_memcpy(&mv, m + at, sizeof(v4d));
+      __builtin_memcpy(&ev, e + at, sizeof(v4d));
+      const auto low = mv < 0.70710678118654752;
+      mv = low ? mv * 2.0 : mv;
+      ev = low ? ev - 1.0 : ev;
+    };
+    load(m0, e0, i);
+    load(m1, e1, i + 4);
+    load(m2, e2, i + 8);
+    load(m3, e3, i + 12);
+    const v4d z0 = (m0 - 1.0) / (m0 + 1.0), z1 = (m1 - 1.0) / (m1 + 1.0);
+    const v4d z2_ = (m2 - 1.0) / (m2 + 1.0), z3 = (m3 - 1.0) / (m3 + 1.0);
+    const v4d q0 = z0 * z0, q1 = z1 * z1, q2 = z2_ * z2_, q3 = z3 * z3;
+    v4d p0 = v4d{} + 1.0 / 41.0, p1 = p0, p2 = p0, p3 = p0;
+    for (int k = 19; k >= 0; --k) {  // registers, not memory: four independent chains
+      const double c = k_odd_reciprocals[k];
+      p0 = p0 * q0 + c;
+      p1 = p1 * q1 + c;
+      p2 = p2 * q2 + c;
+      p3 = p3 * q3 + c;
     }
-    for (int k = 19; k >= 0; --k) {
-      const double c = 1.0 / static_cast<double>(2 * k + 1);
-      for (int j = 0; j < 4; ++j) p[j] = p[j] * z2[j] + c;
-    }
-    for (int j = 0; j < 4; ++j) {
-      const v4d log_s = ev[j] * 0.6931471805599453 + 2.0 * z[j] * p[j];
-      const v4d t = -2.0 * log_s / sv[j];
-      __builtin_memcpy(out + i + 4 * j, &t, sizeof t);
-    }
+    const auto store = [&](const v4d& ev, const v4d& z, const v4d& p, std::size_t at) {
+      v4d sv;
+      __builtin_memcpy(&sv, s + at, sizeof sv);
+      const v4d log_s = ev * 0.6931471805599453 + 2.0 * z * p;
+      const v4d t = -2.0 * log_s / sv;
+      __builtin_memcpy(out + at, &t, sizeof t);
+    };
+    store(e0, z0, p0, i);
+    store(e1, z1, p1, i + 4);
+    store(e2, z2_, p2, i + 8);
+    store(e3, z3, p3, i + 12);
   }
   for (; i + 4 <= n; i += 4) {
     v4d mv, ev, sv;
