@@ -174,14 +174,16 @@ TEST_F(DaemonTest, ValidateJudgesInputsTheClientChose) {
 }
 
 TEST_F(DaemonTest, PingIsAnsweredWhileLongRequestsRun) {
+  // Long enough to be running when the pings go out: 400 cases (about 2.5 s here; 40 took 0.27 s
+  // once generation got faster, and the run had ended before the first ping)
   auto fuzz = std::async(std::launch::async, [&] {
     auto c = DaemonClient::connect(m_options);
     return (*c)->call_json("fuzz", {{"op", "softmax"},
                                     {"kernel", {{"kind", "builtin"}, {"name", "fp32_online"}}},
-                                    {"iterations", 40},
+                                    {"iterations", 400},
                                     {"seed", 1}});
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   int pings = 0;
   while (fuzz.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready && pings < 20) {
     auto p = m_client->call_json("ping", Json::object(), std::chrono::seconds(5));
@@ -190,7 +192,7 @@ TEST_F(DaemonTest, PingIsAnsweredWhileLongRequestsRun) {
   }
   auto r = fuzz.get();
   ASSERT_TRUE(r.ok()) << r.error().message;
-  EXPECT_EQ((*r)["total"], 40);
+  EXPECT_EQ((*r)["total"], 400);
   EXPECT_GT(pings, 0);
 }
 
@@ -199,7 +201,7 @@ TEST_F(DaemonTest, ProgressOfARunIsPolledFromAnotherConnection) {
     auto c = DaemonClient::connect(m_options);
     return (*c)->call_json("fuzz", {{"op", "softmax"},
                                     {"kernel", {{"kind", "builtin"}, {"name", "fp32_online"}}},
-                                    {"iterations", 60},
+                                    {"iterations", 300},  // running for a while (~2 s)
                                     {"seed", 2},
                                     {"progress_token", "t1"}});
   });
@@ -213,7 +215,7 @@ TEST_F(DaemonTest, ProgressOfARunIsPolledFromAnotherConnection) {
     }
   }
   ASSERT_TRUE(fuzz.get().ok());
-  EXPECT_EQ(seen_total, 60);
+  EXPECT_EQ(seen_total, 300);
   // Gone with the request.
   EXPECT_FALSE(call("progress", {{"token", "t1"}})["running"].get<bool>());
 }

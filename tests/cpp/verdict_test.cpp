@@ -6,9 +6,11 @@
 
 #include "gpuemu/catalogue.hpp"
 #include "gpuemu/engine.hpp"
+#include "gpuemu/rng.hpp"
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -228,6 +230,54 @@ TEST(Verdict, Float16SoftmaxFivePercentOffFailsOnLongConstantRows) {
       EXPECT_EQ(v->passed, scale == 1.0) << "N " << n << " scale " << scale << ": " << v->message;
     }
   }
+}
+
+}  // namespace
+}  // namespace gpuemu
+
+namespace gpuemu {
+namespace {
+
+// The verdict's vector pass gives every finite element the error normalised_error gives it, bit for
+// bit, whatever the dtypes and terms (c_acc and c_in present or not, exact ops, values near the
+// floors, zeros of either sign); the count over the envelope and the worst element follow from it.
+TEST(Verdict, ErrorsOfWholeBuffersAreNormalisedErrorBitForBit) {
+  Rng rng(20261203);
+  OpSchema schema;
+  schema.name = "handmade";
+  for (DType od : {DType::float32, DType::float16, DType::bfloat16})
+    for (DType in : {DType::float32, DType::bfloat16})
+      for (int terms = 0; terms < 4; ++terms)
+        for (bool exact : {false, true}) {
+          const std::size_t n = 1 + static_cast<std::size_t>(rng.bounded(300));
+          RefVec value(n), c_acc, c_in;
+          std::vector<double> out(n);
+          if (terms & 1) c_acc.resize(n);
+          if (terms & 2) c_in.resize(n);
+          for (std::size_t e = 0; e < n; ++e) {
+            const double scale = std::ldexp(1.0, static_cast<int>(rng.integer(-30, 10)));
+            value[e] = e % 7 == 3 ? (e % 2 ? 0.0 : -0.0) : rng.normal() * scale;
+            out[e] = round_to(od, value[e] * (1.0 + (rng.chance(1, 4) ? rng.normal() * 1e-3 : 0.0)));
+            if (!c_acc.empty()) c_acc[e] = std::fabs(rng.normal()) * scale;
+            if (!c_in.empty()) c_in[e] = std::fabs(rng.normal()) * scale;
+          }
+          RefContext ctx;
+          ctx.case_dtype = in;
+          RefOutput ref{"out", od, {static_cast<std::int64_t>(n)}, value, c_acc, c_in, {}, exact};
+          const Tensor got = Tensor::from_values(od, {static_cast<std::int64_t>(n)}, out);
+          const Verdict v = judge(schema, ctx, {ref}, {got}, 2.0);
+          ASSERT_EQ(v.outputs.size(), 1u);
+          const auto decoded = got.to_f64();
+          std::int64_t over = 0;
+          for (std::size_t e = 0; e < n; ++e) {
+            const double want = normalised_error(decoded[e], value[e], c_acc.empty() ? 0.0 : c_acc[e],
+                                                 c_in.empty() ? 0.0 : c_in[e], od, in, exact);
+            ASSERT_EQ(std::bit_cast<std::uint64_t>(v.outputs[0].errors[e]), std::bit_cast<std::uint64_t>(want))
+                << dtype_name(od) << " " << dtype_name(in) << " terms " << terms << " exact " << exact << " at " << e;
+            over += want > 2.0;
+          }
+          EXPECT_EQ(v.outputs[0].failing, over);
+        }
 }
 
 }  // namespace
