@@ -32,6 +32,39 @@ TEST(OpsBGemm, MatmulSmallExact) {
   EXPECT_TRUE((*fast)[0].c_acc.empty());
 }
 
+// A dot product of equal products is a running sum over equal terms: its roundings add one-signed
+// (torch 1.13's fp32 GEMV with a and b expanded, K = 193, erred by 2.98 of the √K envelope). Its
+// c_acc grows as SumGrowth's G(K), and a sequential fp32 loop over it passes; varied rows keep √K.
+TEST(OpsBGemm, EqualProductsGrowLikeARunningSumAndVariedOnesKeepRootK) {
+  const std::int64_t K = 1024, N = 3;
+  RefContext ctx = gemm_ctx(DType::float32, {});
+  ctx.inputs["a"] = RefArg{DType::float32, {1, K}, RefVec(K, static_cast<double>(1.1f))};
+  RefVec b(static_cast<std::size_t>(K * N));
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t j = 0; j < N; ++j) b[k * N + j] = static_cast<double>(j == 2 ? 0.3f * (1 + k % 7) : 0.7f);
+  ctx.inputs["b"] = RefArg{DType::float32, {K, N}, b};
+  auto out = builtin("matmul").reference(ctx);
+  ASSERT_TRUE(out.ok());
+  const RefOutput& r = (*out)[0];
+  const double abs_dot0 = static_cast<double>(1.1f) * static_cast<double>(0.7f) * K;
+  EXPECT_GT(r.c_acc[0], abs_dot0 * (K / 2.0));            // equal products: about K/2 + √K
+  EXPECT_LT(r.c_acc[0], abs_dot0 * (K / 2.0 + 33.0));
+  double abs_dot2 = 0.0;
+  for (std::int64_t k = 0; k < K; ++k) abs_dot2 += static_cast<double>(1.1f) * b[k * N + 2];
+  EXPECT_NEAR(r.c_acc[2], abs_dot2 * 32.0, 1e-9 * abs_dot2);  // products 7 apart: √K
+  std::vector<double> loop(N);
+  for (std::int64_t j = 0; j < N; ++j) {
+    float acc = 0.0f;
+    for (std::int64_t k = 0; k < K; ++k) acc += 1.1f * static_cast<float>(b[k * N + j]);
+    loop[static_cast<std::size_t>(j)] = acc;
+  }
+  EXPECT_LT(max_normalised_error(r, loop, DType::float32), 2.0);
+  // ... which the √K bound alone did not admit
+  RefOutput root_k = r;
+  root_k.c_acc[0] = abs_dot0 * 32.0;
+  EXPECT_GT(max_normalised_error(root_k, loop, DType::float32), 2.0);
+}
+
 TEST(OpsBGemm, SpecialValuesPropagateLikeIeee) {
   const double inf = std::numeric_limits<double>::infinity();
   RefContext ctx = gemm_ctx(DType::float32, {});

@@ -10,10 +10,13 @@
 // Under a precision policy (TF32 operands, ...) c_acc's factor sqrt(K) gains policy_weight().
 #include "ops/gemm_blas.hpp"
 #include "ops/gemm_emulation.hpp"
+#include "ops/lowp_emu.hpp"
 #include "ops/op_util.hpp"
 #include "ops/register.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace gpuemu::ops {
 namespace {
@@ -126,6 +129,58 @@ std::vector<std::uint8_t> policy_overflow(const RefContext& ctx, const GemmProbl
   return alt;
 }
 
+// c_acc = |a|·|b| times each output's growth of its fp32 accumulation (plus a policy's weight):
+// √K for products whose roundings spread, more where they correlate. A dot product whose products
+// are near-equal (a row of a and a column of b both constant along K: expanded inputs) is a running
+// sum over equal terms, whose roundings add one-signed: SumGrowth's G(K) = √K + (K² − k*²)/(2K),
+// k* = spread/(32·u·mean|t|) (docs/error-model.md, "Correlated rounding"; torch 1.13's fp32 GEMV
+// with a and b expanded, K = 193, erred by 2.98 of the √K envelope). The products' spread
+// max|t| − min|t| is bounded from below in O(1) an output from each row's and column's extremes
+// (t at the row's largest |a| minus t at its smallest, and the same by columns), so G is never
+// below the one the exact spread gives, and rows of varied values keep √K.
+void scale_by_growth(const GemmProblem& p, RefVec& c_acc, double weight) {
+  const double root_k = sqrt_len(p.K);
+  if (p.K <= 1) {
+    for (auto& c : c_acc) c *= root_k + weight;
+    return;
+  }
+  struct Extremes {
+    double lo = std::numeric_limits<double>::infinity(), hi = -1.0;
+    std::int64_t at_lo = 0, at_hi = 0;
+    void add(double v, std::int64_t k) {
+      if (v < lo) lo = v, at_lo = k;
+      if (v > hi) hi = v, at_hi = k;
+    }
+  };
+  const double n = static_cast<double>(p.K);
+  std::vector<Extremes> rows(static_cast<std::size_t>(p.M)), cols(static_cast<std::size_t>(p.N));
+  for (std::int64_t t = 0; t < p.batches; ++t) {
+    const double* a = p.a + t * p.M * p.K;
+    const double* b = b_of(p, t);
+    const auto b_at = [&](std::int64_t k, std::int64_t j) { return std::fabs(p.b_transposed ? b[j * p.K + k] : b[k * p.N + j]); };
+    for (std::int64_t i = 0; i < p.M; ++i) {
+      rows[i] = Extremes{};
+      for (std::int64_t k = 0; k < p.K; ++k) rows[i].add(std::fabs(a[i * p.K + k]), k);
+    }
+    for (auto& c : cols) c = Extremes{};
+    for (std::int64_t k = 0; k < p.K; ++k)
+      for (std::int64_t j = 0; j < p.N; ++j) cols[j].add(b_at(k, j), k);
+    double* acc = c_acc.data() + t * p.M * p.N;
+    for (std::int64_t i = 0; i < p.M; ++i) {
+      const Extremes& r = rows[i];
+      for (std::int64_t j = 0; j < p.N; ++j) {
+        const Extremes& c = cols[j];
+        const double by_row = r.hi * b_at(r.at_hi, j) - r.lo * b_at(r.at_lo, j);
+        const double by_col = std::fabs(a[i * p.K + c.at_hi]) * c.hi - std::fabs(a[i * p.K + c.at_lo]) * c.lo;
+        const double spread = std::max({0.0, by_row, by_col});
+        double& x = acc[i * p.N + j];
+        const double g = SumGrowth::growth(n, x / n, spread);
+        x *= std::max(root_k, g) + weight;
+      }
+    }
+  }
+}
+
 Result<std::vector<RefOutput>> reference(const RefContext& ctx, std::string_view op) {
   GPUEMU_TRY(GemmProblem p, problem_of(ctx, op));
   const std::int64_t mn = p.M * p.N;
@@ -152,8 +207,7 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, std::string_view
     dgemm_rm(false, p.b_transposed, p.M, p.N, p.K, abs_a.data(), p.K, abs_bt, ldb,
              c_acc.data() + t * mn, p.N);
   }
-  const double root_k = sqrt_len(p.K) + policy_weight(ctx);
-  for (auto& c : c_acc) c *= root_k;
+  scale_by_growth(p, c_acc, policy_weight(ctx));
   if (ctx.operand_floor > 0.0) {  // a policy's absolute error on subnormal operands (rare: a
     // pass over the operands, then work only for each subnormal one found)
     const double wa = floor_weight_a(ctx), wb = floor_weight_b(ctx);
