@@ -1,5 +1,6 @@
 """Cases per second of one long client-side run: ``fuzz_op_client_side`` with a torch kernel,
-after a warm-up chunk, against a daemon started for it (docs/performance.md, "Round trips,
+after a warm-up chunk, against a daemon started for it, and the CPU time a case costs the daemon
+and this process (docs/performance.md, "Round trips,
 copies, page faults and prefetch").
 
     GPUEMU_BIN_DIR=build/bin .venv/bin/python bench/client_rate.py [--op softmax] [--cases 300]
@@ -27,9 +28,15 @@ from gpuemu import Client  # noqa: E402
 
 KERNELS = {
     "softmax": lambda i: torch.softmax(i["x"], dim=i["dim"]),
-    "layer_norm": lambda i: F.layer_norm(i["x"], i["normalized_shape"], i.get("weight"), i.get("bias"), i["eps"]),
+    "layer_norm": lambda i: F.layer_norm(i["x"], i["x"].shape[-1:], i.get("weight"), i.get("bias"), i.get("eps", 1e-5)),
     "matmul": lambda i: i["a"] @ i["b"],
 }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
@@ -46,12 +53,15 @@ def main() -> int:
         try:
             k = KERNELS[a.op]
             c.fuzz_op_client_side(a.op, k, iterations=16, dtypes=["float32"], seed=a.seed, framework="torch")
+            pid = int(c.stats()["pid"])
             for _ in range(a.repeat):
-                t = time.perf_counter()
+                t, d0, c0 = time.perf_counter(), cpu_seconds(pid), time.process_time()
                 r = c.fuzz_op_client_side(a.op, k, iterations=a.cases, dtypes=["float32"], seed=a.seed,
                                           framework="torch")
-                print(f"{a.op}: {a.cases / (time.perf_counter() - t):.1f} cases/s "
-                      f"({r.passed}/{r.total} passed) [{REPO}]")
+                wall = time.perf_counter() - t
+                print(f"{a.op}: {a.cases / wall:.1f} cases/s ({r.passed}/{r.total} passed); CPU ms a case: "
+                      f"daemon {1e3 * (cpu_seconds(pid) - d0) / a.cases:.2f}, "
+                      f"client {1e3 * (time.process_time() - c0) / a.cases:.2f} [{REPO}]")
         finally:
             c.request("shutdown")
     return 0
