@@ -159,6 +159,17 @@ TEST(Precision, PoliciesResolvePerOpThenFamilyAndOnlyWidenWideOperands) {
 // NaN over row 0 of a 95x7 @ 7x61 product whose row 0 held +-3.4025e38 (docs/gpu.md). Under a
 // declared tf32 policy the outputs such an operand takes part in may be non-finite; every other
 // output is judged as before, and without the policy the same NaN fails.
+// A small regular float32 case of a gemm or conv op under a declared precision policy (or ieee).
+TestCase policy_case(const OpSchema& schema, const std::string& op, const char* policy) {
+  FuzzOptions o;
+  o.precision[op] = policy;
+  o.dtypes = {DType::float32};
+  o.layouts = false;
+  o.distribution = Distribution::regular;
+  if (op == "matmul") o.dims = {{"M", {6}}, {"K", {7}}, {"N", {5}}};
+  return CaseGenerator(schema, o).generate(3, 0).value();
+}
+
 TEST(Precision, ASubnormalOperandThatTf32LosesIsWithinThePolicysFloor) {
   EXPECT_EQ(policy_operand_floor(PrecisionPolicy::tf32, DType::float32), 0x1.0p-136);
   EXPECT_EQ(policy_operand_floor(PrecisionPolicy::tf32x3, DType::float32), 0x1.0p-136);
@@ -171,13 +182,7 @@ TEST(Precision, ASubnormalOperandThatTf32LosesIsWithinThePolicysFloor) {
     const OpSchema& schema = *engine().catalogue().find(op);
     const std::string x_name = std::string(op) == "matmul" ? "a" : "x";
     for (const char* policy : {"tf32", "ieee"}) {
-      FuzzOptions o;
-      o.precision[op] = policy;
-      o.dtypes = {DType::float32};
-      o.layouts = false;
-      o.distribution = Distribution::regular;
-      if (std::string(op) == "matmul") o.dims = {{"M", {6}}, {"K", {7}}, {"N", {5}}};
-      auto c = CaseGenerator(schema, o).generate(3, 0).value();
+      auto c = policy_case(schema, op, policy);
       for (auto& [name, t] : c.inputs) t = t.contiguous();  // storages of their own
       Tensor& x = c.inputs.at(x_name);
       Tensor& w = c.inputs.at(std::string(op) == "matmul" ? "b" : "weight");
@@ -232,13 +237,7 @@ TEST(Precision, AnOperandThatOverflowsTf32MayMakeItsOutputsNonFinite) {
   for (const char* op : {"matmul", "conv1d"}) {
     const OpSchema& schema = *engine().catalogue().find(op);
     for (const char* policy : {"tf32", "ieee"}) {
-      FuzzOptions o;
-      o.precision[op] = policy;
-      o.dtypes = {DType::float32};
-      o.layouts = false;
-      o.distribution = Distribution::regular;
-      if (std::string(op) == "matmul") o.dims = {{"M", {6}}, {"K", {7}}, {"N", {5}}};
-      auto c = CaseGenerator(schema, o).generate(3, 0).value();
+      auto c = policy_case(schema, op, policy);
       Tensor& a = c.inputs.at(std::string(op) == "matmul" ? "a" : "x");
       a.set_flat(1, 0x1.fffp127);  // 3.4024e38: a finite fp32, Inf in TF32
       // Its partners tiny, so the exact products stay far inside fp32's range (the boundary
