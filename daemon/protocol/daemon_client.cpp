@@ -5,6 +5,8 @@
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -336,6 +338,17 @@ std::string find_daemon_binary() {
   return "";
 }
 
+// Whether a process holds the home's lock: a daemon serving it, or one going away (asked to stop,
+// it no longer answers but still holds the store until its drain and teardown end). False when
+// nobody does, or there is no lock file yet.
+bool home_locked(const protocol::HomePaths& paths) {
+  const int fd = open(paths.lock.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;  // a lock taken here goes with the close
+  close(fd);
+  return held;
+}
+
 Status spawn_daemon(const std::string& daemon_path, const std::string& home) {
   if (daemon_path.empty())
     return make_error(ErrorCode::tool_missing,
@@ -399,6 +412,9 @@ Result<std::unique_ptr<DaemonClient>> DaemonClient::connect(ClientOptions option
                c->call_json("hello",
                             {{"client", "gpuemu-cpp"}, {"protocol", protocol::k_protocol_version}},
                             std::chrono::seconds(10)));
+    // A daemon asked to stop answers hello while it drains, and refuses the rest: not one to use.
+    if (c->m_hello.value("stopping", false))
+      return make_error(ErrorCode::unavailable, "the gpuemu daemon at " + url + " is stopping");
     return c;
   };
   auto first = try_once();
@@ -406,6 +422,18 @@ Result<std::unique_ptr<DaemonClient>> DaemonClient::connect(ClientOptions option
       first.error().code != ErrorCode::unavailable)
     return first;
   const std::string bin = options.daemon_path.empty() ? find_daemon_binary() : options.daemon_path;
+  // A daemon going away still holds the home, so one started now would find it taken and exit
+  // (CI saw it: an editor's stop, then start, 0.1 s apart). Wait for it to go: its drain is bounded
+  // at 30 s and its teardown at 5 s. If it turns out to serve after all, use it.
+  const auto gone_by = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+  while (home_locked(paths)) {
+    if (std::chrono::steady_clock::now() >= gone_by)
+      return make_error(ErrorCode::unavailable,
+                        "no gpuemu daemon answers on " + url + ", and the one holding " + paths.home +
+                            " has not gone away within 40 s (see " + paths.logs_dir + ")");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (auto c = try_once()) return c;
+  }
   GPUEMU_TRY_STATUS(spawn_daemon(bin, paths.home));
   const auto deadline = std::chrono::steady_clock::now() + options.start_timeout;
   Error last = first.error();

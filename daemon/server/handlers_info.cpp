@@ -16,7 +16,8 @@ Json identity(const DaemonContext& ctx) {
           {"socket", ctx.paths.socket},
           {"home", ctx.paths.home},
           {"started_ms", ctx.started_ms},
-          {"uptime_s", ctx.uptime_s()}};
+          {"uptime_s", ctx.uptime_s()},
+          {"stopping", ctx.stopping.load()}};
 }
 
 Result<Frame> hello(DaemonContext& ctx, const Frame&) {
@@ -90,6 +91,9 @@ Result<Frame> describe_op(DaemonContext& ctx, const Frame& req) {
 }
 
 Result<Frame> shutdown(DaemonContext& ctx, const Frame&) {
+  // Stopping from this reply on, not from the main loop's next tick (up to 100 ms later): a client
+  // that says hello in between must not take this daemon for one that serves.
+  ctx.stopping = true;
   if (ctx.request_stop) ctx.request_stop();
   return make_reply({{"stopping", true}, {"pid", static_cast<std::int64_t>(getpid())}});
 }

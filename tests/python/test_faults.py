@@ -168,6 +168,37 @@ def test_a_client_follows_a_restarted_daemon_and_is_refused_at_once_when_none_co
     assert 2.5 < took < 10, f"refused after {took:.1f} s"
 
 
+def test_a_client_started_while_the_old_daemon_drains_waits_for_it_and_starts_a_new_one(daemon):
+    """Stop, then start at once (CI saw an editor do it 0.1 s apart): the daemon asked to stop
+    drains its in-flight request while holding the home, so a daemon started then found the home
+    taken and exited ("gpuemu-daemon exited with status 3"). A Client that autostarts now waits
+    for the old one to go, then starts its own."""
+    import threading
+    daemon.start()
+    old = daemon.pid
+    busy = gpuemu.Client(autostart=False, timeout=120)
+    done = {}
+
+    def long_request():  # in flight when the shutdown comes, so the drain lasts a while
+        try:
+            done["r"] = busy.request("fuzz", {"op": "softmax", "iterations": 300, "seed": 3,
+                                              "kernel": {"kind": "builtin", "name": "fp32_online"}})[0]
+        except gpuemu.GpuemuError as e:  # noqa: PERF203
+            done["e"] = e
+
+    t = threading.Thread(target=long_request)
+    t.start()
+    time.sleep(0.3)
+    assert gpuemu.Client(autostart=False, timeout=10).request("shutdown")[0]["stopping"] is True
+    c = gpuemu.Client(autostart=True, timeout=30, daemon_path=str(DAEMON))
+    assert c.ping()["pong"]
+    assert c.hello["pid"] != old and not alive(old)
+    t.join(60)
+    assert done.get("r", {}).get("total") == 300, done  # the drained request finished first
+    c.request("shutdown")
+    assert wait_gone(c.hello["pid"])
+
+
 # Sends one request and stays until it is killed. "send": a 192 MiB tensor the daemon must receive
 # (killed during the transfer or soon after); "wait": a batch that takes the daemon a while to
 # generate (killed while the daemon works on it, so its reply goes to a dead peer).
@@ -238,8 +269,7 @@ def test_a_daemon_stopped_while_its_clients_drop_their_connections_exits(daemon)
         pid = daemon.pid
         stop = threading.Event()
 
-        def pinger():
-            c = gpuemu.Client(autostart=False, timeout=1)
+        def pinger(c):
             while not stop.is_set():
                 try:
                     c.ping()
@@ -247,7 +277,9 @@ def test_a_daemon_stopped_while_its_clients_drop_their_connections_exits(daemon)
                     pass
             c.close()
 
-        threads = [threading.Thread(target=pinger) for _ in range(3)]
+        # connected before the shutdown: a Client made after it is refused (the daemon says it is
+        # stopping), and these must be pinging while it goes
+        threads = [threading.Thread(target=pinger, args=(gpuemu.Client(autostart=False, timeout=1),)) for _ in range(3)]
         for t in threads:
             t.start()
         c = gpuemu.Client(autostart=False)
