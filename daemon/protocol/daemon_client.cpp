@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <mutex>
 #include <set>
 #include <fstream>
@@ -70,7 +71,25 @@ struct DaemonClient::Impl {
 };
 
 DaemonClient::DaemonClient(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
-DaemonClient::~DaemonClient() = default;
+// Closing the socket, bounded: libnng before 1.8 can hang in nng_close while a pipe goes away at
+// the same moment (nanomsg/nng#1813; Debian 12 ships 1.5.2), as NngServer::stop bounds the daemon's
+// side. A CI run's tcp test hung 600 s after its last assertion, with clients of daemons that had
+// just stopped still to be destroyed. Past the bound the Impl is left to the process (NNG may
+// still call its pipe callback), and the caller goes on.
+DaemonClient::~DaemonClient() {
+  if (!m_impl || nng_socket_id(m_impl->sock) <= 0) return;
+  auto closed = std::make_shared<std::promise<void>>();
+  std::future<void> done = closed->get_future();
+  std::thread([sock = m_impl->sock, closed] {
+    nng_close(sock);
+    closed->set_value();
+  }).detach();
+  if (done.wait_for(std::chrono::seconds(5)) == std::future_status::ready) {
+    m_impl->sock = NNG_SOCKET_INITIALIZER;  // closed: ~Impl has nothing left to do
+    return;
+  }
+  (void)m_impl.release();
+}
 
 namespace {
 
