@@ -133,6 +133,17 @@ TEST(OpsANorm, SpecialValuesFollowTorch) {
   EXPECT_TRUE(std::isnan(gn->at(0).value[0]) && std::isnan(gn->at(0).value[1]));
   EXPECT_NEAR(gn->at(0).value[2], 0.1690304645907973, 1e-14);
   EXPECT_NEAR(gn->at(0).value[3], 1.521274181317175, 1e-14);
+  // The direct form (x - mean) * rstd * w + b gives -Inf there (x < mean 2.75): PyTorch's CUDA
+  // group_norm over a spatial size of 1 returns it. Either is accepted; +Inf is neither.
+  const std::vector<double> finite_tail = {gn->at(0).value[2], gn->at(0).value[3]};
+  auto gn_error = [&](double o0, double o1) {
+    return max_error(*gn, {{o0, o1, finite_tail[0], finite_tail[1]}}, DType::float32);
+  };
+  EXPECT_EQ(gn_error(k_nan, k_nan), 0.0);
+  EXPECT_EQ(gn_error(-k_inf, -k_inf), 0.0);
+  EXPECT_EQ(gn_error(-k_inf, k_nan), 0.0);
+  EXPECT_EQ(gn_error(k_inf, k_nan), k_inf);
+  EXPECT_EQ(gn_error(0.0, k_nan), k_inf);
 }
 
 TEST(OpsANorm, FoldedScaleOverflowIsIndeterminate) {

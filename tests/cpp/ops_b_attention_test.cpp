@@ -162,6 +162,47 @@ TEST(OpsBAttention, TheMathFormulationsNaNOnMaskedNonFiniteKeysIsAnAlternative) 
   EXPECT_EQ((*o3)[0].alt_nonfinite[0] & k_alt_nan, 0);
 }
 
+TEST(OpsBAttention, AMaskedScoreThatOverflowsFp32MayMakeItsRowNaN) {
+  // SDPA's math backend adds the causal mask to the raw scores: causal q = [2e19, 1],
+  // k = [1, 2e19], v = [1, 2], scale 1 gives [NaN, 2] on an H200 (row 0's masked score 4e38 is +Inf
+  // in fp32, plus -Inf) where the exact result is [1, 2]. That NaN is an alternative for row 0
+  // only; with a masked score of 2e37, which fp32 holds, it is not.
+  auto run = [](double k1) {
+    RefContext ctx;
+    ctx.case_dtype = DType::float32;
+    ctx.attrs = flash_attrs(true, false, 1.0);
+    ctx.inputs["q"] = RefArg{DType::float32, {1, 1, 2, 1}, {2e19, 1.0}};
+    ctx.inputs["k"] = RefArg{DType::float32, {1, 1, 2, 1}, {1.0, k1}};
+    ctx.inputs["v"] = RefArg{DType::float32, {1, 1, 2, 1}, {1.0, 2.0}};
+    auto ref = builtin("flash_attention").reference(ctx);
+    EXPECT_TRUE(ref.ok());
+    return *ref;
+  };
+  const auto over = run(2e19);
+  EXPECT_EQ(over[0].value, (RefVec{1.0, 2.0}));
+  ASSERT_EQ(over[0].alt_nonfinite.size(), 2u);
+  EXPECT_EQ(over[0].alt_nonfinite[0] & k_alt_nan, k_alt_nan);
+  EXPECT_EQ(over[0].alt_nonfinite[1] & k_alt_nan, 0);  // row 1 attends key 1: nothing masked
+  const auto fits = run(1e18);
+  EXPECT_EQ(fits[0].value, (RefVec{1.0, 2.0}));
+  for (std::uint8_t a : fits[0].alt_nonfinite) EXPECT_EQ(a & k_alt_nan, 0);
+  // decode_attention: a cache position past seq_lens whose score overflows fp32, the same.
+  auto decode = [](double k1) {
+    RefContext d;
+    d.case_dtype = DType::float32;
+    d.attrs = Json{{"scale", 1.0}};
+    d.inputs["q"] = RefArg{DType::float32, {1, 1, 1}, {2e19}};
+    d.inputs["k_cache"] = RefArg{DType::float32, {1, 1, 2, 1}, {1.0, k1}};
+    d.inputs["v_cache"] = RefArg{DType::float32, {1, 1, 2, 1}, {1.0, 2.0}};
+    d.inputs["seq_lens"] = RefArg{DType::int64, {1}, {1.0}};
+    auto ref = builtin("decode_attention").reference(d);
+    EXPECT_TRUE(ref.ok() && ref->at(0).value == RefVec{1.0});
+    return ref->at(0).alt_nonfinite.empty() ? 0 : ref->at(0).alt_nonfinite[0] & k_alt_nan;
+  };
+  EXPECT_EQ(decode(2e19), k_alt_nan);
+  EXPECT_EQ(decode(1e18), 0);
+}
+
 TEST(OpsBAttention, UnresolvableScoresAllowAnyConvexCombination) {
   // Scores 1e12 and 1e12 - 1000: fp64 gives key 1 weight e^-1000 = 0, fp32 cannot tell the two
   // apart (ulp 65536) and weighs them equally. Both are correct for an fp32 kernel.

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace gpuemu::ops {
 namespace {
@@ -117,21 +118,34 @@ const double* kv_block(const AttnProblem& p, const double* base, std::int64_t b,
 
 // The cache past seq_lens[b] takes no part in a decode step; a kernel that scores the whole cache
 // and masks by adding -Inf (softmax(q·Kᵀ + mask)·V) gives NaN where a key there holds a
-// non-finite value (its score +Inf or NaN plus -Inf: the whole row) or a value there does (0·Inf:
-// that column). Those NaNs are accepted alternatives, on the group's rows at `alt`.
-void beyond_length_alternatives(const AttnProblem& p, std::int64_t b, std::int64_t hk, std::uint8_t* alt) {
+// non-finite value (its score +Inf or NaN plus -Inf: the whole row), where a finite score there
+// overflows fp32 (its products' magnitudes summed, unscaled or scaled, within a factor 2 of fp32's
+// largest value, as in attention_block_reference), or where a value there does (0·Inf: that
+// column). Those NaNs are accepted alternatives, on the group's rows at `alt`; `q` is the group's
+// first query row.
+void beyond_length_alternatives(const AttnProblem& p, std::int64_t b, std::int64_t hk,
+                                const double* q, std::uint8_t* alt) {
   const double* k = kv_block(p, p.k, b, hk);
   const double* v = kv_block(p, p.v, b, hk);
-  bool row_nan = false;
+  bool keys_nan = false;
   std::vector<char> col_nan(static_cast<std::size_t>(p.D), 0);
   for (std::int64_t j = p.seq_lens[b]; j < p.Lk; ++j)
     for (std::int64_t c = 0; c < p.D; ++c) {
-      row_nan |= !std::isfinite(k[j * p.D + c]);
+      keys_nan |= !std::isfinite(k[j * p.D + c]);
       col_nan[static_cast<std::size_t>(c)] |= !std::isfinite(v[j * p.D + c]);
     }
-  for (std::int64_t h = 0; h < p.group(); ++h)
+  const double fp32_max = static_cast<double>(std::numeric_limits<float>::max());
+  const double abs_scale = std::max(1.0, std::fabs(p.scale));
+  for (std::int64_t h = 0; h < p.group(); ++h) {
+    bool row_nan = keys_nan;
+    for (std::int64_t j = p.seq_lens[b]; j < p.Lk && !row_nan; ++j) {
+      double e = 0.0;
+      for (std::int64_t c = 0; c < p.D; ++c) e += std::fabs(q[h * p.D + c] * k[j * p.D + c]);
+      row_nan = std::isfinite(e) && abs_scale * e >= fp32_max / 2;
+    }
     for (std::int64_t c = 0; c < p.D; ++c)
       if (row_nan || col_nan[static_cast<std::size_t>(c)]) alt[h * p.D + c] |= k_alt_nan;
+  }
 }
 
 Result<std::vector<RefOutput>> reference(const RefContext& ctx, bool decode) {
@@ -158,7 +172,7 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, bool decode) {
         block({p.q + row0, kv_block(p, p.k, b, hk), kv_block(p, p.v, b, hk), p.group(),
                p.seq_lens[b], p.D, p.scale, false, out.data() + row0, c_acc.data() + row0,
                c_in.data() + row0});
-        beyond_length_alternatives(p, b, hk, alt.data() + row0);
+        beyond_length_alternatives(p, b, hk, p.q + row0, alt.data() + row0);
       }
     } else {
       for (std::int64_t h = 0; h < p.H; ++h) {

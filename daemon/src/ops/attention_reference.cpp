@@ -116,9 +116,16 @@ void attention_block_reference(const AttentionBlock& blk) {
         // backend, a plain composition) gives NaN where one does: a masked score of +Inf or NaN
         // plus the -Inf mask makes the whole row NaN, and a masked non-finite value times its
         // probability 0 makes that column NaN.
+        // A finite masked score overflows too where its fp32 dot product may: the products'
+        // magnitudes summed, unscaled (kernels that scale after the dot) or scaled (q·sqrt(scale)
+        // against k·sqrt(scale), SDPA's math backend), within a factor 2 of fp32's largest value
+        // (the math backend's causal q = [2e19, 1], k = [1, 2e19]: a masked score of 4e38 is +Inf
+        // in fp32, and the row NaN, where this reference is finite).
         bool row_nan = false;
         for (std::int64_t j = n; j < lk && !row_nan; ++j)
-          row_nan = std::isnan(s[j] * blk.scale) || s[j] * blk.scale == std::numeric_limits<double>::infinity();
+          row_nan = std::isnan(s[j] * blk.scale) ||
+                    s[j] * blk.scale == std::numeric_limits<double>::infinity() ||
+                    (std::isfinite(e[j]) && std::max(1.0, abs_scale) * e[j] >= k_fp32_max / 2);
         for (std::int64_t c = 0; c < d; ++c)
           if (row_nan || last_nonfinite_v[c] >= n) blk.alt[(r0 + i) * d + c] |= k_alt_nan;
       }

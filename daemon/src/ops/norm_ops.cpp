@@ -296,6 +296,14 @@ struct NormJob {
         const double scale_hi = rstd_hi * std::fabs(w);
         for (std::int64_t k = j * spatial; k < (j + 1) * spatial; ++k) {
           emit(k, row[k] * scale + shift, (row[k] - mean) * rstd, w, b);
+          // The direct form (x - mean) * rstd * w + b is as correct a kernel (PyTorch's CUDA
+          // group_norm over a spatial size of 1 applies it elementwise): where it gives another
+          // non-finite result, ±Inf for an Inf weight where the folded one gives NaN, that result
+          // is accepted too (alt_nonfinite, as for batch_norm).
+          if (alt != nullptr && !finite(w)) {
+            const std::uint8_t direct = alt_bit_of((row[k] - mean) * rstd * w + b);
+            if (direct != alt_bit_of(o[k])) alt[r * len_i + k] |= direct;
+          }
           if (finite(o[k]))
             ca[k] = overflow_guard(
                 ca[k], scale_hi * std::max({1.0, std::fabs(row[k]), std::fabs(mean)}));
