@@ -8,15 +8,19 @@ unfused bias and bias-first accumulator, batch_norm's w·(x − μ), rms_norm's 
 attention's all −Inf rows), and their captured CUDA outputs pass now (bench/conformance/rejudge.py).
 
 Keys are (op, style, dtype) as in imprecise.py, or (op, implementation, style, dtype) where only
-one implementation of an op is at fault (SDPA's backends are all "native").
+one implementation of an op is at fault (SDPA's backends are all "native"); a key that ends in a value
+strategy, (op, style, dtype, strategy) or (op, implementation, style, dtype, strategy), lists a defect
+that shows under that strategy alone (cuDNN's convolutions under special and boundary values) and
+excuses only that strategy's runs (sweep.is_imprecise): the variant stays gated under the others.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import subprocess
 import sys
-from typing import Dict, Tuple
+from typing import Any, Dict, Iterator, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -165,6 +169,109 @@ def _sdpa_misaligned(backend: str, dtype: str, operand: str = "q"):
     return demo
 
 
+# cuDNN's convolutions (docs/gpu.md, "2026-12-02, evening"): two defects that show under one value strategy
+# each, listed by keys that end in it (sweep.is_imprecise), so that the same variants stay gated under the
+# strategies they pass.
+
+@contextlib.contextmanager
+def _cudnn_tf32(on: bool) -> Iterator[None]:
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = on
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+
+
+# (x's shape, w's shape, keyword arguments, where x holds +Inf): every Inf is in the last group's input
+# channels, so the exact outputs of the other groups are finite. The first conv2d one is the probe of
+# probe_cuda_rerun2.py; the others have the shapes of failing sweep cases (seeds 2 and 3).
+_GROUPED: Dict[int, Tuple[Tuple[Tuple[int, ...], Tuple[int, ...], Dict[str, Any], Tuple[Tuple[int, ...], ...]], ...]] = {
+    2: (((3, 16, 31, 64), (8, 4, 2, 5), {"stride": 2, "padding": (0, 3), "groups": 4}, ((0, 12, 10, 20),)),
+        ((6, 15, 35, 25), (9, 5, 4, 1), {"stride": 2, "padding": 1, "groups": 3}, ((0, 12, 10, 10), (3, 14, 20, 3))),
+        ((8, 9, 4, 5), (9, 3, 4, 2), {"stride": (2, 1), "padding": (1, 0), "groups": 3}, ((0, 7, 1, 2), (5, 8, 2, 0)))),
+    1: (((3, 16, 64), (8, 4, 5), {"stride": 2, "padding": 3, "groups": 4}, ((0, 12, 20),)),
+        ((8, 32, 99), (8, 8, 5), {"padding": 2, "groups": 4}, ((0, 28, 50), (4, 31, 7))),
+        ((8, 128, 72), (8, 32, 5), {"groups": 4}, ((0, 100, 30), (7, 127, 3))),
+        ((5, 8, 129), (8, 2, 7), {"stride": 3, "padding": 4, "groups": 4}, ((0, 6, 40), (2, 7, 100))),
+        ((8, 32, 99), (8, 8, 5), {"padding": 2, "groups": 4},
+         tuple((b, c, t) for b in range(8) for c in range(24, 32) for t in range(0, 99, 7)))),
+}
+
+
+def _grouped_conv_inf(dim: int, dtype: torch.dtype, tf32: bool = False):
+    def demo() -> Tuple[str, bool]:
+        conv = F.conv2d if dim == 2 else F.conv1d
+        name = "float32 under TF32" if tf32 else str(dtype).replace("torch.", "")
+        shown, cells = False, []
+        for n, (xs, ws, kw, infs) in enumerate(_GROUPED[dim]):
+            g = torch.Generator().manual_seed(n)
+            x = torch.randn(xs, generator=g).to(dtype)
+            w = torch.randn(ws, generator=g).to(dtype)
+            for i in infs:
+                x[i] = float("inf")
+            groups, per = kw["groups"], ws[0] // kw["groups"]
+            exact = conv(x.double(), w.double(), None, **kw)[:, : per * (groups - 1)]
+
+            def nan_per_group(on: bool) -> list:
+                with _cudnn_tf32(on):
+                    y = conv(x.to(CUDA), w.to(CUDA), None, **kw).float().cpu()
+                return [int(torch.isnan(y[:, gi * per:(gi + 1) * per]).sum()) for gi in range(groups)]
+
+            got = nan_per_group(tf32)
+            here = sum(got[:-1]) > 0 and bool(torch.isfinite(exact).all())
+            shown |= here
+            cell = f"{conv.__name__} x{list(xs)} w{list(ws)} {kw}, {len(infs)} Inf: NaN per group {got}"
+            if tf32:
+                cell += f" (TF32 off: {nan_per_group(False)})"
+            cells.append(cell)
+        return (f"cuDNN's grouped {conv.__name__} in {name} on CUDA, inputs finite except Inf in the last group's "
+                f"channels (the other groups' exact outputs finite, their fp64 convolution on the CPU has no NaN): "
+                + "; ".join(cells) + ". NaN in another group's outputs: the kernel runs several groups as one dense "
+                "GEMM, the weight zero outside each group's block, and 0 x Inf = NaN"), shown
+    return demo
+
+
+def _conv1d_fp16_negative_overflow() -> Tuple[str, bool]:
+    # probe_cuda_rerun2.py's probe 5: every input 256, weights +-256, 3 channels x 5 taps (+-983,040).
+    x = torch.full((8, 95, 3), 256.0, dtype=H, device=CUDA).transpose(1, 2)
+    w = torch.full((64, 3, 15), 256.0, dtype=H, device=CUDA)[:, :, ::3]
+    w[32:] = -256.0
+    bias = torch.full((64,), 0.5, dtype=H, device=CUDA)
+    y = F.conv1d(x, w, bias, dilation=3)
+    plain = F.conv1d(x.contiguous(), w.contiguous(), bias, dilation=3)
+    torch.backends.cudnn.enabled = False
+    try:
+        off = F.conv1d(x, w, bias, dilation=3)
+    finally:
+        torch.backends.cudnn.enabled = True
+    pos, neg = y[:, :32].float(), y[:, 32:].float()
+    # seed 3's case: one input -Inf (groups 1, Cin 2, L 1, padding 1)
+    g = torch.Generator().manual_seed(0)
+    xi = torch.randn(2, 2, 1, generator=g).to(H)
+    xi[0, 0, 0] = float("-inf")
+    wi, bi = torch.randn(8, 2, 3, generator=g).to(H), torch.randn(8, generator=g).to(H)
+    yi = F.conv1d(xi.to(CUDA), wi.to(CUDA), bi.to(CUDA), padding=1).float().cpu()
+    ref = F.conv1d(xi.double(), wi.double(), bi.double(), padding=1)
+    minus = ref == float("-inf")
+    return (f"cuDNN F.conv1d in float16 on CUDA, every input 256 against weights +256 / -256 (3 channels x 5 taps, "
+            f"x transposed, weight strided, dilation 3, bias 0.5; exact +-983,040.5, past fp16's 65,504): positive "
+            f"outputs {sorted(set(pos.flatten().tolist()))}, negative outputs {sorted(set(neg.flatten().tolist()))} "
+            f"(contiguous operands: {sorted(set(plain[:, 32:].float().flatten().tolist()))}; cuDNN off: "
+            f"{sorted(set(off[:, 32:].float().flatten().tolist()))}): a convolution below -65,504 comes out as 0, "
+            f"then + bias, instead of -Inf. An input -Inf (seed 3's case: groups 1, Cin 2, L 1, padding 1): "
+            f"{int(minus.sum())} outputs are exactly -Inf, the GPU gives {yi[minus].tolist()} there (those channels' "
+            f"biases: {bi.float()[minus[0].any(-1)].tolist()})"), \
+        bool(torch.isinf(pos).all() and (pos > 0).all() and (neg == 0.5).all() and (off[:, 32:] == float("-inf")).all())
+
+
+def _both(first, second):
+    def demo() -> Tuple[str, bool]:
+        a, b = first(), second()
+        return a[0] + "; and " + b[0], a[1] and b[1]
+    return demo
+
+
 SDPA_FLASH = "F.scaled_dot_product_attention [flash backend]"
 SDPA_EFFICIENT = "F.scaled_dot_product_attention [efficient backend]"
 
@@ -197,6 +304,21 @@ IMPRECISE_CUDA_TORCH2_11: Dict[Tuple[str, ...], Imprecision] = {
     **{("flash_attention", SDPA_EFFICIENT, "native", dt): Imprecision(
         "crashes (CUDA error: misaligned address) when v's data pointer is not 16-byte aligned (q's and k's are checked)",
         _sdpa_misaligned("EFFICIENT_ATTENTION", dt, "v")) for dt in ("float16", "bfloat16")},
+    # cuDNN: the strategy is part of the key (the same variants pass every other strategy and stay gated).
+    **{(op, "native", dt, "special"): Imprecision(
+        "cuDNN's grouped convolution reads other groups' inputs: an Inf there meets a zero weight and gives NaN",
+        _grouped_conv_inf(dim, dtype)) for op, dim in (("conv1d", 1), ("conv2d", 2)) for dt, dtype in
+        (("float16", H), ("bfloat16", BF16)) if (op, dt) != ("conv1d", "float16")},
+    ("conv1d", "native", "float16", "special"): Imprecision(
+        "cuDNN's grouped convolution reads other groups' inputs (an Inf there meets a zero weight: NaN), and a "
+        "convolution below -65504 (an input -Inf) comes out as 0 + bias",
+        _both(_grouped_conv_inf(1, H), _conv1d_fp16_negative_overflow)),
+    ("conv1d", "native", "float16", "boundary"): Imprecision(
+        "cuDNN's fp16 convolution returns 0 (+ bias) for a convolution below -65504 instead of -Inf",
+        _conv1d_fp16_negative_overflow),
+    **{(op, f"F.{op} (TF32)", "native", "float32", "special"): Imprecision(
+        "cuDNN's grouped TF32 convolution reads other groups' inputs: an Inf there meets a zero weight and gives NaN",
+        _grouped_conv_inf(dim, torch.float32, tf32=True)) for op, dim in (("conv1d", 1), ("conv2d", 2))},
 }
 
 

@@ -188,10 +188,19 @@ def imprecise_table(device: str, torch_version: Optional[str] = None) -> Dict[Tu
     return table_for(torch_version)
 
 
-def is_imprecise(table: Dict[Tuple[str, ...], Any], op: str, impl: str, style: str, dtype: str) -> bool:
-    """Whether a variant is listed: by (op, style, dtype), or by (op, implementation, style, dtype)
-    where only one implementation of the op is at fault (imprecise_cuda.py's SDPA backends)."""
-    return (op, style, dtype) in table or (op, impl, style, dtype) in table
+def is_imprecise(table: Dict[Tuple[str, ...], Any], op: str, impl: str, style: str, dtype: str,
+                 strategy: Optional[str] = None) -> bool:
+    """Whether a run is listed: by (op, style, dtype), or by (op, implementation, style, dtype) where
+    only one implementation of the op is at fault (imprecise_cuda.py's SDPA backends); or, where the
+    defect shows under one value strategy only, by a key that ends in that strategy, (op, style,
+    dtype, strategy) or (op, implementation, style, dtype, strategy) (imprecise_cuda.py's cuDNN
+    convolutions: listing the whole variant would also excuse its failures under the other
+    strategies). A strategy-keyed entry matches only the rows of that strategy: a query without
+    one (`strategy` None) matches the variant-wide keys alone."""
+    if (op, style, dtype) in table or (op, impl, style, dtype) in table:
+        return True
+    return strategy is not None and ((op, style, dtype, strategy) in table
+                                     or (op, impl, style, dtype, strategy) in table)
 
 
 def _torch_of(row: Dict[str, Any]) -> str:
@@ -202,7 +211,8 @@ def _torch_of(row: Dict[str, Any]) -> str:
 
 def summarize(rows: List[Dict[str, Any]], device: str = "cpu") -> Dict[Tuple[str, str, str, str, str], Dict[str, Any]]:
     """(op, impl, style, dtype, strategy) -> cases, failed, worst ratio over the seeds, and whether
-    the variant is a known imprecise implementation (imprecise.py)."""
+    the variant is a known imprecise implementation under that strategy (imprecise.py,
+    imprecise_cuda.py; decided per cell, since an entry may name the strategy)."""
     excused = {}  # torch version -> its imprecise table
     table: Dict[Tuple[str, str, str, str, str], Dict[str, Any]] = {}
     for r in rows:
@@ -213,7 +223,7 @@ def summarize(rows: List[Dict[str, Any]], device: str = "cpu") -> Dict[Tuple[str
         t = table.setdefault(k, {"cases": 0, "failed": 0, "worst": 0.0, "runs": 0, "unsupported": None,
                                  "refused": 0, "not_run_after_crash": 0,
                                  "imprecise": is_imprecise(excused[version], r["op"], r["impl"], r["style"],
-                                                           r["dtype"])})
+                                                           r["dtype"], r["strategy"])})
         t["runs"] += 1
         if r.get("unsupported"):
             t["unsupported"] = r["unsupported"]
@@ -338,7 +348,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 out.flush()
             if row["failed"] and not row.get("unsupported"):
                 f = row["failures"][0]
-                known = is_imprecise(IMPRECISE, row["op"], row["impl"], row["style"], row["dtype"])
+                known = is_imprecise(IMPRECISE, row["op"], row["impl"], row["style"], row["dtype"], row["strategy"])
                 print(f"{'imprecise' if known else 'FAIL'} {row['op']} {row['impl']} [{row['style']}] {row['dtype']} {row['strategy']} "
                       f"seed {row['seed']}: {row['failed']}/{row['cases']}, case {f['index']}: {f['message'][:160]}",
                       file=sys.stderr)

@@ -177,6 +177,53 @@ def test_the_cuda_list_excuses_the_native_half_precision_kernels_not_their_upcas
     assert [t["imprecise"] for t in summarize([composition], "cuda").values()] == [False]
 
 
+def test_a_cuda_entry_that_names_a_strategy_excuses_only_that_strategys_runs():
+    # cuDNN's grouped convolutions give NaN from another group's Inf (special values) and its fp16 conv1d
+    # returns 0 for a convolution below -65504 (boundary values): imprecise_cuda.py lists them by keys
+    # that end in the strategy, so the same variants stay gated under every other strategy (where they
+    # pass), and an fp32 convolution with TF32 off, or an upcast, is never excused.
+    from imprecise_cuda import IMPRECISE_CUDA_TORCH2_11 as TABLE
+    from sweep import STRATEGIES, is_imprecise, markdown, summarize
+
+    row = {"op": "conv2d", "impl": "F.conv2d", "style": "native", "dtype": "float16", "strategy": "special",
+           "seed": 3, "cases": 100, "failed": 3, "worst_ratio": float("inf"), "torch": "2.11.0+cu130",
+           "device": "cuda"}
+    runs = [dict(row, strategy=s) for s in STRATEGIES]
+    cells = summarize(runs, "cuda")
+    assert {k[4]: t["imprecise"] for k, t in cells.items()} == {"regular": False, "boundary": False,
+                                                               "adversarial": False, "special": True}
+    line = markdown(cells, list(STRATEGIES)).splitlines()[-1].split(" | ")
+    assert [c.startswith("imprecise") for c in line[4:]] == [False, False, False, True], line
+    expected = {  # (op, impl, style, dtype) -> the strategies listed
+        ("conv1d", "F.conv1d", "native", "float16"): {"special", "boundary"},
+        ("conv1d", "F.conv1d", "native", "bfloat16"): {"special"},
+        ("conv2d", "F.conv2d", "native", "float16"): {"special"},
+        ("conv2d", "F.conv2d", "native", "bfloat16"): {"special"},
+        ("conv1d", "F.conv1d (TF32)", "native", "float32"): {"special"},
+        ("conv2d", "F.conv2d (TF32)", "native", "float32"): {"special"},
+        ("conv1d", "F.conv1d", "native", "float32"): set(),  # TF32 off
+        ("conv2d", "F.conv2d", "native", "float32"): set(),
+        ("conv1d", "F.conv1d", "upcast", "float16"): set(),
+        ("conv2d", "F.conv2d", "upcast", "bfloat16"): set(),
+        ("conv2d", "F.conv2d", "native", "float8_e4m3fn"): set(),
+    }
+    for (op, impl, style, dtype), listed in expected.items():
+        got = {s for s in STRATEGIES if is_imprecise(TABLE, op, impl, style, dtype, s)}
+        assert got == listed, (op, impl, style, dtype, got)
+        # asked about the variant without a strategy, a strategy-keyed entry does not answer
+        assert not is_imprecise(TABLE, op, impl, style, dtype)
+    # the variant-wide keys still match whatever the strategy
+    assert all(is_imprecise(TABLE, "cumsum", "torch.cumsum", "native", "float16", s) for s in (None, *STRATEGIES))
+    # a strategy-keyed CUDA entry does not excuse a CPU row, nor another torch
+    assert [t["imprecise"] for t in summarize([dict(row, device="cpu")], "cpu").values()] == [False]
+    assert [t["imprecise"] for t in summarize([dict(row, torch="2.12.0")], "cuda").values()] == [False]
+    # every entry's key has one of the four shapes, and a strategy in the last place only where it names one
+    for key in TABLE:
+        assert len(key) in (3, 4, 5), key
+        assert (key[-1] in STRATEGIES) == (len(key) == 5 or (len(key) == 4 and key[2] not in ("native", "upcast",
+                                                                                             "composition"))), key
+
+
 def test_the_known_imprecise_implementations_still_are():
     for key, (shown, holds) in evidence().items():
         if holds:
