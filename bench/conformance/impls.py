@@ -285,6 +285,16 @@ def log_softmax_loop(args: Args) -> torch.Tensor:
     return (x - m - s.log().unsqueeze(-1)).movedim(-1, dim).to(args["x"].dtype)
 
 
+def softmax_backward_fp32(args: Args) -> torch.Tensor:
+    g, y, dim = args["grad_out"].float(), args["y"].float(), args["dim"]
+    return (y * (g - (g * y).sum(dim, keepdim=True))).to(args["grad_out"].dtype)
+
+
+def log_softmax_backward_fp32(args: Args) -> torch.Tensor:
+    g, y, dim = args["grad_out"].float(), args["y"].float(), args["dim"]
+    return (g - torch.exp(y) * g.sum(dim, keepdim=True)).to(args["grad_out"].dtype)
+
+
 def _affine(y: torch.Tensor, args: Args) -> torch.Tensor:
     if args.get("weight") is not None:
         y = y * args["weight"].float()
@@ -366,6 +376,14 @@ IMPLS: Tuple[Impl, ...] = (
     Impl("sigmoid", "torch.sigmoid", lambda a: torch.sigmoid(a["x"])),
     Impl("silu", "F.silu", lambda a: F.silu(a["x"])),
     Impl("softmax", "torch.softmax", lambda a: torch.softmax(a["x"], dim=a["dim"])),
+    # softmax's autograd backward. Autograd passes the output softmax saved, which is contiguous;
+    # torch 1.13's CPU kernel computes wrong values for an output in another layout than grad_out's
+    # (docs/conformance.md, "Backward ops"; tests/python/test_backward.py keeps that failing), so
+    # the output is passed as autograd passes it.
+    Impl("softmax_backward", "torch._softmax_backward_data (y contiguous, as autograd saves it)",
+         lambda a: torch._softmax_backward_data(a["grad_out"], a["y"].contiguous(), a["dim"], a["y"].dtype)),
+    Impl("log_softmax_backward", "torch._log_softmax_backward_data (log_softmax's autograd backward)",
+         lambda a: torch._log_softmax_backward_data(a["grad_out"], a["y"], a["dim"], a["y"].dtype)),
     Impl("softplus", "F.softplus", lambda a: F.softplus(a["x"], beta=a["beta"], threshold=a["threshold"])),
     Impl("sqrt", "torch.sqrt", lambda a: torch.sqrt(a["x"])),
     Impl("sum", "torch.sum", lambda a: torch.sum(a["x"], dim=a["dim"], keepdim=a["keepdim"])),
@@ -379,6 +397,9 @@ IMPLS: Tuple[Impl, ...] = (
     Impl("logsumexp", LOOP, logsumexp_loop, COMPOSITION),
     Impl("softmax", LOOP, softmax_loop, COMPOSITION),
     Impl("log_softmax", LOOP, log_softmax_loop, COMPOSITION),
+    Impl("softmax_backward", "y * (g - sum(g * y)) in fp32, as Triton's softmax backward", softmax_backward_fp32,
+         COMPOSITION),
+    Impl("log_softmax_backward", "g - exp(y) * sum(g) in fp32", log_softmax_backward_fp32, COMPOSITION),
     Impl("rms_norm", LOOP, rms_norm_loop, COMPOSITION),
     Impl("layer_norm", LOOP, layer_norm_loop, COMPOSITION),
 )

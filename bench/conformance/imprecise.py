@@ -180,6 +180,36 @@ def _either(first: Callable[[], Tuple[str, bool]], second: Callable[[], Tuple[st
 ONEDNN_CONV = ("on CPUs with AVX512-BF16, bf16 convolutions go through oneDNN, which accumulates in fp32 "
                "(4096 ones sum to 4096)")
 
+def _backward_sum_in_bf16(log: bool) -> Callable[[], Tuple[str, bool]]:
+    """torch 1.13's bf16 CPU softmax/log_softmax backward stores the row sum (sum g*y, or sum g) in
+    bf16 before using it: an emulation that rounds that sum once to bf16, all else fp32, equals its
+    output bit for bit on random rows (bench/conformance/probe_backward_bf16.py)."""
+    def demo() -> Tuple[str, bool]:
+        if log:
+            # S = 1 + 2^-8 rounds to 1 in bf16 (a tie, to even); grad_x[0] = 0.5 - p * S cancels.
+            g = torch.tensor([[0.5, 0.5 + 2.0 ** -8]], dtype=BF16)
+            y = torch.log(torch.tensor([[0.5, 0.5]], dtype=torch.float64)).to(BF16)
+            got = torch._log_softmax_backward_data(g, y, -1, BF16)[0, 0].item()
+            gd, yd = g.double(), y.double()
+            exact = (gd - torch.exp(yd) * gd.sum(-1, keepdim=True))[0, 0].item()
+            up = torch._log_softmax_backward_data(g.float(), y.float(), -1, torch.float32).to(BF16)[0, 0].item()
+            what = "log_softmax backward of grad_out [0.5, 0.5 + 2^-8] at y = log([0.5, 0.5])"
+        else:
+            # s = 0.25 + 0.75 * (1 + 2^-7) = 1.005859375 rounds to 1 + 2^-7 in bf16.
+            g = torch.tensor([[1.0, 1.0 + 2.0 ** -7]], dtype=BF16)
+            y = torch.tensor([[0.25, 0.75]], dtype=BF16)
+            got = torch._softmax_backward_data(g, y, -1, BF16)[0, 0].item()
+            gd, yd = g.double(), y.double()
+            exact = (yd * (gd - (gd * yd).sum(-1, keepdim=True)))[0, 0].item()
+            up = torch._softmax_backward_data(g.float(), y.float(), -1, torch.float32).to(BF16)[0, 0].item()
+            what = "softmax backward of grad_out [1, 1 + 2^-7] at y = [0.25, 0.75]"
+        held = torch.tensor(exact).to(BF16).item()
+        return (f"{what} in bfloat16 gives {got:.6g} (exact {exact:.6g}, which bfloat16 holds to {held:.6g}; "
+                f"the upcast gives {up:.6g}): the row sum is stored in bfloat16 before it is used"), \
+            abs(got - exact) > 4 * abs(held - exact) + 1e-6 and up == held
+    return demo
+
+
 IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
     ("matmul", "native", "bfloat16"): Imprecision(
         "accumulates in bf16", _bf16_accumulator(
@@ -218,6 +248,11 @@ IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
         "stores the sum in float16 before dividing, where it overflows (the rounding alone is accepted: c_in)",
         _mean(torch.float16)),
     ("logsumexp", "native", "bfloat16"): Imprecision("stores the sum of exp in bf16 before the log", _logsumexp),
+    # 2026-12-03: the backward ops (docs/conformance.md, "Backward ops")
+    ("softmax_backward", "native", "bfloat16"): Imprecision("the row sum sum(g * y) is stored in bf16",
+                                                            _backward_sum_in_bf16(False)),
+    ("log_softmax_backward", "native", "bfloat16"): Imprecision("the row sum sum(g) is stored in bf16",
+                                                                _backward_sum_in_bf16(True)),
 }
 
 

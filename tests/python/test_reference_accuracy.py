@@ -350,6 +350,49 @@ def _softmax(shape):
         assert_close(gpuemu.reference("softmax", {"x": x}, dim=dim), torch.softmax(t64(x), dim), what="softmax")
 
 
+@check("softmax_backward", ROW_SHAPES)
+def _softmax_backward(shape):
+    # Against torch's float64 backward of the same (grad_out, y) (torch._softmax_backward_data, what
+    # autograd calls), and against autograd itself at logits log(y): its output p = y / sum(y) is
+    # the saved output there, and the gradient w.r.t. log(y) is the backward at (grad_out, p).
+    # scale |y| (|g| + sum|g y|): the result is a difference of those terms times y.
+    g = rng_for("softmax_backward", shape)
+    x = normal(g, shape, std=3.0)
+    go = normal(g, shape)
+    for dim in (-1, 0):
+        y = torch.softmax(t64(x), dim).float()
+        want = torch._softmax_backward_data(t64(go), t64(y), dim, torch.float64)
+        scale = t64(y).abs() * (t64(go).abs() + (t64(go) * t64(y)).abs().sum(dim, keepdim=True))
+        got = gpuemu.reference("softmax_backward", {"grad_out": go, "y": y.numpy()}, dim=dim)
+        assert_close(got, want, scale=scale, what="softmax_backward")
+        ly = torch.log(t64(y)).requires_grad_(True)
+        p = torch.softmax(ly, dim)
+        p.backward(t64(go))
+        got_p = gpuemu.reference("softmax_backward", {"grad_out": go, "y": p.detach().numpy()}, dim=dim)
+        assert_close(got_p, ly.grad, scale=scale, what="softmax_backward (autograd)")
+
+
+@check("log_softmax_backward", ROW_SHAPES)
+def _log_softmax_backward(shape):
+    # Against torch's float64 backward (torch._log_softmax_backward_data) and autograd through
+    # log_softmax of a float64 log-probability row z (log_softmax(z) = z - lse(z), lse ~ 0): the
+    # saved output is what log_softmax returns there. scale |g| + exp(y) sum|g|.
+    g = rng_for("log_softmax_backward", shape)
+    x = normal(g, shape, std=3.0)
+    go = normal(g, shape)
+    for dim in (-1, 0):
+        y = torch.log_softmax(t64(x), dim).float()
+        want = torch._log_softmax_backward_data(t64(go), t64(y), dim, torch.float64)
+        scale = t64(go).abs() + torch.exp(t64(y)) * t64(go).abs().sum(dim, keepdim=True)
+        got = gpuemu.reference("log_softmax_backward", {"grad_out": go, "y": y.numpy()}, dim=dim)
+        assert_close(got, want, scale=scale, what="log_softmax_backward")
+        z = t64(y).clone().requires_grad_(True)
+        out = torch.log_softmax(z, dim)
+        out.backward(t64(go))
+        got_z = gpuemu.reference("log_softmax_backward", {"grad_out": go, "y": out.detach().numpy()}, dim=dim)
+        assert_close(got_z, z.grad, scale=scale, what="log_softmax_backward (autograd)")
+
+
 @check("log_softmax", ROW_SHAPES)
 def _log_softmax(shape):
     # scale |x| + |max| + 1: log_softmax = (x - max) - log(sum), a difference of larger terms that

@@ -251,6 +251,61 @@ void fill_boundary(std::vector<double>& v, Rng& rng, DType d, bool positive, boo
   }
 }
 
+// An upstream gradient (domain "grad") under the adversarial strategy, one pattern per case:
+// sparse (about one element in 16 nonzero), one-hot along `dim` (one nonzero per line, as
+// cross-entropy's gradient of the logits), constant along `dim` (softmax's backward then cancels to
+// exactly 0: g - sum(g * y) with sum(y) = 1), or magnitudes over many octaves.
+void fill_grad(std::vector<double>& v, const Shape& shape, const Json* attrs, Rng& rng, DType d) {
+  const Lines l = lines_along(shape, attrs);
+  switch (rng.bounded(4)) {
+    case 0:
+      for (auto& x : v) x = rng.chance(1, 16) ? rng.normal() * pow2(rng, -4, 4) : 0.0;
+      break;
+    case 1:
+      std::fill(v.begin(), v.end(), 0.0);
+      for (std::int64_t o = 0; o < l.outer; ++o)
+        for (std::int64_t i = 0; i < l.inner; ++i) {
+          if (l.len < 1) break;
+          const auto k = static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(l.len)));
+          v[static_cast<std::size_t>((o * l.len + k) * l.inner + i)] = rng.normal() * pow2(rng, -4, 4);
+        }
+      break;
+    case 2:
+      for (std::int64_t o = 0; o < l.outer; ++o)
+        for (std::int64_t i = 0; i < l.inner; ++i) {
+          const double c = rng.normal() * pow2(rng, -4, 4);
+          for (std::int64_t k = 0; k < l.len; ++k) v[static_cast<std::size_t>((o * l.len + k) * l.inner + i)] = c;
+        }
+      break;
+    default:
+      fill_wide(v, rng, d, false);
+  }
+}
+
+// A backward op's saved forward output (domain "saved_softmax" or "saved_log_softmax"): the values drawn as the forward's
+// input are replaced, line by line along `dim`, by softmax or log_softmax of them in fp64 (before
+// the rounding to the dtype, as a forward kernel's output is rounded once). Special values follow
+// torch: a NaN makes its line NaN, an all -Inf line is NaN, a +Inf beside another +Inf gives NaN.
+void apply_saved_forward(std::vector<double>& v, const Shape& shape, const Json* attrs, bool log) {
+  const Lines l = lines_along(shape, attrs);
+  if (v.empty()) return;
+  for (std::int64_t o = 0; o < l.outer; ++o)
+    for (std::int64_t i = 0; i < l.inner; ++i) {
+      auto at = [&](std::int64_t k) -> double& { return v[static_cast<std::size_t>((o * l.len + k) * l.inner + i)]; };
+      double m = -k_inf;
+      bool nan = false;
+      for (std::int64_t k = 0; k < l.len; ++k) {
+        nan |= std::isnan(at(k));
+        m = std::max(m, at(k));
+      }
+      if (nan) m = std::numeric_limits<double>::quiet_NaN();
+      double s = 0.0;
+      for (std::int64_t k = 0; k < l.len; ++k) s += std::exp(at(k) - m);
+      const double lse = m + std::log(s);
+      for (std::int64_t k = 0; k < l.len; ++k) at(k) = log ? at(k) - lse : std::exp(at(k) - m) / s;
+    }
+}
+
 void sprinkle_specials(std::vector<double>& v, Rng& rng) {
   if (v.empty()) return;
   const double specials[] = {k_nan, k_inf, -k_inf, -0.0};
@@ -321,7 +376,8 @@ std::vector<double> generate_values(const ValueRequest& req, Rng& rng) {
       fill_regular(v, rng, 2.0);
       break;
     case Distribution::adversarial:
-      if (positive || nonnegative) fill_wide(v, rng, req.dtype, true);
+      if (kind == "grad") fill_grad(v, req.shape, req.attrs, rng, req.dtype);
+      else if (positive || nonnegative) fill_wide(v, rng, req.dtype, true);
       else if (is_logit_like(s, in)) {
         fill_logits(v, req.shape, rng, req.dtype, in.name == "k" || in.name == "k_cache");
         if (s.name == "logsumexp") center_log_sum_exp(v, req.shape, req.attrs, rng);
@@ -345,6 +401,8 @@ std::vector<double> generate_values(const ValueRequest& req, Rng& rng) {
     for (auto& x : v) x = std::min(1.0, x / (1.0 + x));
   }
   if (req.distribution == Distribution::special) sprinkle_specials(v, rng);
+  if (kind == "saved_softmax" || kind == "saved_log_softmax")
+    apply_saved_forward(v, req.shape, req.attrs, kind == "saved_log_softmax");
   round_elements(req.dtype, v.data(), v.size());
   return v;
 }

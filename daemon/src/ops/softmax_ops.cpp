@@ -1,6 +1,7 @@
 // softmax and log_softmax over `dim`: fp64 references, correct fp32 controls (two-pass tiled,
 // online), and known-buggy kernels (padded tail leaking into the denominator, no max subtraction,
-// online softmax without the rescale).
+// online softmax without the rescale); their backward ops (softmax_backward, log_softmax_backward)
+// likewise.
 #include "core/parallel.hpp"
 #include "ops/lowp_emu.hpp"
 #include "ops/op_util.hpp"
@@ -274,11 +275,204 @@ BuiltinOp make_op(const std::string& name, bool log) {
   return op;
 }
 
+// ---- Backward: softmax_backward and log_softmax_backward ------------------------------------
+//
+// softmax:      grad_x_i = y_i * (g_i - s),       s = sum_j g_j * y_j
+// log_softmax:  grad_x_i = g_i - exp(y_i) * S,    S = sum_j g_j
+// with y the forward's saved output and g = grad_out, both as the kernel receives them. The
+// condition terms (docs/error-model.md, "Backward"):
+//   softmax:      c_acc_i = |y_i| * (|g_i| + |s| + (1 + G) * A) + |grad_x_i|,  A = sum_j |g_j y_j|
+//     the products' rounding (u A) and the fp32 sum's (u G A, G = SumGrowth over the terms |g_j y_j|)
+//     carried by y_i; the subtraction's and the product's rounding, in either order
+//     (y_i * (g_i - s), or y_i * g_i - y_i * s: |y_i| (|g_i| + |s|) covers both).
+//   log_softmax:  c_acc_i = |grad_x_i| + exp(y_i) * ((3 + |y_i|) * |S| + G * B),  B = sum_j |g_j|
+//     the sum's error (u G B) times exp(y_i); exp's own rounding, its argument's (an exp through
+//     exp2 rounds y * log2(e): u |y| relative), the product's; the subtraction's.
+// A non-finite element has no condition term (its propagation is exact, as the forward's); where
+// an fp32 intermediate may overflow, the element is indeterminate (overflow_guard).
+struct BackwardRows {
+  bool log = false;
+  std::int64_t len = 0;
+
+  void row(const double* g, const double* y, double* out, double* c_acc) const {
+    const std::int64_t n = len;
+    double s = 0.0, a = 0.0, lo = k_inf, hi = 0.0;
+    for (std::int64_t k = 0; k < n; ++k) {
+      const double t = log ? g[k] : g[k] * y[k];
+      s += t;
+      const double at = std::fabs(t);
+      a += at;
+      lo = std::min(lo, at);
+      hi = std::max(hi, at);
+    }
+    const double growth =
+        n > 0 ? SumGrowth::growth(static_cast<double>(n), a / static_cast<double>(n), hi - lo) +
+                    SumGrowth::absorbed(n, a, [&](std::int64_t k) { return log ? g[k] : g[k] * y[k]; })
+              : 0.0;
+    for (std::int64_t k = 0; k < n; ++k) {
+      double v = 0.0, c = 0.0;
+      if (log) {
+        const double p = std::exp(y[k]);
+        v = g[k] - p * s;
+        // y = -Inf (a probability of 0) carries no error: exp gives exactly 0.
+        c = std::fabs(v) + (p > 0.0 ? p * ((3.0 + std::fabs(y[k])) * std::fabs(s) + growth * a) : 0.0);
+      } else {
+        v = y[k] * (g[k] - s);
+        c = std::fabs(y[k]) * (std::fabs(g[k]) + std::fabs(s) + (1.0 + growth) * a) + std::fabs(v);
+      }
+      out[k] = v;
+      // Where an fp32 intermediate may overflow (the products and their sum, up to A, or
+      // g - s, up to |g| + A), the element is indeterminate (overflow_guard), y = 0 included:
+      // 0 * (g - Inf) is NaN in a correct kernel.
+      c_acc[k] = std::isfinite(v) && std::isfinite(c) ? overflow_guard(c, a + std::fabs(g[k])) : 0.0;
+    }
+  }
+};
+
+Result<std::vector<RefOutput>> backward_reference(const RefContext& ctx, bool log) {
+  const RefArg& g = ctx.input("grad_out");
+  const RefArg& y = ctx.input("y");
+  if (g.shape != y.shape)
+    return make_error(ErrorCode::shape_mismatch,
+                      std::string(log ? "log_softmax_backward" : "softmax_backward") +
+                          ": grad_out " + shape_to_string(g.shape) + " and y " +
+                          shape_to_string(y.shape) + " must have the same shape");
+  GPUEMU_TRY(ReduceGeom geom, reduce_geom(g.shape, ctx.attr_int("dim")));
+  const std::int64_t n = g.numel();
+  RefVec out = uninit_output(n), c_acc = uninit_output(n);
+  BackwardRows rows;
+  rows.log = log;
+  rows.len = geom.len;
+  parallel_rows(geom.outer * geom.inner,
+                std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(geom.len, 1)),
+                [&](std::int64_t rb, std::int64_t re) {
+                  std::vector<double> sg, sy, so, sc;
+                  if (geom.inner > 1) {
+                    const auto l = static_cast<std::size_t>(geom.len);
+                    sg.resize(l), sy.resize(l), so.resize(l), sc.resize(l);
+                  }
+                  for (std::int64_t r = rb; r < re; ++r) {
+                    const std::int64_t o = r / geom.inner, i = r % geom.inner;
+                    if (geom.inner == 1) {
+                      const std::int64_t b = r * geom.len;
+                      rows.row(g.data.data() + b, y.data.data() + b, out.data() + b, c_acc.data() + b);
+                      continue;
+                    }
+                    for (std::int64_t k = 0; k < geom.len; ++k)
+                      sg[k] = g.data[geom.index(o, k, i)], sy[k] = y.data[geom.index(o, k, i)];
+                    rows.row(sg.data(), sy.data(), so.data(), sc.data());
+                    for (std::int64_t k = 0; k < geom.len; ++k)
+                      out[geom.index(o, k, i)] = so[k], c_acc[geom.index(o, k, i)] = sc[k];
+                  }
+                });
+  return single_output(ctx.output_dtype(), g.shape, std::move(out), std::move(c_acc));
+}
+
+// How the emulated backward kernels treat one line.
+enum class BackwardVariant {
+  tiled,           // fp32 tile sums of 1024, grad_x = y * (g - s) (or g - exp(y) * S)
+  split,           // fp32, 128-wide tiles, grad_x = y * g - y * s (or g - exp2(y * log2 e) * S)
+  tail_leak,       // BLOCK = 128; the last partial tile is not masked: its lanes read the next line
+  lowp_sum,        // the sum kept in the case dtype, rounded after every addition
+  wrong_formula,   // softmax: s = sum g (log_softmax's); log_softmax: y * (g - sum g y) (softmax's)
+};
+
+void backward_line(const RefVec& g, const RefVec& y, const ReduceGeom& geom, std::int64_t o,
+                   std::int64_t i, bool log, BackwardVariant variant, DType dtype,
+                   std::vector<double>& out) {
+  const std::int64_t len = geom.len;
+  const std::int64_t block = variant == BackwardVariant::tiled ? 1024 : 128;
+  const std::int64_t padded = (len + block - 1) / block * block;
+  // Lanes past the end: masked (0) in a correct kernel; the tail-leak bug reads the next line's
+  // first elements (0 past the tensor).
+  auto load = [&](const RefVec& v, std::int64_t k) -> float {
+    if (k < len) return f32(v[static_cast<std::size_t>(geom.index(o, k, i))]);
+    if (variant != BackwardVariant::tail_leak) return 0.0f;
+    const std::int64_t next = o * geom.inner + i + 1;
+    if (next >= geom.outer * geom.inner || k - len >= len) return 0.0f;
+    return f32(v[static_cast<std::size_t>(geom.index(next / geom.inner, k - len, next % geom.inner))]);
+  };
+  const bool wrong = variant == BackwardVariant::wrong_formula;
+  const bool weighted_sum = log == wrong;  // s = sum g * y (else sum g)
+  const bool softmax_out = !log || wrong;  // y * (g - s) (else g - exp(y) * s)
+  float s = 0.0f;
+  for (std::int64_t t = 0; t < padded; t += block) {
+    float tile = 0.0f;
+    for (std::int64_t k = t; k < t + block; ++k) {
+      const float gk = load(g, k), yk = load(y, k);
+      const float term = weighted_sum ? gk * yk : gk;
+      if (variant == BackwardVariant::lowp_sum)
+        s = static_cast<float>(round_to(dtype, static_cast<double>(s + term)));
+      else
+        tile += term;
+    }
+    if (variant != BackwardVariant::lowp_sum) s += tile;
+  }
+  for (std::int64_t k = 0; k < len; ++k) {
+    const float gk = load(g, k), yk = load(y, k);
+    float v = 0.0f;
+    if (softmax_out)
+      v = variant == BackwardVariant::split ? yk * gk - yk * s : yk * (gk - s);
+    else if (variant == BackwardVariant::split)
+      v = gk - std::exp2(yk * 1.44269504f) * s;
+    else
+      v = gk - std::exp(yk) * s;
+    out[static_cast<std::size_t>(geom.index(o, k, i))] = static_cast<double>(v);
+  }
+}
+
+KernelFn backward_emulated(bool log, BackwardVariant variant) {
+  return [=](const RefContext& ctx) -> Result<std::vector<std::vector<double>>> {
+    const RefArg& g = ctx.input("grad_out");
+    const RefArg& y = ctx.input("y");
+    GPUEMU_TRY(ReduceGeom geom, reduce_geom(g.shape, ctx.attr_int("dim")));
+    std::vector<double> out(static_cast<std::size_t>(g.numel()));
+    parallel_for(
+        geom.outer * geom.inner,
+        [&](std::int64_t b, std::int64_t e) {
+          for (std::int64_t r = b; r < e; ++r)
+            backward_line(g.data, y.data, geom, r / geom.inner, r % geom.inner, log, variant,
+                          g.dtype, out);
+        },
+        64);
+    return std::vector<std::vector<double>>{round_all(ctx.output_dtype(), std::move(out))};
+  };
+}
+
+BuiltinOp make_backward_op(const std::string& name, bool log) {
+  BuiltinOp op;
+  op.name = name;
+  op.reference = [log](const RefContext& ctx) { return backward_reference(ctx, log); };
+  op.controls = {
+      {"fp32_tiled", log ? "fp32 tile sums of grad_out over 1024-wide tiles, grad_out - exp(y) * sum"
+                         : "fp32 tile sums of grad_out * y over 1024-wide tiles, y * (grad_out - sum)",
+       backward_emulated(log, BackwardVariant::tiled)},
+      {"fp32_split", log ? "fp32 over 128-wide tiles, exp(y) as exp2(y * log2 e)"
+                         : "fp32 over 128-wide tiles, y * grad_out - y * sum",
+       backward_emulated(log, BackwardVariant::split)},
+  };
+  op.buggy = {
+      {"tail_leak",
+       "BLOCK=128; the last partial tile of the row sum is not masked and reads the next row's "
+       "first elements",
+       backward_emulated(log, BackwardVariant::tail_leak)},
+      {"lowp_sum", "the row sum kept in the case dtype (bf16/fp16), rounded after every addition",
+       backward_emulated(log, BackwardVariant::lowp_sum)},
+      {"wrong_formula",
+       log ? "softmax's backward applied to log_softmax's output: y * (grad_out - sum(grad_out * y))"
+           : "log_softmax's row sum in softmax's backward: y * (grad_out - sum(grad_out))",
+       backward_emulated(log, BackwardVariant::wrong_formula)},
+  };
+  return op;
+}
+
 }  // namespace
 
 void register_softmax_ops(BuiltinRegistry& r) {
   r.add(make_op("softmax", false));
   r.add(make_op("log_softmax", true));
+  r.add(make_backward_op("softmax_backward", false));
+  r.add(make_backward_op("log_softmax_backward", true));
 }
 
 }  // namespace gpuemu::ops

@@ -219,7 +219,11 @@ class SchemaReader {
       }
       GPUEMU_TRY(spec.domain, get_string(in, p, "domain", false, "real"));
       static const std::set<std::string> k_domains = {"real", "positive", "nonnegative",
-                                                      "probabilities", "unit", "scale"};
+                                                      "probabilities", "unit", "scale", "grad",
+                                                      // a backward op's saved forward output: drawn
+                                                      // as the forward's input, then passed through
+                                                      // the forward along `dim` (values.cpp)
+                                                      "saved_softmax", "saved_log_softmax"};
       auto colon = spec.domain.find(':');
       if (colon != std::string::npos) {
         auto kind = spec.domain.substr(0, colon);

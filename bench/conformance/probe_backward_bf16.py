@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""What torch's CPU softmax and log_softmax backward kernels compute (torch 1.13 on this machine).
+
+1. bfloat16: emulations of where the kernel may round, compared bit for bit with its output on random
+   rows (64 x 584, logits of standard deviation 2). The one that rounds the row sum (sum g * y for
+   softmax, sum g for log_softmax) once to bfloat16, all else in fp32, matches every element.
+2. An output y in another layout than grad_out's: torch._softmax_backward_data returns wrong values
+   (the formula y * (g - sum(g * y)) computed by torch itself on the same tensors, and the kernel on
+   y.contiguous(), agree with each other, not with it). Autograd never passes such a y (softmax's
+   saved output is contiguous), so the Conformance sweep calls it as autograd does
+   (bench/conformance/impls.py) and tests/python/test_backward.py keeps the raw call failing.
+
+    python bench/conformance/probe_backward_bf16.py > docs/conformance/probe_backward_bf16.txt
+"""
+
+from __future__ import annotations
+
+import torch
+
+torch.manual_seed(1)
+torch.set_num_threads(1)
+B = torch.bfloat16
+print(f"torch {torch.__version__}")
+
+
+def r(t: torch.Tensor) -> torch.Tensor:
+    return t.to(B).float()
+
+
+def show(title: str, got: torch.Tensor, cands: dict) -> None:
+    print(title)
+    for name, v in cands.items():
+        print(f"  {name:38s} bit for bit on {(r(v) == got).float().mean().item():7.2%} of {got.numel()} elements")
+
+
+y = torch.softmax(torch.randn(64, 584) * 2, -1).to(B)
+g = torch.randn(64, 584).to(B)
+yf, gf = y.float(), g.float()
+s = (gf * yf).sum(-1, keepdim=True)
+show("softmax backward, bfloat16 (torch._softmax_backward_data):", torch._softmax_backward_data(g, y, -1, B).float(), {
+    "fp32 throughout, rounded once": yf * (gf - s),
+    "the row sum s rounded to bf16": yf * (gf - r(s)),
+    "the products g*y rounded to bf16": yf * (gf - r(gf * yf).sum(-1, keepdim=True)),
+    "g - s rounded to bf16": yf * r(gf - s),
+    "y*g - y*s, each rounded to bf16": r(r(yf * gf) - r(yf * s)),
+})
+y = torch.log_softmax(torch.randn(64, 584) * 2, -1).to(B)
+g = torch.randn(64, 584).to(B)
+yf, gf = y.float(), g.float()
+S = gf.sum(-1, keepdim=True)
+show("log_softmax backward, bfloat16 (torch._log_softmax_backward_data):",
+     torch._log_softmax_backward_data(g, y, -1, B).float(), {
+         "fp32 throughout, rounded once": gf - torch.exp(yf) * S,
+         "the row sum S rounded to bf16": gf - torch.exp(yf) * r(S),
+         "exp(y) rounded to bf16": gf - r(torch.exp(yf)) * S,
+         "exp(y) * S rounded to bf16": gf - r(torch.exp(yf) * S),
+     })
+
+print("softmax backward, float32, y in another layout than grad_out:")
+for what, y32 in (("y transposed (a [7, 5] softmax, viewed [5, 7])", torch.softmax(torch.randn(7, 5), 0).t()),
+                  ("y strided (every other column of [5, 14])", torch.softmax(torch.randn(5, 14), -1)[:, ::2])):
+    g32 = torch.randn(5, 7)
+    formula = y32 * (g32 - (g32 * y32).sum(-1, keepdim=True))
+    raw = torch._softmax_backward_data(g32, y32, -1, torch.float32)
+    ctg = torch._softmax_backward_data(g32, y32.contiguous(), -1, torch.float32)
+    print(f"  {what}: |raw - formula| max {(raw - formula).abs().max().item():.3g}, "
+          f"|kernel on y.contiguous() - formula| max {(ctg - formula).abs().max().item():.3g}")
+gT = torch.randn(7, 5).t()
+y32 = torch.softmax(torch.randn(5, 7), -1)
+print(f"  grad_out transposed, y contiguous: |raw - formula| max "
+      f"{(torch._softmax_backward_data(gT, y32, -1, torch.float32) - y32 * (gT - (gT * y32).sum(-1, keepdim=True))).abs().max().item():.3g}")
+lyT = torch.log_softmax(torch.randn(7, 5), 0).t()
+g32 = torch.randn(5, 7)
+print(f"  log_softmax backward, y transposed: |raw - formula| max "
+      f"{(torch._log_softmax_backward_data(g32, lyT, -1, torch.float32) - (g32 - torch.exp(lyT) * g32.sum(-1, keepdim=True))).abs().max().item():.3g}")

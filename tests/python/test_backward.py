@@ -1,0 +1,128 @@
+"""Backward ops (issue 20): softmax_backward and log_softmax_backward judged like outputs.
+
+Through the real engine (in process) and the real daemon (the public client): PyTorch's own
+backward kernels and the fp32 formulas Triton kernels use pass with the defaults; the bug classes
+of the issue (a row sum whose last partial tile is not masked, a sum kept in bf16, the other op's
+formula) are caught; torch 1.13's defect on an output in another layout than grad_out's stays
+caught. Finite differences and torch's float64 autograd check the references themselves
+(tests/cpp/ops_a_backward_test.cpp, tests/python/test_reference_accuracy.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import gpuemu  # noqa: E402
+from daemon_harness import daemon  # noqa: E402,F401 (the fixture)
+
+torch.set_num_threads(1)
+STRATEGIES = ("regular", "boundary", "adversarial", "special")
+
+
+def softmax_backward_fp32(i):
+    g, y = i["grad_out"].float(), i["y"].float()
+    return (y * (g - (g * y).sum(i["dim"], keepdim=True))).to(i["grad_out"].dtype)
+
+
+def log_softmax_backward_fp32(i):
+    g, y = i["grad_out"].float(), i["y"].float()
+    return (g - torch.exp(y) * g.sum(i["dim"], keepdim=True)).to(i["grad_out"].dtype)
+
+
+def softmax_backward_tail_unmasked(i):
+    """A Triton-style row kernel with BLOCK = 128 whose sum over the last partial tile reads the
+    next row's elements instead of masking them (the rows of a contiguous copy)."""
+    dim = i["dim"] % i["grad_out"].dim()
+    g = i["grad_out"].float().movedim(dim, -1).contiguous()
+    y = i["y"].float().movedim(dim, -1).contiguous()
+    n = g.shape[-1]
+    pad = (-n) % 128
+    flat_g, flat_y = g.reshape(-1), y.reshape(-1)
+    rows = flat_g.numel() // max(n, 1)
+    s = torch.empty(rows)
+    for r in range(rows):
+        hi = min((r + 1) * n + pad, flat_g.numel())
+        s[r] = (flat_g[r * n:hi] * flat_y[r * n:hi]).sum()
+    out = y * (g - s.reshape(g.shape[:-1] + (1,)))
+    return out.movedim(-1, dim).to(i["grad_out"].dtype)
+
+
+def sum_in_low_precision(i):
+    """softmax backward with the row sum accumulated in the input dtype."""
+    g, y = i["grad_out"], i["y"]
+    s = (g * y).cumsum(i["dim"]).narrow(i["dim"], g.shape[i["dim"]] - 1, 1)
+    return (y.float() * (g.float() - s.float())).to(g.dtype)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("op,fn", [("softmax_backward", softmax_backward_fp32),
+                                   ("log_softmax_backward", log_softmax_backward_fp32)],
+                         ids=["softmax_backward", "log_softmax_backward"])
+def test_fp32_backward_formulas_pass_with_the_defaults(op, fn, strategy):
+    res = gpuemu.fuzz_op_in_process(op, fn, iterations=30, seed=7, value_distribution=strategy,
+                                    vary_attrs=["dim"], diagnose=False)
+    assert res.ok, res.summary()
+
+
+def test_pytorchs_own_backward_kernels_pass_as_autograd_calls_them():
+    def softmax(i):
+        return torch._softmax_backward_data(i["grad_out"], i["y"].contiguous(), i["dim"], i["y"].dtype)
+
+    def log_softmax(i):
+        return torch._log_softmax_backward_data(i["grad_out"], i["y"], i["dim"], i["y"].dtype)
+
+    for op, fn in (("softmax_backward", softmax), ("log_softmax_backward", log_softmax)):
+        for strategy in STRATEGIES:
+            res = gpuemu.fuzz_op_in_process(op, fn, iterations=20, seed=11, value_distribution=strategy,
+                                            dtypes=["float32"], vary_attrs=["dim"], diagnose=False)
+            assert res.ok, f"{op} {strategy}: {res.summary()}"
+
+
+def test_torch_1_13s_softmax_backward_on_an_output_in_another_layout_stays_caught():
+    if not torch.__version__.startswith("1.13"):
+        pytest.skip("the defect was shown on torch 1.13's CPU kernel (docs/conformance.md)")
+
+    def raw(i):
+        return torch._softmax_backward_data(i["grad_out"], i["y"], i["dim"], i["y"].dtype)
+
+    res = gpuemu.fuzz_op_in_process("softmax_backward", raw, iterations=40, seed=20261201,
+                                    dtypes=["float32"], vary_attrs=["dim"], diagnose=False)
+    assert res.failed > 0
+    # Only where y is not contiguous: the same cases pass with y.contiguous() (test above).
+    assert all(f.layout.get("y", "contiguous") in ("transposed", "strided") for f in res.failures), res.summary()
+
+
+@pytest.mark.parametrize("bug,dtype", [(softmax_backward_tail_unmasked, "float32"),
+                                       (sum_in_low_precision, "bfloat16")],
+                         ids=["tail_unmasked", "sum_in_bf16"])
+def test_the_backward_bug_classes_are_caught(bug, dtype):
+    res = gpuemu.fuzz_op_in_process("softmax_backward", bug, iterations=40, seed=3, dtypes=[dtype],
+                                    diagnose=False)
+    assert res.failed > 0
+
+
+def test_a_backward_op_through_the_daemon(daemon):
+    # The CLI against a real daemon: the built-in buggy kernels are caught with their seed and repro,
+    # the control passes; and the public client's cases hold a softmax output as y.
+    daemon.start()
+    for kernel, bad in (("fp32_tiled", False), ("tail_leak", True), ("wrong_formula", True)):
+        rep = daemon.cli_json("fuzz", "softmax_backward", "--kernel", kernel, "-n", "60", "--seed", "5",
+                              expect_rc=1 if bad else 0)
+        assert (rep["failed"] > 0) == bad, (kernel, rep["failed"])
+    with gpuemu.Client() as c:
+        batch = c.get_test_batch("softmax_backward", count=6, seed=9, value_distribution="regular",
+                                 layouts=False, framework="torch")
+        for case in batch:
+            y = case["inputs"]["y"].double()
+            dim = case["attrs"]["dim"]
+            assert (y >= 0).all()
+            # each line along dim sums to 1, to the dtype's rounding of its elements
+            assert torch.allclose(y.sum(dim), torch.ones(()).double(), atol=1e-2), case["dtype"]
+            out = softmax_backward_fp32(case["inputs"] | {"dim": dim})
+            assert c.submit_output("softmax_backward", case["inputs"], out, case["seed"]).passed
