@@ -378,7 +378,7 @@ IMPLS: Tuple[Impl, ...] = (
     Impl("softmax", "torch.softmax", lambda a: torch.softmax(a["x"], dim=a["dim"])),
     # softmax's autograd backward. Autograd passes the output softmax saved, which is contiguous;
     # torch 1.13's CPU kernel computes wrong values for an output in another layout than grad_out's
-    # (docs/conformance.md, "Backward ops"; tests/python/test_backward.py keeps that failing), so
+    # (docs/evidence.md, "Backward ops"; tests/python/test_backward.py keeps that failing), so
     # the output is passed as autograd passes it.
     Impl("softmax_backward", "torch._softmax_backward_data (y contiguous, as autograd saves it)",
          lambda a: torch._softmax_backward_data(a["grad_out"], a["y"].contiguous(), a["dim"], a["y"].dtype)),

@@ -248,7 +248,7 @@ IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
         "stores the sum in float16 before dividing, where it overflows (the rounding alone is accepted: c_in)",
         _mean(torch.float16)),
     ("logsumexp", "native", "bfloat16"): Imprecision("stores the sum of exp in bf16 before the log", _logsumexp),
-    # 2026-12-03: the backward ops (docs/conformance.md, "Backward ops")
+    # 2026-12-03: the backward ops (docs/evidence.md, "Backward ops")
     ("softmax_backward", "native", "bfloat16"): Imprecision("the row sum sum(g * y) is stored in bf16",
                                                             _backward_sum_in_bf16(False)),
     ("log_softmax_backward", "native", "bfloat16"): Imprecision("the row sum sum(g) is stored in bf16",

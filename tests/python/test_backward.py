@@ -86,7 +86,7 @@ def test_pytorchs_own_backward_kernels_pass_as_autograd_calls_them():
 
 def test_torch_1_13s_softmax_backward_on_an_output_in_another_layout_stays_caught():
     if not torch.__version__.startswith("1.13"):
-        pytest.skip("the defect was shown on torch 1.13's CPU kernel (docs/conformance.md)")
+        pytest.skip("the defect was shown on torch 1.13's CPU kernel (docs/evidence.md, "Backward ops")")
 
     def raw(i):
         return torch._softmax_backward_data(i["grad_out"], i["y"], i["dim"], i["y"].dtype)
