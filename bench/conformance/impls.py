@@ -295,6 +295,25 @@ def log_softmax_backward_fp32(args: Args) -> torch.Tensor:
     return (g - torch.exp(y) * g.sum(dim, keepdim=True)).to(args["grad_out"].dtype)
 
 
+def rms_norm_backward_autograd(args: Args) -> Tuple[torch.Tensor, torch.Tensor]:
+    """PyTorch's autograd through the fp32 forward x * rsqrt(mean(x^2) + eps) * w (rstd recomputed
+    by the forward, as autograd saves it), the gradients cast back."""
+    x = args["x"].float().detach().requires_grad_(True)
+    w = args["weight"].float().detach().requires_grad_(True)
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + args["eps"]) * w
+    y.backward(args["grad_out"].float())
+    return x.grad.to(args["x"].dtype), w.grad.to(args["weight"].dtype)
+
+
+def rms_norm_backward_fp32(args: Args) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A Triton-style backward with the saved rstd: fp32 math, one rounding per output."""
+    g, x, w = args["grad_out"].float(), args["x"].float(), args["weight"].float()
+    rstd = args["rstd"].float()[:, None]
+    xh, wg = x * rstd, w * g
+    gx = rstd * (wg - xh * (wg * xh).mean(-1, keepdim=True))
+    return gx.to(args["x"].dtype), (g * xh).sum(0).to(args["weight"].dtype)
+
+
 def _affine(y: torch.Tensor, args: Args) -> torch.Tensor:
     if args.get("weight") is not None:
         y = y * args["weight"].float()
@@ -397,6 +416,10 @@ IMPLS: Tuple[Impl, ...] = (
     Impl("logsumexp", LOOP, logsumexp_loop, COMPOSITION),
     Impl("softmax", LOOP, softmax_loop, COMPOSITION),
     Impl("log_softmax", LOOP, log_softmax_loop, COMPOSITION),
+    Impl("rms_norm_backward", "autograd through x * rsqrt(mean(x^2) + eps) * w in fp32", rms_norm_backward_autograd,
+         COMPOSITION),
+    Impl("rms_norm_backward", "rstd * (w*g - x_hat * mean(w*g*x_hat)) with the saved rstd, in fp32",
+         rms_norm_backward_fp32, COMPOSITION),
     Impl("softmax_backward", "y * (g - sum(g * y)) in fp32, as Triton's softmax backward", softmax_backward_fp32,
          COMPOSITION),
     Impl("log_softmax_backward", "g - exp(y) * sum(g) in fp32", log_softmax_backward_fp32, COMPOSITION),

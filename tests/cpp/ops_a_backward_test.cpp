@@ -160,5 +160,99 @@ TEST(OpsABackward, LogSoftmaxBackward) {
            {{"lowp_sum", DType::float32, "the case dtype is the accumulator's: nothing lost"}});
 }
 
+// rms_norm's forward in fp64: x * rstd * w over rows of x[R, N], rstd = 1/sqrt(mean(x^2) + eps).
+std::vector<double> rms_rstd(const std::vector<double>& x, std::int64_t rows, std::int64_t n, double eps) {
+  std::vector<double> r(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    double ss = 0.0;
+    for (std::int64_t k = 0; k < n; ++k) ss += x[i * n + k] * x[i * n + k];
+    r[i] = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+  }
+  return r;
+}
+
+TEST(OpsABackward, RmsNormGradientsMatchCentralFiniteDifferences) {
+  // L(x, w) = sum g * rms_norm(x, w); d/dx and d/dw by central differences (h = 1e-6) against the
+  // reference given the exact fp64 rstd of x.
+  Rng rng(31);
+  const std::int64_t R = 3, N = 6;
+  const double eps = 1e-6;
+  std::vector<double> x(R * N), g(R * N), w(N);
+  for (auto& v : x) v = rng.normal();
+  for (auto& v : g) v = rng.normal();
+  for (auto& v : w) v = rng.normal();
+  auto ctx = make_ctx("rms_norm_backward", DType::float32,
+                      {{"grad_out", arg(DType::float64, {R, N}, g)},
+                       {"x", arg(DType::float64, {R, N}, x)},
+                       {"rstd", arg(DType::float64, {R}, rms_rstd(x, R, N, eps))},
+                       {"weight", arg(DType::float64, {N}, w)}},
+                      {{"eps", eps}});
+  auto ref = builtin_of("rms_norm_backward").reference(ctx);
+  ASSERT_TRUE(ref.ok()) << ref.error().message;
+  ASSERT_EQ(ref->size(), 2u);
+  auto loss = [&](const std::vector<double>& xs, const std::vector<double>& ws) {
+    const auto r = rms_rstd(xs, R, N, eps);
+    double l = 0.0;
+    for (std::int64_t i = 0; i < R; ++i)
+      for (std::int64_t k = 0; k < N; ++k) l += g[i * N + k] * xs[i * N + k] * r[i] * ws[k];
+    return l;
+  };
+  const double h = 1e-6;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    auto xp = x, xm = x;
+    xp[i] += h, xm[i] -= h;
+    const double fd = (loss(xp, w) - loss(xm, w)) / (2 * h);
+    EXPECT_NEAR(ref->at(0).value[i], fd, 1e-7 * (1.0 + std::fabs(fd))) << "grad_x " << i;
+  }
+  for (std::size_t k = 0; k < w.size(); ++k) {
+    auto wp = w, wm = w;
+    wp[k] += h, wm[k] -= h;
+    const double fd = (loss(x, wp) - loss(x, wm)) / (2 * h);
+    EXPECT_NEAR(ref->at(1).value[k], fd, 1e-7 * (1.0 + std::fabs(fd))) << "grad_weight " << k;
+  }
+  // Inputs of the wrong shapes are an error, not a crash.
+  auto bad = builtin_of("rms_norm_backward")
+                 .reference(make_ctx("rms_norm_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float32, {R, N}, g)},
+                                      {"x", arg(DType::float32, {R, N}, x)},
+                                      {"rstd", arg(DType::float32, {R + 1}, std::vector<double>(R + 1, 1.0))},
+                                      {"weight", arg(DType::float32, {N}, w)}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::shape_mismatch);
+}
+
+TEST(OpsABackward, RmsNormBackward) {
+  // Rows of plain normals, of a large offset over a small spread (the forward's adversarial rows),
+  // and of wide magnitudes; R across the 64-row blocks grad_weight is summed over (R = 1, 63, 64,
+  // 65, 200), the upstream gradients of the fuzzer.
+  std::vector<Scenario> sc;
+  Rng rng(41);
+  const double eps = 1e-6;
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 7}, {63, 33}, {64, 128}, {65, 129}, {200, 40}, {3, 4099}};
+  const std::pair<Grad, const char*> grads[] = {{Grad::normal, "normal"}, {Grad::sparse, "sparse"},
+                                                {Grad::constant, "constant"}, {Grad::wide, "wide"}};
+  for (DType dt : k_dtypes)
+    for (auto [rows, n] : shapes)
+      for (auto [kind, gname] : grads)
+        for (int xk = 0; xk < 3; ++xk) {
+          std::vector<double> x = xk == 0   ? normal_values(rng, rows * n, 0.0, 1.0, dt)
+                                  : xk == 1 ? normal_values(rng, rows * n, 100.0, 0.5, dt)
+                                            : wide_values(rng, rows * n, -3, 3, dt);
+          auto r = rms_rstd(x, rows, n, eps);
+          for (auto& v : r) v = round_to(DType::float32, v);
+          Scenario s;
+          s.label = std::to_string(rows) + "x" + std::to_string(n) + " " + gname + " x" + std::to_string(xk);
+          s.ctx = make_ctx("rms_norm_backward", dt,
+                           {{"grad_out", arg(dt, {rows, n}, grad_values(rng, rows, n, kind, dt))},
+                            {"x", arg(dt, {rows, n}, std::move(x))},
+                            {"rstd", arg(DType::float32, {rows}, std::move(r))},
+                            {"weight", arg(dt, {n}, normal_values(rng, n, 1.0, 0.3, dt))}},
+                           {{"eps", eps}});
+          sc.push_back(std::move(s));
+        }
+  score_op("rms_norm_backward", sc,
+           {{"dweight_lowp", DType::float32, "the case dtype is the accumulator's: nothing lost"}});
+}
+
 }  // namespace
 }  // namespace gpuemu::test_a

@@ -1,9 +1,11 @@
-"""Backward ops (issue 20): softmax_backward and log_softmax_backward judged like outputs.
+"""Backward ops (issue 20): softmax_backward, log_softmax_backward and rms_norm_backward judged like
+outputs.
 
 Through the real engine (in process) and the real daemon (the public client): PyTorch's own
 backward kernels and the fp32 formulas Triton kernels use pass with the defaults; the bug classes
 of the issue (a row sum whose last partial tile is not masked, a sum kept in bf16, the other op's
-formula) are caught; torch 1.13's defect on an output in another layout than grad_out's stays
+formula, a grad_weight reduction over rows that drops its last partial block of rows or accumulates
+in bf16) are caught; torch 1.13's defect on an output in another layout than grad_out's stays
 caught. Finite differences and torch's float64 autograd check the references themselves
 (tests/cpp/ops_a_backward_test.cpp, tests/python/test_reference_accuracy.py).
 """
@@ -86,7 +88,7 @@ def test_pytorchs_own_backward_kernels_pass_as_autograd_calls_them():
 
 def test_torch_1_13s_softmax_backward_on_an_output_in_another_layout_stays_caught():
     if not torch.__version__.startswith("1.13"):
-        pytest.skip("the defect was shown on torch 1.13's CPU kernel (docs/evidence.md, "Backward ops")")
+        pytest.skip("the defect was shown on torch 1.13's CPU kernel (docs/evidence.md, 'Backward ops')")
 
     def raw(i):
         return torch._softmax_backward_data(i["grad_out"], i["y"], i["dim"], i["y"].dtype)
@@ -104,6 +106,52 @@ def test_torch_1_13s_softmax_backward_on_an_output_in_another_layout_stays_caugh
 def test_the_backward_bug_classes_are_caught(bug, dtype):
     res = gpuemu.fuzz_op_in_process("softmax_backward", bug, iterations=40, seed=3, dtypes=[dtype],
                                     diagnose=False)
+    assert res.failed > 0
+
+
+def rms_backward_autograd(i):
+    x = i["x"].float().detach().requires_grad_(True)
+    w = i["weight"].float().detach().requires_grad_(True)
+    (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + i["eps"]) * w).backward(i["grad_out"].float())
+    return x.grad.to(i["x"].dtype), w.grad.to(i["weight"].dtype)
+
+
+def rms_backward_dweight_blocks(drop_tail: bool, acc_dtype=None):
+    """Triton-style: grad_x per row with the saved rstd; grad_weight as partial sums over blocks of
+    64 rows (each block's sum in fp32, or in acc_dtype), then summed. drop_tail: the last partial
+    block is skipped (a grid of R // 64 programs)."""
+    def run(i):
+        g, x, w = i["grad_out"].float(), i["x"].float(), i["weight"].float()
+        rstd = i["rstd"].float()[:, None]
+        xh, wg = x * rstd, w * g
+        gx = rstd * (wg - xh * (wg * xh).mean(-1, keepdim=True))
+        rows = x.shape[0]
+        stop = rows // 64 * 64 if drop_tail else rows
+        total = torch.zeros(x.shape[1], dtype=acc_dtype or torch.float32)
+        for b in range(0, stop, 64):
+            part = (g[b:b + 64] * xh[b:b + 64]).sum(0)
+            total = (total + part.to(total.dtype)) if acc_dtype else total + part
+        return gx.to(i["x"].dtype), total.to(i["weight"].dtype)
+    return run
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_rms_norm_backward_through_pytorchs_autograd_passes(strategy):
+    res = gpuemu.fuzz_op_in_process("rms_norm_backward", rms_backward_autograd, iterations=30, seed=13,
+                                    value_distribution=strategy, diagnose=False)
+    assert res.ok, res.summary()
+    assert gpuemu.fuzz_op_in_process("rms_norm_backward", rms_backward_dweight_blocks(False), iterations=30,
+                                     seed=13, value_distribution=strategy, diagnose=False).ok
+
+
+def test_a_grad_weight_reduction_that_drops_its_last_row_block_or_sums_in_bf16_is_caught():
+    res = gpuemu.fuzz_op_in_process("rms_norm_backward", rms_backward_dweight_blocks(True), iterations=40,
+                                    seed=17, dtypes=["float32"], diagnose=False)
+    assert res.failed > 0
+    # and the failure names grad_weight, not grad_x
+    assert all("grad_weight" in f.message and "grad_x'" not in f.message for f in res.failures), res.summary()
+    res = gpuemu.fuzz_op_in_process("rms_norm_backward", rms_backward_dweight_blocks(False, torch.bfloat16),
+                                    iterations=40, seed=17, dtypes=["bfloat16"], diagnose=False)
     assert res.failed > 0
 
 

@@ -393,6 +393,27 @@ def _log_softmax_backward(shape):
         assert_close(got_z, z.grad, scale=scale, what="log_softmax_backward (autograd)")
 
 
+@check("rms_norm_backward", ROW_SHAPES)
+def _rms_norm_backward(shape):
+    # Against torch's float64 autograd through x * rsqrt(mean(x^2) + eps) * w, the reference given
+    # the exact float64 rstd of x (as a forward saves it, unrounded here). scale: grad_x is a
+    # difference of rstd |w g| and |x_hat| rstd mean|w g x_hat|; grad_weight a sum of |g x_hat|.
+    g = rng_for("rms_norm_backward", shape)
+    x, go, w = normal(g, shape), normal(g, shape), normal(g, shape[-1:])
+    eps = 1e-6
+    xd = t64(x).requires_grad_(True)
+    wd = t64(w).requires_grad_(True)
+    rstd = torch.rsqrt(xd.detach().pow(2).mean(-1) + eps)
+    (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * wd).backward(t64(go))
+    got_x, got_w = gpuemu.reference("rms_norm_backward", {"grad_out": go, "x": x, "rstd": rstd.numpy(), "weight": w},
+                                    eps=eps)
+    xh = t64(x) * rstd[:, None]
+    wgo = t64(w) * t64(go)
+    scale_x = rstd[:, None] * (wgo.abs() + xh.abs() * (wgo * xh).abs().mean(-1, keepdim=True))
+    assert_close(got_x, xd.grad, scale=scale_x, what="rms_norm_backward grad_x")
+    assert_close(got_w, wd.grad, scale=(t64(go) * xh).abs().sum(0), what="rms_norm_backward grad_weight")
+
+
 @check("log_softmax", ROW_SHAPES)
 def _log_softmax(shape):
     # scale |x| + |max| + 1: log_softmax = (x - max) - log(sum), a difference of larger terms that

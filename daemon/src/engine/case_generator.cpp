@@ -284,6 +284,7 @@ Result<TestCase> CaseGenerator::generate_pinned(
   }
   Rng joint_rng = Rng::substream(seed, "joint");
   draw_jointly(m_schema, c, joint_rng);
+  derive_saved(m_schema, c);
   return c;
 }
 

@@ -518,6 +518,30 @@ void cancel_conv(const TestCase& c, Tensor& x, const Tensor& w, const Tensor* bi
 
 }  // namespace
 
+void derive_saved(const OpSchema& s, TestCase& c) {
+  for (const auto& spec : s.inputs) {
+    if (spec.domain != "saved_rstd") continue;
+    auto ri = c.inputs.find(spec.name);
+    auto xi = c.inputs.find("x");
+    if (ri == c.inputs.end() || xi == c.inputs.end() || xi->second.shape().empty()) continue;
+    // rms_norm's rstd per row of x[..., N]: 1 / sqrt(mean(x^2) + eps) in fp64, rounded once to the
+    // input's dtype (what a forward kernel stores), whatever its drawn values were.
+    const Tensor& x = xi->second;
+    Tensor& r = ri->second;
+    const std::int64_t n = x.shape().back(), rows = n > 0 ? x.numel() / n : 0;
+    double eps = 0.0;
+    if (c.attrs.contains("eps") && c.attrs["eps"].is_number()) eps = c.attrs["eps"].get<double>();
+    for (std::int64_t row = 0; row < rows && row < r.numel(); ++row) {
+      double ss = 0.0;
+      for (std::int64_t k = 0; k < n; ++k) {
+        const double v = x.get_flat(row * n + k);
+        ss += v * v;
+      }
+      r.set_flat(row, round_to(r.dtype(), 1.0 / std::sqrt(ss / static_cast<double>(n) + eps)));
+    }
+  }
+}
+
 void draw_jointly(const OpSchema& s, TestCase& c, Rng& rng) {
   if (c.distribution != Distribution::adversarial || !c.value_transforms.empty()) return;
   if (s.family != "gemm" && s.family != "conv") return;

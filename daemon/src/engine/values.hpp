@@ -25,6 +25,11 @@ std::vector<double> generate_values(const ValueRequest& request, Rng& rng);
 // distributions, an expanded operand, and cases the minimizer has simplified (`transforms`).
 void draw_jointly(const OpSchema& schema, TestCase& c, Rng& rng);
 
+// Saved forward statistics a backward op takes (domain "saved_rstd": rms_norm's 1/sqrt(mean(x^2) +
+// eps) per row of x), computed in fp64 from the case's x once every input is materialised, for
+// every distribution; draws nothing.
+void derive_saved(const OpSchema& schema, TestCase& c);
+
 // The minimizer's simplifications: "zeros", "ones", "small_ints" (integers in [-2, 2]).
 std::vector<double> transform_values(const std::string& transform, std::vector<double> values, DType dtype);
 

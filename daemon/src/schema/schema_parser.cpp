@@ -223,7 +223,10 @@ class SchemaReader {
                                                       // a backward op's saved forward output: drawn
                                                       // as the forward's input, then passed through
                                                       // the forward along `dim` (values.cpp)
-                                                      "saved_softmax", "saved_log_softmax"};
+                                                      "saved_softmax", "saved_log_softmax",
+                                                      // rms_norm's saved 1/sqrt(mean(x^2) + eps),
+                                                      // one per row of x (values.cpp)
+                                                      "saved_rstd"};
       auto colon = spec.domain.find(':');
       if (colon != std::string::npos) {
         auto kind = spec.domain.substr(0, colon);
