@@ -32,6 +32,29 @@ TEST(OpsBGemm, MatmulSmallExact) {
   EXPECT_TRUE((*fast)[0].c_acc.empty());
 }
 
+// The H200's tensor cores align a bf16 dot product on its operands' exponent fields, a subnormal
+// counted at 2^-126 (docs/gpu.md): a row [s, L, p] against a column [L, -s, q] (s = 2^-133,
+// L = 2^127: products +-2^-6 that cancel) gives -15 * 2^-24 where the exact p*q is -15.75 * 2^-24,
+// as next to products of +-2. That passes; the same output next to normal products of +-2^-6
+// fails, and so does it for fp32 operands (no tensor-core alignment assumed there).
+TEST(OpsBGemm, ATensorCoreAlignedOnASubnormalsExponentFieldPasses) {
+  const double s = std::ldexp(1.0, -133), L = std::ldexp(1.0, 127);
+  const double p = round_to(DType::bfloat16, 1.0 / 1024), q = round_to(DType::bfloat16, -15.75 * std::ldexp(1.0, -14));
+  auto judge = [&](DType dt, double s_, double L_) {
+    RefContext ctx = gemm_ctx(dt, {});
+    ctx.inputs["a"] = RefArg{dt, {1, 3}, {s_, L_, p}};
+    ctx.inputs["b"] = RefArg{dt, {3, 1}, {L_, -s_, q}};
+    auto out = builtin("matmul").reference(ctx);
+    EXPECT_TRUE(out.ok());
+    EXPECT_DOUBLE_EQ((*out)[0].value[0], p * q);
+    return max_normalised_error((*out)[0], {-15.0 * std::ldexp(1.0, -24)}, dt);
+  };
+  EXPECT_DOUBLE_EQ(p * q, -15.75 * std::ldexp(1.0, -24));
+  EXPECT_LE(judge(DType::bfloat16, s, L), 2.0);
+  EXPECT_GT(judge(DType::bfloat16, std::ldexp(1.0, -6), 1.0), 2.0);  // normal products of +-2^-6
+  EXPECT_GT(judge(DType::float32, s, L), 2.0);
+}
+
 // A dot product of equal products is a running sum over equal terms: its roundings add one-signed
 // (torch 1.13's fp32 GEMV with a and b expanded, K = 193, erred by 2.98 of the √K envelope). Its
 // c_acc grows as SumGrowth's G(K), and a sequential fp32 loop over it passes; varied rows keep √K.

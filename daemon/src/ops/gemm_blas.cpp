@@ -76,4 +76,11 @@ Result<std::vector<RefOutput>> matmul_reference_value_only(const RefContext& ctx
                        gemm_reference_value_only(a.data.data(), b.data.data(), M, K, N));
 }
 
+void lift_subnormal_magnitudes(RefVec& abs_values, DType dtype) {
+  if (dtype != DType::float16 && dtype != DType::bfloat16) return;
+  const double min_normal = dtype_info(dtype).min_normal;
+  for (double& v : abs_values)
+    if (v > 0.0 && v < min_normal) v = min_normal;
+}
+
 }  // namespace gpuemu::ops

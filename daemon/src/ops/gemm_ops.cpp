@@ -197,12 +197,15 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, std::string_view
     return single_output(ctx.output_dtype(), p.out_shape, std::move(value), RefVec{}, RefVec{});
   }
   RefVec c_acc = uninit_output(p.batches * mn), c_in;
-  const RefVec abs_b = abs_copy(p.b, (p.b_shared ? 1 : p.batches) * p.K * p.N);
+  RefVec abs_b = abs_copy(p.b, (p.b_shared ? 1 : p.batches) * p.K * p.N);
+  const DType in_dtype = ctx.input(op == "linear" ? "x" : "a").dtype;
+  lift_subnormal_magnitudes(abs_b, in_dtype);
   for (std::int64_t t = 0; t < p.batches; ++t) {
     const double* a = p.a + t * p.M * p.K;
     dgemm_rm(false, p.b_transposed, p.M, p.N, p.K, a, p.K, b_of(p, t), ldb, value.data() + t * mn,
              p.N);
-    const RefVec abs_a = abs_copy(a, p.M * p.K);
+    RefVec abs_a = abs_copy(a, p.M * p.K);
+    lift_subnormal_magnitudes(abs_a, in_dtype);
     const double* abs_bt = abs_b.data() + (p.b_shared ? 0 : t * p.K * p.N);
     dgemm_rm(false, p.b_transposed, p.M, p.N, p.K, abs_a.data(), p.K, abs_bt, ldb,
              c_acc.data() + t * mn, p.N);
