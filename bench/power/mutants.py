@@ -6,13 +6,15 @@ from typing import Dict, List
 
 from kernel import MutableKernel
 import mutants_attention
+import mutants_backward
 import mutants_elementwise
 import mutants_gemm
 import mutants_norm
 import mutants_reduction
 
 KERNELS: Dict[str, MutableKernel] = {}
-for _family in (mutants_elementwise, mutants_reduction, mutants_norm, mutants_gemm, mutants_attention):
+for _family in (mutants_elementwise, mutants_reduction, mutants_norm, mutants_gemm, mutants_attention,
+                mutants_backward):
     for _op, _k in _family.KERNELS.items():
         assert _op not in KERNELS, f"two mutable controls for {_op}"
         KERNELS[_op] = _k

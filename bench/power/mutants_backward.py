@@ -1,0 +1,59 @@
+"""Mutable controls of the backward ops: softmax_backward, log_softmax_backward, rms_norm_backward.
+
+Each is the fp32 backward a Triton kernel writes, with its row sums in accumulate.lane_sum (256
+per-lane fp32 accumulators, then a tree): softmax's sum(g * y) and log_softmax's sum(g)
+(``row_sum``), rms_norm's sum(w * g * x_hat) over the row (``row_sum``) and grad_weight's sum of
+g * x_hat over the rows (``dweight_sum``, the reduction the issue names: a bf16 accumulator there is
+the bug class). The mutation rounds every add of those accumulators.
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+import torch
+
+from accumulate import lane_sum, move_back, move_last
+from kernel import Args, MutableKernel, Outputs, case_dtype, f32
+from rounding import Mutation
+
+ROW_SUM = "the row sum: every add of its per-lane accumulators and of the tree across lanes"
+
+
+def _softmax_backward(args: Args, mut: Mutation) -> Outputs:
+    dim = args["dim"]
+    g, y = move_last(f32(args["grad_out"]), dim), move_last(f32(args["y"]), dim)
+    s = lane_sum(mut.lift(g * y), mut, "row_sum")
+    out = y[None] * (g[None] - s[..., None])
+    return [(move_back(out, dim, g.dim()), case_dtype(args, "grad_out"))]
+
+
+def _log_softmax_backward(args: Args, mut: Mutation) -> Outputs:
+    dim = args["dim"]
+    g, y = move_last(f32(args["grad_out"]), dim), move_last(f32(args["y"]), dim)
+    s = lane_sum(mut.lift(g), mut, "row_sum")
+    out = g[None] - torch.exp(y)[None] * s[..., None]
+    return [(move_back(out, dim, g.dim()), case_dtype(args, "grad_out"))]
+
+
+def _rms_norm_backward(args: Args, mut: Mutation) -> Outputs:
+    g, x, w = f32(args["grad_out"]), f32(args["x"]), f32(args["weight"])
+    rstd = f32(args["rstd"])[:, None]
+    xh, wg = x * rstd, w * g
+    c = lane_sum(mut.lift(wg * xh), mut, "row_sum") / x.shape[-1]
+    gx = rstd[None] * (wg[None] - xh[None] * c[..., None])
+    gw = lane_sum(mut.lift((g * xh).t()), mut, "dweight_sum")
+    return [(gx, case_dtype(args, "x")), (gw, case_dtype(args, "weight"))]
+
+
+KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
+    MutableKernel("softmax_backward", "y * (g - s), s = sum(g * y) in lane accumulators", {"row_sum": ROW_SUM},
+                  _softmax_backward),
+    MutableKernel("log_softmax_backward", "g - exp(y) * S, S = sum(g) in lane accumulators", {"row_sum": ROW_SUM},
+                  _log_softmax_backward),
+    MutableKernel("rms_norm_backward",
+                  "rstd * (w*g - x_hat * mean(w*g*x_hat)) with the saved rstd; grad_weight = sum over rows of g * x_hat",
+                  {"row_sum": ROW_SUM,
+                   "dweight_sum": "grad_weight's sum over the rows: every add of its per-lane accumulators and of the tree"},
+                  _rms_norm_backward),
+)}
