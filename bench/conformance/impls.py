@@ -314,6 +314,14 @@ def rms_norm_backward_fp32(args: Args) -> Tuple[torch.Tensor, torch.Tensor]:
     return gx.to(args["x"].dtype), (g * xh).sum(0).to(args["weight"].dtype)
 
 
+def swiglu_backward_autograd(args: Args) -> Tuple[torch.Tensor, torch.Tensor]:
+    """PyTorch's autograd through F.silu(gate) * up, in the case dtype (native) or upcast."""
+    gate = args["gate"].detach().requires_grad_(True)
+    up = args["up"].detach().requires_grad_(True)
+    (F.silu(gate) * up).backward(args["grad_out"])
+    return gate.grad, up.grad
+
+
 def _affine(y: torch.Tensor, args: Args) -> torch.Tensor:
     if args.get("weight") is not None:
         y = y * args["weight"].float()
@@ -403,6 +411,9 @@ IMPLS: Tuple[Impl, ...] = (
          lambda a: torch._softmax_backward_data(a["grad_out"], a["y"].contiguous(), a["dim"], a["y"].dtype)),
     Impl("log_softmax_backward", "torch._log_softmax_backward_data (log_softmax's autograd backward)",
          lambda a: torch._log_softmax_backward_data(a["grad_out"], a["y"], a["dim"], a["y"].dtype)),
+    Impl("silu_backward", "torch.ops.aten.silu_backward (F.silu's autograd backward)",
+         lambda a: torch.ops.aten.silu_backward(a["grad_out"], a["x"])),
+    Impl("swiglu_backward", "autograd through F.silu(gate) * up", swiglu_backward_autograd),
     Impl("softplus", "F.softplus", lambda a: F.softplus(a["x"], beta=a["beta"], threshold=a["threshold"])),
     Impl("sqrt", "torch.sqrt", lambda a: torch.sqrt(a["x"])),
     Impl("sum", "torch.sum", lambda a: torch.sum(a["x"], dim=a["dim"], keepdim=a["keepdim"])),

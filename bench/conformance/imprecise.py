@@ -210,6 +210,34 @@ def _backward_sum_in_bf16(log: bool) -> Callable[[], Tuple[str, bool]]:
     return demo
 
 
+def _silu_backward_bf16(swiglu: bool) -> Callable[[], Tuple[str, bool]]:
+    """torch 1.13's bf16 CPU silu backward rounds every intermediate to bf16 (exp(-x), 1 + exp(-x),
+    s, 1 - s, x(1 - s), 1 + x(1 - s), the products): that emulation equals its output bit for bit
+    (bench/conformance/probe_backward_bf16.py); 1 - s cancels. swiglu's autograd backward is
+    silu_backward(grad_out * up in bf16, gate) bit for bit."""
+    def demo() -> Tuple[str, bool]:
+        x = torch.tensor([-1.28125, 6.0], dtype=BF16)
+        g = torch.ones(2, dtype=BF16)
+        if swiglu:
+            gate = x.clone().requires_grad_(True)
+            up = torch.ones(2, dtype=BF16, requires_grad=True)
+            (F.silu(gate) * up).backward(g)
+            got = gate.grad.double().tolist()
+            what = "autograd through F.silu(gate) * up (up = 1) at gate = [-1.28125, 6]"
+        else:
+            got = torch.ops.aten.silu_backward(g, x).double().tolist()
+            what = "torch.ops.aten.silu_backward at x = [-1.28125, 6] (grad 1)"
+        xd = x.double()
+        sd = torch.sigmoid(xd)
+        exact = (sd * (1 + xd * (1 - sd))).tolist()
+        held = [torch.tensor(e).to(BF16).item() for e in exact]
+        up32 = torch.ops.aten.silu_backward(g.float(), x.float()).to(BF16).double().tolist()
+        return (f"{what} in bfloat16 gives {got} (exact [{exact[0]:.6g}, {exact[1]:.6g}], which bfloat16 holds as "
+                f"{held}; the upcast gives {up32}): every intermediate of s * (1 + x * (1 - s)) is rounded to "
+                f"bfloat16, and 1 - s cancels"), got[0] == 0.0 and up32 == held and got[1] != held[1]
+    return demo
+
+
 IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
     ("matmul", "native", "bfloat16"): Imprecision(
         "accumulates in bf16", _bf16_accumulator(
@@ -253,6 +281,10 @@ IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
                                                             _backward_sum_in_bf16(False)),
     ("log_softmax_backward", "native", "bfloat16"): Imprecision("the row sum sum(g) is stored in bf16",
                                                                 _backward_sum_in_bf16(True)),
+    ("silu_backward", "native", "bfloat16"): Imprecision("every intermediate of the derivative rounded to bf16",
+                                                         _silu_backward_bf16(False)),
+    ("swiglu_backward", "native", "bfloat16"): Imprecision(
+        "autograd's silu backward rounds every intermediate of the derivative to bf16", _silu_backward_bf16(True)),
 }
 
 

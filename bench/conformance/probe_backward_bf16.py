@@ -73,3 +73,20 @@ lyT = torch.log_softmax(torch.randn(7, 5), 0).t()
 g32 = torch.randn(5, 7)
 print(f"  log_softmax backward, y transposed: |raw - formula| max "
       f"{(torch._log_softmax_backward_data(g32, lyT, -1, torch.float32) - (g32 - torch.exp(lyT) * g32.sum(-1, keepdim=True))).abs().max().item():.3g}")
+
+print("silu backward, bfloat16 (torch.ops.aten.silu_backward; swiglu's autograd calls it):")
+xs = (torch.randn(4096) * 4).to(B)
+gs = torch.randn(4096).to(B)
+xf_, gf_ = xs.float(), gs.float()
+sig = r(1 / r(1 + r(torch.exp(-xf_))))
+show("  (torch.ops.aten.silu_backward):", torch.ops.aten.silu_backward(gs, xs).float(), {
+    "fp32 throughout, rounded once": gf_ * torch.sigmoid(xf_) * (1 + xf_ * (1 - torch.sigmoid(xf_))),
+    "sigmoid held in bf16, the rest fp32": gf_ * r(torch.sigmoid(xf_)) * (1 + xf_ * (1 - r(torch.sigmoid(xf_)))),
+    "every intermediate rounded to bf16": r(r(gf_ * sig) * r(1 + r(xf_ * r(1 - sig)))),
+})
+ups = torch.randn(4096).to(B)
+gate = xs.clone().requires_grad_(True)
+upt = ups.clone().requires_grad_(True)
+(torch.nn.functional.silu(gate) * upt).backward(gs)
+same = (torch.ops.aten.silu_backward(gs * ups, xs) == gate.grad).float().mean().item()
+print(f"  swiglu's autograd grad_gate equals silu_backward(grad_out * up in bf16, gate) on {same:.2%} of 4096 elements")

@@ -1,10 +1,12 @@
-"""Mutable controls of the backward ops: softmax_backward, log_softmax_backward, rms_norm_backward.
+"""Mutable controls of the backward ops: softmax_backward, log_softmax_backward, rms_norm_backward,
+silu_backward, swiglu_backward.
 
 Each is the fp32 backward a Triton kernel writes, with its row sums in accumulate.lane_sum (256
 per-lane fp32 accumulators, then a tree): softmax's sum(g * y) and log_softmax's sum(g)
 (``row_sum``), rms_norm's sum(w * g * x_hat) over the row (``row_sum``) and grad_weight's sum of
 g * x_hat over the rows (``dweight_sum``, the reduction the issue names: a bf16 accumulator there is
-the bug class). The mutation rounds every add of those accumulators.
+the bug class). The mutation rounds every add of those accumulators. silu's and swiglu's derivative
+s * (1 + x * (1 - s)) is mutated where it is formed (``derivative``: a derivative held in fewer bits).
 """
 
 from __future__ import annotations
@@ -46,6 +48,23 @@ def _rms_norm_backward(args: Args, mut: Mutation) -> Outputs:
     return [(gx, case_dtype(args, "x")), (gw, case_dtype(args, "weight"))]
 
 
+def _silu_prime(x: torch.Tensor, mut: Mutation) -> torch.Tensor:
+    s = torch.sigmoid(x)
+    return mut(s * (1.0 + x * (1.0 - s)), "derivative", fresh=True)
+
+
+def _silu_backward(args: Args, mut: Mutation) -> Outputs:
+    g, x = f32(args["grad_out"]), f32(args["x"])
+    return [(g[None] * _silu_prime(x, mut), case_dtype(args, "x"))]
+
+
+def _swiglu_backward(args: Args, mut: Mutation) -> Outputs:
+    g, gate, up = f32(args["grad_out"]), f32(args["gate"]), f32(args["up"])
+    d = _silu_prime(gate, mut)
+    return [((g * up)[None] * d, case_dtype(args, "gate")),
+            ((g * torch.nn.functional.silu(gate))[None], case_dtype(args, "up"))]
+
+
 KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
     MutableKernel("softmax_backward", "y * (g - s), s = sum(g * y) in lane accumulators", {"row_sum": ROW_SUM},
                   _softmax_backward),
@@ -56,4 +75,8 @@ KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
                   {"row_sum": ROW_SUM,
                    "dweight_sum": "grad_weight's sum over the rows: every add of its per-lane accumulators and of the tree"},
                   _rms_norm_backward),
+    MutableKernel("silu_backward", "g * s * (1 + x * (1 - s)) in fp32",
+                  {"derivative": "silu'(x) = s * (1 + x * (1 - s)) as formed"}, _silu_backward),
+    MutableKernel("swiglu_backward", "grad_gate = g * up * silu'(gate), grad_up = g * silu(gate), in fp32",
+                  {"derivative": "silu'(gate) as formed"}, _swiglu_backward),
 )}

@@ -1,5 +1,5 @@
-"""Backward ops (issue 20): softmax_backward, log_softmax_backward and rms_norm_backward judged like
-outputs.
+"""Backward ops (issue 20): softmax_backward, log_softmax_backward, rms_norm_backward, silu_backward and
+swiglu_backward judged like outputs.
 
 Through the real engine (in process) and the real daemon (the public client): PyTorch's own
 backward kernels and the fp32 formulas Triton kernels use pass with the defaults; the bug classes
@@ -153,6 +153,31 @@ def test_a_grad_weight_reduction_that_drops_its_last_row_block_or_sums_in_bf16_i
     res = gpuemu.fuzz_op_in_process("rms_norm_backward", rms_backward_dweight_blocks(False, torch.bfloat16),
                                     iterations=40, seed=17, dtypes=["bfloat16"], diagnose=False)
     assert res.failed > 0
+
+
+def swiglu_backward_autograd_fp32(i):
+    gate = i["gate"].float().detach().requires_grad_(True)
+    up = i["up"].float().detach().requires_grad_(True)
+    (torch.nn.functional.silu(gate) * up).backward(i["grad_out"].float())
+    return gate.grad.to(i["gate"].dtype), up.grad.to(i["up"].dtype)
+
+
+def swiglu_backward_forgets_up(i):
+    """grad_gate = g * silu'(gate): the factor up of the product rule dropped."""
+    g, gate = i["grad_out"].float(), i["gate"].float()
+    s = torch.sigmoid(gate)
+    return (g * s * (1 + gate * (1 - s))).to(i["gate"].dtype), (g * torch.nn.functional.silu(gate)).to(i["up"].dtype)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_swiglu_backward_through_autograd_in_fp32_passes_and_a_dropped_factor_is_caught(strategy):
+    ok = gpuemu.fuzz_op_in_process("swiglu_backward", swiglu_backward_autograd_fp32, iterations=30, seed=19,
+                                   value_distribution=strategy, diagnose=False)
+    assert ok.ok, ok.summary()
+    bad = gpuemu.fuzz_op_in_process("swiglu_backward", swiglu_backward_forgets_up, iterations=30, seed=19,
+                                    value_distribution=strategy, diagnose=False)
+    assert bad.failed > 0
+    assert all("grad_gate" in f.message for f in bad.failures), bad.summary()
 
 
 def test_a_backward_op_through_the_daemon(daemon):

@@ -414,6 +414,29 @@ def _rms_norm_backward(shape):
     assert_close(got_w, wd.grad, scale=(t64(go) * xh).abs().sum(0), what="rms_norm_backward grad_weight")
 
 
+@check("silu_backward", ROW_SHAPES)
+def _silu_backward(shape):
+    # Against torch's float64 autograd of F.silu, and torch.ops.aten.silu_backward in float64.
+    g = rng_for("silu_backward", shape)
+    x, go = normal(g, shape, std=4.0), normal(g, shape)
+    xd = t64(x).requires_grad_(True)
+    F.silu(xd).backward(t64(go))
+    got = gpuemu.reference("silu_backward", {"grad_out": go, "x": x})
+    assert_close(got, xd.grad, what="silu_backward")
+    assert_close(got, torch.ops.aten.silu_backward(t64(go), t64(x)), what="silu_backward (aten)")
+
+
+@check("swiglu_backward", ROW_SHAPES)
+def _swiglu_backward(shape):
+    g = rng_for("swiglu_backward", shape)
+    gate, up, go = normal(g, shape, std=4.0), normal(g, shape), normal(g, shape)
+    gd, ud = t64(gate).requires_grad_(True), t64(up).requires_grad_(True)
+    (F.silu(gd) * ud).backward(t64(go))
+    got_gate, got_up = gpuemu.reference("swiglu_backward", {"grad_out": go, "gate": gate, "up": up})
+    assert_close(got_gate, gd.grad, what="swiglu_backward grad_gate")
+    assert_close(got_up, ud.grad, what="swiglu_backward grad_up")
+
+
 @check("log_softmax", ROW_SHAPES)
 def _log_softmax(shape):
     # scale |x| + |max| + 1: log_softmax = (x - max) - log(sum), a difference of larger terms that
