@@ -23,5 +23,18 @@ std::string progress_line(const std::string& label, std::int64_t done, std::int6
 // `enabled` (the request then carries a progress_token). Errors are thrown, as call_daemon's.
 Json call_daemon_with_progress(DaemonClient& client, const std::string& method, Json params,
                                const std::string& label, bool enabled);
+// The same for a typed request (wire::FuzzRequest, wire::CalibrateRequest): the token goes into
+// its `progress_token`.
+std::string new_progress_token();
+Json call_daemon_with_progress(DaemonClient& client, const std::string& method, Json params,
+                               const std::string& token, const std::string& label, bool enabled);
+template <class Request>
+Json call_daemon_with_progress(DaemonClient& client, Request request, const std::string& label,
+                               bool enabled) {
+  if (enabled) request.progress_token = new_progress_token();
+  const std::string token = request.progress_token;
+  return call_daemon_with_progress(client, std::string(Request::k_method), to_json(request), token,
+                                   label, enabled);
+}
 
 }  // namespace gpuemu::cli

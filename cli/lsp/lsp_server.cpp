@@ -118,7 +118,7 @@ void LspServer::send_daemon_status(bool running, const Json& ping) {
 
 void LspServer::poll_loop() {
   while (!m_stop) {
-    auto ping = m_daemon->call("ping", Json::object(), false, std::chrono::seconds(5));
+    auto ping = m_daemon->call(wire::PingRequest{}, false, std::chrono::seconds(5));
     const bool running = ping.ok();
     std::string seen;
     if (running)
@@ -149,7 +149,7 @@ void LspServer::poll_loop() {
 }
 
 bool LspServer::refresh(bool autostart) {
-  auto failures = m_daemon->call("failures", {{"action", "list"}}, autostart);
+  auto failures = m_daemon->call(wire::failures_list(), autostart);
   if (!failures) return false;
   auto runs = m_daemon->call("runs", {{"limit", 5000}}, autostart);
   if (!runs) return false;

@@ -137,10 +137,9 @@ Result<Frame> coverage(DaemonContext& ctx, const Frame& req) {
 
 }  // namespace
 
-void add_coverage_commands(std::vector<Command>& out) {
-  out.push_back({"runs", runs, false, "run history (newest first), each with its coverage"});
-  out.push_back(
-      {"coverage", coverage, false, "what fuzzing has exercised per op, and what it has not"});
+void add_coverage_handlers(HandlerTable& out) {
+  out["runs"] = runs;
+  out["coverage"] = coverage;
 }
 
 }  // namespace gpuemu::server

@@ -84,11 +84,9 @@ Result<Frame> baselines(DaemonContext& ctx, const Frame& req) {
 
 }  // namespace
 
-void add_lint_commands(std::vector<Command>& out) {
-  out.push_back({"lint", lint_cmd, false,
-                 "registers, spills and instruction mix of kernels, against a stored baseline"});
-  out.push_back(
-      {"baselines", baselines, false, "lint baselines in the store: list, get, put, delete"});
+void add_lint_handlers(HandlerTable& out) {
+  out["lint"] = lint_cmd;
+  out["baselines"] = baselines;
 }
 
 }  // namespace gpuemu::server

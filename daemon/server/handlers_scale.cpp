@@ -169,12 +169,9 @@ Result<Frame> outbox(DaemonContext& ctx, const Frame& req) {
 
 }  // namespace
 
-void add_scale_commands(std::vector<Command>& out) {
-  out.push_back({"calibrations", calibrations, false,
-                 "stored calibrations with their provenance: list, export, import"});
-  out.push_back({"outbox", outbox, false,
-                 "what this daemon has still to push to its central daemon: status, backlog, "
-                 "retry, rejected, wait"});
+void add_scale_handlers(HandlerTable& out) {
+  out["calibrations"] = calibrations;
+  out["outbox"] = outbox;
 }
 
 }  // namespace gpuemu::server

@@ -1,0 +1,149 @@
+// The typed protocol layer (include/gpuemu/wire/): the registry against docs/protocol.md and the
+// daemon's handlers, and the structs' JSON both ways (defaults, wrong types, loose input kept).
+#include "gpuemu/wire/wire.hpp"
+
+#include "server/daemon_context.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <regex>
+#include <sstream>
+
+namespace gpuemu::wire {
+namespace {
+
+std::string read_doc() {
+  std::ifstream in(std::string(GPUEMU_SOURCE_DIR) + "/docs/protocol.md");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The row of `method` in docs/protocol.md's table of requests ("| `NAME` | params | result |").
+std::string doc_row(const std::string& doc, std::string_view method) {
+  const std::string start = "\n| `" + std::string(method) + "` |";
+  const auto at = doc.find(start);
+  if (at == std::string::npos) return "";
+  return doc.substr(at + 1, doc.find('\n', at + 1) - at - 1);
+}
+
+// Column `n` of a table row; a '|' inside `code` (`action: list | get`) is not a column's end.
+std::string cell(const std::string& row, int n) {
+  std::vector<std::string> cells(1);
+  bool code = false;
+  for (std::size_t i = 1; i < row.size(); ++i) {
+    if (row[i] == '`') code = !code;
+    if (row[i] == '|' && !code) {
+      cells.emplace_back();
+      continue;
+    }
+    cells.back() += row[i];
+  }
+  return n < static_cast<int>(cells.size()) ? cells[static_cast<std::size_t>(n)] : "";
+}
+
+TEST(Wire, DocsDescribeEveryMethodAndEveryRequestField) {
+  const std::string doc = read_doc();
+  ASSERT_FALSE(doc.empty());
+  for (const MethodInfo& m : methods()) {
+    const std::string row = doc_row(doc, m.name);
+    EXPECT_FALSE(row.empty()) << "docs/protocol.md has no row '| `" << m.name << "` |'";
+    if (row.empty() || !m.request_fields) continue;
+    const std::string params = cell(row, 1);  // the row's second column
+    for (const std::string& f : m.request_fields()) {
+      const std::regex word("(^|[^A-Za-z0-9_])" + f + "([^A-Za-z0-9_]|$)");
+      EXPECT_TRUE(std::regex_search(params, word))
+          << "docs/protocol.md: the params of `" << m.name << "` do not name '" << f << "'";
+    }
+  }
+}
+
+// schemas/protocol.schema.json names the same methods, and only request fields their structs read.
+TEST(Wire, TheProtocolSchemaNamesTheRegistrysMethodsAndFields) {
+  std::ifstream in(std::string(GPUEMU_SOURCE_DIR) + "/schemas/protocol.schema.json");
+  const Json schema = Json::parse(in);
+  const Json& request = schema["$defs"]["request"];
+  std::set<std::string> in_schema, in_registry;
+  for (const auto& m : request["properties"]["method"]["enum"]) in_schema.insert(m.get<std::string>());
+  for (const MethodInfo& m : methods()) in_registry.emplace(m.name);
+  EXPECT_EQ(in_schema, in_registry);
+  for (const Json& rule : request["allOf"]) {
+    const Json& method = rule["if"]["properties"]["method"];
+    std::vector<std::string> names;
+    if (method.contains("const")) names.push_back(method["const"].get<std::string>());
+    for (const auto& n : method.value("enum", Json::array())) names.push_back(n.get<std::string>());
+    const Json props = rule["then"]["properties"]["params"].value("properties", Json::object());
+    for (const std::string& name : names) {
+      const MethodInfo* m = find_method(name);
+      ASSERT_NE(m, nullptr) << name;
+      if (!m->request_fields) continue;
+      const auto fields = m->request_fields();
+      for (const auto& [field, _] : props.items())
+        EXPECT_NE(std::find(fields.begin(), fields.end(), field), fields.end())
+            << "schemas/protocol.schema.json: `" << name << "` has no request field '" << field << "'";
+    }
+  }
+}
+
+TEST(Wire, EveryMethodHasOneHandlerInRegistryOrder) {
+  const auto& table = server::commands();
+  ASSERT_EQ(table.size(), methods().size());
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    EXPECT_EQ(table[i].name, methods()[i].name);
+    EXPECT_EQ(table[i].fast, methods()[i].fast);
+  }
+  EXPECT_EQ(find_method("hello")->family, "info");
+  EXPECT_EQ(find_method("no_such_method"), nullptr);
+}
+
+TEST(Wire, RequestsLeaveDefaultsOutAndKeepRequiredFields) {
+  EXPECT_EQ(to_json(PingRequest{}), Json::object());
+  EXPECT_EQ(to_json(DescribeOpRequest{"softmax"}), (Json{{"op", "softmax"}}));
+  EXPECT_EQ(to_json(DescribeOpRequest{}), (Json{{"op", ""}}));
+  EXPECT_EQ(to_json(HelloRequest{"gpuemu-cpp", 1}), (Json{{"client", "gpuemu-cpp"}, {"protocol", 1}}));
+}
+
+TEST(Wire, ARequiredStringIsNamedWhenAbsentEmptyOrOfTheWrongType) {
+  for (const Json& p : {Json::object(), Json{{"op", ""}}, Json{{"op", 3}}, Json{{"op", nullptr}}}) {
+    auto r = decode<DescribeOpRequest>(p);
+    ASSERT_FALSE(r) << p;
+    EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+    EXPECT_EQ(r.error().message, "the request needs a string 'op'");
+  }
+  auto ok = decode<DescribeOpRequest>(Json{{"op", "softmax"}, {"unknown", 1}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->op, "softmax");
+}
+
+TEST(Wire, RepliesRoundTripAndKeepEveryField) {
+  PingReply p;
+  p.uptime_s = 1.5;
+  p.started_ms = 7;
+  Json j = to_json(p);
+  EXPECT_EQ(j, (Json{{"pong", true}, {"uptime_s", 1.5}, {"stopping", false}, {"started_ms", 7}}));
+  p.changes = 3;
+  auto back = decode<PingReply>(to_json(p));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->changes, std::optional<std::uint64_t>(3));
+  EXPECT_EQ(back->started_ms, 7);
+
+  auto bad = decode<PingReply>(Json{{"uptime_s", "soon"}});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message, "parameter 'uptime_s' has the wrong type");
+
+  DescribeOpReply d;
+  d.schema = {{"name", "softmax"}, {"dims", Json::array()}};
+  d.source = "softmax.json";
+  d.kernels = {"tail_leak"};
+  const Json dj = to_json(d);
+  EXPECT_EQ(dj["name"], "softmax");
+  EXPECT_EQ(dj["source"], "softmax.json");
+  EXPECT_EQ(dj["kernels"], Json::array({"tail_leak"}));
+  EXPECT_EQ(dj["envelopes"], Json::object());
+}
+
+}  // namespace
+}  // namespace gpuemu::wire
