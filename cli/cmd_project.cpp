@@ -151,7 +151,7 @@ Json lint_results(const ProjectConfig& cfg, DaemonClient* client) {
   } else if (!cfg.lint_baseline_tag.empty()) {
     try {
       const Json stored =
-          call_daemon(*client, "baselines", {{"action", "get"}, {"name", cfg.lint_baseline_tag}});
+          call_daemon(*client, wire::BaselinesRequest{"get", cfg.lint_baseline_tag, Json()});
       auto loaded = lint::baseline_from_json(stored.value("baseline", Json()));
       if (!loaded) return error("baseline tag '" + cfg.lint_baseline_tag + "': " + loaded.error().message);
       baseline = std::move(*loaded);
@@ -378,7 +378,7 @@ int run_ci(const CiOptions& o) {
 
 // The daemon store's run history (the `runs` request), newest first, as report rows.
 Json daemon_runs(DaemonClient& client, const std::string& op, std::size_t limit) {
-  const Json list = call_daemon(client, "runs", {{"op", op}, {"limit", limit}});
+  const Json list = call_daemon(client, wire::RunsRequest{op, limit});
   Json out = Json::array();
   for (const auto& run : list.value("runs", Json::array())) {
     const std::int64_t total = run.value("total", std::int64_t{0});
@@ -456,7 +456,7 @@ Json stored_failures_report(const std::string& op, std::size_t limit, const std:
   }
   // Pass rates and cases-to-first-failure come from the daemon's run history, whatever --runs says.
   const Json history =
-      call_daemon(*client, "runs", {{"op", op}, {"limit", k_stats_runs}}).value("runs", Json::array());
+      call_daemon(*client, wire::RunsRequest{op, k_stats_runs}).value("runs", Json::array());
   Json first_failures = first_failures_from_runs(history);
   if (first_failures.size() > runs_limit) first_failures.erase(first_failures.begin() + static_cast<std::ptrdiff_t>(runs_limit), first_failures.end());
   return {{"tool", "gpuemu"},

@@ -151,7 +151,7 @@ void LspServer::poll_loop() {
 bool LspServer::refresh(bool autostart) {
   auto failures = m_daemon->call(wire::failures_list(), autostart);
   if (!failures) return false;
-  auto runs = m_daemon->call("runs", {{"limit", 5000}}, autostart);
+  auto runs = m_daemon->call(wire::RunsRequest{"", 5000}, autostart);
   if (!runs) return false;
   std::vector<FailureGroup> groups = current_failure_groups(
       failures->value("failures", Json::array()), runs->value("runs", Json::array()));

@@ -260,7 +260,8 @@ Handler typed(Result<protocol::Frame> (*fn)(DaemonContext&, const Request&, cons
   };
 }
 
-// Helpers shared by handlers.
+// Helpers shared by handlers. string_param: a non-empty string of a spec the typed requests carry
+// as JSON (a kernel, a custom op's reference), with the wire's wording for a missing one.
 Result<std::string> string_param(const Json& params, const char* name);
 std::int64_t now_ms();
 

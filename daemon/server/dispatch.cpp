@@ -49,8 +49,7 @@ const Json& request_params(const protocol::Frame& request) {
 Result<std::string> string_param(const Json& params, const char* name) {
   auto it = params.find(name);
   if (it == params.end() || !it->is_string() || it->get<std::string>().empty())
-    return make_error(ErrorCode::invalid_argument,
-                      std::string("the request needs a string '") + name + "'");
+    return wire::missing_string(name);
   return it->get<std::string>();
 }
 

@@ -2,6 +2,7 @@
 
 #include "gpuemu/client.hpp"
 #include "gpuemu/wire/failures.hpp"
+#include "gpuemu/wire/scale.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -234,7 +235,7 @@ Result<bool> Pusher::push_batch() {
 // judges with the same envelopes. A calibration only this daemon has stays.
 Status Pusher::sync_calibrations() {
   GPUEMU_TRY(DaemonClient * c, client());
-  GPUEMU_TRY(Json result, c->call_json("calibrations", {{"action", "list"}}));
+  GPUEMU_TRY(Json result, c->request(wire::calibrations_request("list")));
   std::int64_t applied = 0;
   for (const Json& cal : result.value("calibrations", Json::array())) {
     const std::string op = cal.value("op", ""), dt = cal.value("dtype", "");

@@ -2,9 +2,12 @@
 // its request and reply structs in its family's header and .cpp, and its handler.
 #include "gpuemu/wire/registry.hpp"
 
+#include "gpuemu/wire/coverage.hpp"
 #include "gpuemu/wire/failures.hpp"
 #include "gpuemu/wire/fuzz.hpp"
 #include "gpuemu/wire/info.hpp"
+#include "gpuemu/wire/lint.hpp"
+#include "gpuemu/wire/scale.hpp"
 
 namespace gpuemu::wire {
 namespace {
@@ -16,11 +19,6 @@ MethodInfo method(std::string_view family, bool fast, std::string_view summary) 
           [] { return fields_of(std::type_identity<Reply>{}); }};
 }
 
-// A method whose family is not typed yet: its handler reads the JSON itself.
-MethodInfo untyped(std::string_view name, std::string_view family, bool fast,
-                   std::string_view summary) {
-  return {name, family, fast, summary, nullptr, nullptr};
-}
 
 }  // namespace
 
@@ -56,17 +54,21 @@ const std::vector<MethodInfo>& methods() {
                                              "shrink a stored failure; the result is stored too"),
       method<DiagnoseRequest, DiagnoseReply>("failures", false,
                                              "name the likely bug class of a stored failure"),
-      untyped("lint", "lint", false,
-              "registers, spills and instruction mix of kernels, against a stored baseline"),
-      untyped("baselines", "lint", false, "lint baselines in the store: list, get, put, delete"),
-      untyped("runs", "coverage", false, "run history (newest first), each with its coverage"),
-      untyped("coverage", "coverage", false,
-              "what fuzzing has exercised per op, and what it has not"),
-      untyped("calibrations", "scale", false,
-              "stored calibrations with their provenance: list, export, import"),
-      untyped("outbox", "scale", false,
-              "what this daemon has still to push to its central daemon: status, backlog, "
-              "retry, rejected, wait"),
+      method<LintRequest, LintReply>(
+          "lint", false,
+          "registers, spills and instruction mix of kernels, against a stored baseline"),
+      method<BaselinesRequest, BaselinesReply>(
+          "lint", false, "lint baselines in the store: list, get, put, delete"),
+      method<RunsRequest, RunsReply>("coverage", false,
+                                     "run history (newest first), each with its coverage"),
+      method<CoverageRequest, CoverageReply>(
+          "coverage", false, "what fuzzing has exercised per op, and what it has not"),
+      method<CalibrationsRequest, CalibrationsReply>(
+          "scale", false, "stored calibrations with their provenance: list, export, import"),
+      method<OutboxRequest, OutboxReply>(
+          "scale", false,
+          "what this daemon has still to push to its central daemon: status, backlog, retry, "
+          "rejected, wait"),
   };
   return table;
 }

@@ -3,7 +3,10 @@
 // registry of every method.
 #pragma once
 
+#include "gpuemu/wire/coverage.hpp"
 #include "gpuemu/wire/failures.hpp"
 #include "gpuemu/wire/fuzz.hpp"
 #include "gpuemu/wire/info.hpp"
+#include "gpuemu/wire/lint.hpp"
 #include "gpuemu/wire/registry.hpp"
+#include "gpuemu/wire/scale.hpp"
