@@ -2,6 +2,8 @@
 // daemon's handlers, and the structs' JSON both ways (defaults, wrong types, loose input kept).
 #include "gpuemu/wire/wire.hpp"
 
+#include "gpuemu/protocol.hpp"
+
 #include "server/daemon_context.hpp"
 
 #include <gtest/gtest.h>
@@ -143,6 +145,95 @@ TEST(Wire, RepliesRoundTripAndKeepEveryField) {
   EXPECT_EQ(dj["source"], "softmax.json");
   EXPECT_EQ(dj["kernels"], Json::array({"tail_leak"}));
   EXPECT_EQ(dj["envelopes"], Json::object());
+}
+
+TEST(Wire, FuzzRequestsKeepTheDaemonsDefaultsAndLooseInput) {
+  auto r = decode<FuzzRequest>(Json{{"op", "softmax"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->iterations, 100);
+  EXPECT_EQ(r->diagnose_limit, 3);
+  EXPECT_TRUE(r->minimize);
+  EXPECT_TRUE(r->store);
+  EXPECT_FALSE(r->seed);
+  EXPECT_EQ(r->client, Json::object());
+  EXPECT_TRUE(r->kernel.is_null());
+  // A seed given as a signed integer, an integer param given as a float, nulls as absent.
+  r = decode<FuzzRequest>(Json{{"op", "softmax"}, {"seed", Json(std::int64_t{7})}, {"iterations", 3.0},
+                              {"store", nullptr}, {"options", nullptr}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->seed, std::optional<std::uint64_t>(7));
+  EXPECT_EQ(r->iterations, 3);
+  EXPECT_TRUE(r->store);
+  auto bad = decode<FuzzRequest>(Json{{"op", "softmax"}, {"seed", -1}});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(bad.error().message, "'seed' must be a non-negative integer");
+  bad = decode<FuzzRequest>(Json{{"op", "softmax"}, {"iterations", "many"}});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message, "parameter 'iterations' has the wrong type");
+  bad = decode<FuzzRequest>(Json{{"op", "softmax"}, {"options", {{"dtypes", {"float7"}}}}});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message, "unknown dtype 'float7'");  // options_from_json's own words
+
+  FuzzRequest f;
+  f.op = "softmax";
+  f.seed = 7;
+  f.kernel = {{"kind", "builtin"}, {"name", "tail_leak"}};
+  EXPECT_EQ(to_json(f), (Json{{"op", "softmax"}, {"seed", 7}, {"kernel", f.kernel}}));
+  f.iterations = 5;
+  f.options.dtypes = {DType::bfloat16};
+  const Json j = to_json(f);
+  EXPECT_EQ(j["iterations"], 5);
+  EXPECT_EQ(j["options"], protocol::options_to_json(f.options));
+  auto back = decode<FuzzRequest>(j);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->options.dtypes, f.options.dtypes);
+  const gpuemu::FuzzRequest e = engine_request(*back, 11);
+  EXPECT_EQ(e.seed, 11u);
+  EXPECT_EQ(e.iterations, 5);
+  EXPECT_EQ(e.op, "softmax");
+}
+
+TEST(Wire, SubmitOutputsNamesWhatIsWrongAtItsLevel) {
+  auto r = decode<SubmitOutputsRequest>(Json{{"op", "softmax"}, {"next", "soon"}});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message, "'next' must be an object {count, start_index, seed}");
+  r = decode<SubmitOutputsRequest>(Json{{"op", "softmax"}, {"next", {{"count", "x"}}}});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message, "parameter 'count' has the wrong type");
+  r = decode<SubmitOutputsRequest>(Json{{"op", "softmax"}, {"items", "all"}});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message, "'items' must be a non-empty array");
+  r = decode<SubmitOutputsRequest>(Json::parse(R"({"op": "softmax", "next": {"start_index": 16},
+      "items": [{"case": {"index": 3}, "kernel_error": "boom"}]})"));
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_TRUE(r->next);
+  EXPECT_EQ(r->next->count, 16);
+  EXPECT_EQ(r->next->start_index, 16);
+  ASSERT_TRUE(r->items);
+  ASSERT_EQ(r->items->size(), 1u);
+  EXPECT_EQ((*r->items)[0].case_json, (Json{{"index", 3}}));
+  EXPECT_EQ((*r->items)[0].kernel_error, "boom");
+  EXPECT_EQ(r->kernel, (Json{{"kind", "client"}}));
+  // held_id with items present (even empty) is told apart from no items.
+  r = decode<SubmitOutputsRequest>(Json{{"op", "softmax"}, {"items", Json::array()}});
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->items && r->items->empty());
+}
+
+TEST(Wire, ActionRequestsSendOnlyWhatTheyAskFor) {
+  EXPECT_EQ(to_json(failures_list()), Json::object());
+  EXPECT_EQ(to_json(failures_get("f1")), (Json{{"action", "get"}, {"id", "f1"}}));
+  EXPECT_EQ(to_json(failures_export("softmax", 40)),
+            (Json{{"action", "export"}, {"op", "softmax"}, {"offset", 40}}));
+  auto id = decode<FailuresRequest>(Json{{"action", "get"}, {"id", 3}});
+  ASSERT_FALSE(id);
+  EXPECT_EQ(id.error().message, "the request needs a string 'id'");
+  EXPECT_EQ(to_json(outbox_request("status")), Json::object());
+  EXPECT_EQ(to_json(calibrations_request("list", "softmax")), (Json{{"op", "softmax"}}));
+  auto lint = decode<LintRequest>(Json{{"paths", {"k.cu"}}, {"policy_toml", 3}});
+  ASSERT_TRUE(lint);  // a policy_toml that is not a string is ignored, as before
+  EXPECT_FALSE(lint->arches);
 }
 
 }  // namespace
