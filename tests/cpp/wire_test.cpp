@@ -236,5 +236,23 @@ TEST(Wire, ActionRequestsSendOnlyWhatTheyAskFor) {
   EXPECT_FALSE(lint->arches);
 }
 
+TEST(Wire, AFieldAnActionDoesNotReadIsNotCheckedAsBefore) {
+  // `failures get` never read `limit`: a wrong type there is ignored, as the daemon did.
+  auto r = decode<FailuresRequest>(Json{{"action", "get"}, {"id", "f1"}, {"limit", "ten"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->limit, 0u);
+  auto list = decode<FailuresRequest>(Json{{"action", nullptr}, {"limit", "ten"}});  // null: list
+  ASSERT_FALSE(list);
+  EXPECT_EQ(list.error().message, "parameter 'limit' has the wrong type");
+  EXPECT_TRUE(decode<OutboxRequest>(Json{{"timeout_s", "long"}}));  // status never read it
+  auto wait = decode<OutboxRequest>(Json{{"action", "wait"}, {"timeout_s", "long"}});
+  ASSERT_FALSE(wait);
+  EXPECT_EQ(wait.error().message, "parameter 'timeout_s' has the wrong type");
+  EXPECT_TRUE(decode<BaselinesRequest>(Json{{"name", 3}}));  // list never read it
+  EXPECT_TRUE(decode<CalibrationsRequest>(Json{{"action", "import"}, {"op", 3}, {"calibrations", Json::array()}}));
+  // hello's params are informative, of any type.
+  EXPECT_TRUE(decode<HelloRequest>(Json{{"client", {{"name", "x"}}}, {"protocol", "1"}}));
+}
+
 }  // namespace
 }  // namespace gpuemu::wire

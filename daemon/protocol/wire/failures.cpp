@@ -15,6 +15,14 @@ void FailuresRequest::map(M& m, S& s) {
   m.opt("records", s.records);
 }
 
+std::vector<std::string_view> FailuresRequest::unread_fields(const Json& params) {
+  const std::string action = action_of(params, "list");
+  if (action == "list" || action == "export") return {"id", "snapshot", "records"};
+  if (action == "import") return {"id", "op", "since_ms", "limit", "offset", "snapshot"};
+  if (action == "get") return {"op", "since_ms", "limit", "offset", "records"};
+  return {"op", "since_ms", "limit", "offset", "snapshot", "records"};  // delete, or unknown
+}
+
 template <class M, class S>
 void FailuresReply::map(M& m, S& s) {
   m.rest(s.record);

@@ -15,6 +15,13 @@ Error missing_string(std::string_view name) {
                     "the request needs a string '" + std::string(name) + "'");
 }
 
+std::string action_of(const Json& params, const char* fallback) {
+  if (!params.is_object()) return fallback;
+  auto it = params.find("action");
+  if (it == params.end() || it->is_null()) return fallback;
+  return it->is_string() ? it->get<std::string>() : "";
+}
+
 const Json* FieldReader::find(const char* name) const {
   if (m_object == nullptr) return nullptr;
   auto it = m_object->find(name);

@@ -28,6 +28,12 @@ void BaselinesRequest::map(M& m, S& s) {
   m.opt("baseline", s.baseline);
 }
 
+std::vector<std::string_view> BaselinesRequest::unread_fields(const Json& params) {
+  const std::string action = action_of(params, "list");
+  if (action == "list") return {"name", "baseline"};
+  return {};
+}
+
 template <class M, class S>
 void BaselinesReply::map(M& m, S& s) {
   m.opt("baselines", s.baselines);

@@ -19,9 +19,9 @@ MethodInfo method(std::string_view family, bool fast, std::string_view summary) 
           [] { return fields_of(std::type_identity<Reply>{}); }};
 }
 
-
 }  // namespace
 
+// In the order hello has always listed them (progress, of the info family, after calibrate).
 const std::vector<MethodInfo>& methods() {
   static const std::vector<MethodInfo> table = {
       method<HelloRequest, HelloReply>("info", true, "version, protocol and capability names"),

@@ -12,6 +12,13 @@ void CalibrationsRequest::map(M& m, S& s) {
   m.opt("source", s.source);
 }
 
+std::vector<std::string_view> CalibrationsRequest::unread_fields(const Json& params) {
+  const std::string action = action_of(params, "list");
+  if (action == "list" || action == "export") return {"calibrations", "replace", "source"};
+  if (action == "import") return {"op"};
+  return {"op", "calibrations", "replace", "source"};
+}
+
 template <class M, class S>
 void CalibrationsReply::map(M& m, S& s) {
   m.opt("calibrations", s.calibrations);
@@ -29,6 +36,14 @@ void OutboxRequest::map(M& m, S& s) {
   m.opt("since_ms", s.since_ms);
   m.opt("runs", s.runs);
   m.opt("timeout_s", s.timeout_s);
+}
+
+std::vector<std::string_view> OutboxRequest::unread_fields(const Json& params) {
+  const std::string action = action_of(params, "status");
+  if (action == "rejected") return {"op", "since_ms", "runs", "timeout_s"};
+  if (action == "backlog") return {"limit", "timeout_s"};
+  if (action == "wait") return {"limit", "op", "since_ms", "runs"};
+  return {"limit", "op", "since_ms", "runs", "timeout_s"};  // status, retry, or unknown
 }
 
 template <class M, class S>

@@ -24,6 +24,8 @@ struct FailuresRequest {
   Json records;                 // import: export's records
   template <class M, class S>
   static void map(M& m, S& s);
+  // The fields the request's action does not read (FieldReader::set_unread).
+  static std::vector<std::string_view> unread_fields(const Json& params);
 };
 // The failures requests clients make.
 FailuresRequest failures_list(std::string op = "", std::size_t limit = 0);

@@ -29,6 +29,9 @@ namespace gpuemu::wire {
 Error wrong_type(std::string_view name);
 // The error of an absent or empty required string: "the request needs a string 'NAME'".
 Error missing_string(std::string_view name);
+// The `action` of an action-based request's params: `fallback` when absent or null, "" when it is
+// not a string (the decoder then names it).
+std::string action_of(const Json& params, const char* fallback);
 
 // A struct with a static `template <class M, class S> static void map(M&, S&)` listing its fields.
 template <class T>
@@ -50,6 +53,7 @@ class FieldReader {
     const Json* v = find(name);
     if (v == nullptr || m_error) return;
     if (auto e = decode_into(*v, out, name)) {
+      if (unread(name)) return;  // as before: a field the request's action never looks at
       // A custom message replaces this field's own wrong type, not an error inside its value.
       if (message != nullptr && e->message == wrong_type(name).message)
         e = make_error(ErrorCode::invalid_argument, message);
@@ -71,6 +75,9 @@ class FieldReader {
 
   // The value of one field: nullptr when absent or null.
   const Json* find(const char* name) const;
+  // Fields the request does not read (its action does not use them): a wrong type there keeps
+  // the default instead of failing, as the daemon ignored them before the typed layer.
+  void set_unread(std::vector<std::string_view> names) { m_unread = std::move(names); }
 
   // One value into `out` (nullopt: done; else the error). Public for nested messages and lists.
   template <class T>
@@ -116,8 +123,15 @@ class FieldReader {
   struct is_optional<std::optional<T>> : std::true_type {};
   static Result<FuzzOptions> decode_options(const Json& v);
 
+  bool unread(std::string_view name) const {
+    for (auto n : m_unread)
+      if (n == name) return true;
+    return false;
+  }
+
   const Json* m_object;
   std::optional<Error> m_error;
+  std::vector<std::string_view> m_unread;
 };
 
 class FieldWriter {
@@ -191,6 +205,9 @@ template <Mapped T>
 Result<T> read_message(const Json& j) {
   T out{};
   FieldReader r(j);
+  // An action-based request (failures, baselines, calibrations, outbox) names the fields its
+  // action does not read.
+  if constexpr (requires { T::unread_fields(j); }) r.set_unread(T::unread_fields(j));
   T::map(r, out);
   if (!r.status()) return r.status().error();
   return out;

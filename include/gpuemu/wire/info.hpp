@@ -29,8 +29,9 @@ struct Identity {
 struct HelloRequest {
   using Fields = void;
   static constexpr std::string_view k_method = "hello";
-  std::string client;           // who asks ("gpuemu-cpp", "gpuemu-lsp"); informative
-  std::optional<int> protocol;  // the client's k_protocol_version; informative
+  // Informative, never read by the daemon (so of any type, as before the typed layer): who asks
+  // ("gpuemu-cpp", "gpuemu-lsp") and its k_protocol_version.
+  Json client, protocol;
   template <class M, class S>
   static void map(M& m, S& s);
 };

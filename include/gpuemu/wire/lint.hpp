@@ -41,6 +41,8 @@ struct BaselinesRequest {
   Json baseline;                // put
   template <class M, class S>
   static void map(M& m, S& s);
+  // The fields the request's action does not read (FieldReader::set_unread).
+  static std::vector<std::string_view> unread_fields(const Json& params);
 };
 struct BaselinesReply {
   using Fields = void;

@@ -20,6 +20,8 @@ struct CalibrationsRequest {
   std::string source;             // import: kept as imported_from
   template <class M, class S>
   static void map(M& m, S& s);
+  // The fields the request's action does not read (FieldReader::set_unread).
+  static std::vector<std::string_view> unread_fields(const Json& params);
 };
 CalibrationsRequest calibrations_request(std::string action, std::string op = "");
 
@@ -43,6 +45,8 @@ struct OutboxRequest {
   double timeout_s = 60.0;        // wait
   template <class M, class S>
   static void map(M& m, S& s);
+  // The fields the request's action does not read (FieldReader::set_unread).
+  static std::vector<std::string_view> unread_fields(const Json& params);
 };
 OutboxRequest outbox_request(std::string action);
 
