@@ -34,8 +34,7 @@ void register_failure_commands(CLI::App& app, CliContext& ctx) {
   list->add_flag("--json", list_json, "JSON output");
   list->callback([&ctx] {
     auto c = connect_daemon();
-    const Json r =
-        call_daemon(*c, wire::failures_list(list_op, list_limit));
+    const Json r = call_daemon(*c, wire::failures_list(list_op, list_limit));
     const Json items = r.value("failures", Json::array());
     if (r.value("truncated", false))
       std::cerr << "gpuemu: listed the newest " << items.size() << " of "
@@ -96,8 +95,7 @@ void register_failure_commands(CLI::App& app, CliContext& ctx) {
     // Page by page (a reply holds at most 12 MiB of records), newest first.
     Json records = Json::array();
     for (std::size_t offset = 0;;) {
-      const Json r =
-          call_daemon(*c, wire::failures_export(exp_op, offset));
+      const Json r = call_daemon(*c, wire::failures_export(exp_op, offset));
       for (const auto& rec : r.value("records", Json::array())) records.push_back(rec);
       if (!r.value("truncated", false)) break;
       const std::size_t next = r.value("next_offset", offset);

@@ -137,8 +137,8 @@ Json calibrate_through_daemon(const std::vector<std::string>& ops, const std::ve
       if (const Json control = custom->control_spec(); !control.is_null())
         params.controls = Json::array({control});
     }
-    const Json r = call_daemon_with_progress(*client, params, "calibrate " + name,
-                                             progress_enabled(json));
+    const Json r =
+        call_daemon_with_progress(*client, params, "calibrate " + name, progress_enabled(json));
     for (const auto& one : r.value("results", Json::array())) results.push_back(one);
   }
   return results;

@@ -69,8 +69,7 @@ int run_lint(const LintOptions& o) {
   std::unique_ptr<DaemonClient> daemon;
   if (!o.baseline_tag.empty() || !o.save_baseline_tag.empty()) daemon = connect_daemon();
   if (!o.baseline_tag.empty()) {
-    const Json stored =
-        call_daemon(*daemon, wire::BaselinesRequest{"get", o.baseline_tag, Json()});
+    const Json stored = call_daemon(*daemon, wire::BaselinesRequest{"get", o.baseline_tag, Json()});
     auto loaded = lint::baseline_from_json(stored.value("baseline", Json()));
     if (!loaded)
       return print_error("baseline tag '" + o.baseline_tag + "': " + loaded.error().message);

@@ -319,7 +319,8 @@ int run_ci(const CiOptions& o) {
       for (const auto& [dt, v] : op.envelope) params.envelope[dt] = v;
     }
     try {
-      const Json rep = call_daemon_with_progress(*client, params, r["name"].get<std::string>(), bars);
+      const Json rep =
+          call_daemon_with_progress(*client, params, r["name"].get<std::string>(), bars);
       const Json failures = rep.value("failures", Json::array());
       r["cases"] = rep.value("total", 0);
       r["failed_cases"] = rep.value("failed", 0);
@@ -411,8 +412,7 @@ constexpr std::size_t k_stats_runs = 1000;
 Json stored_failures_report(const std::string& op, std::size_t limit, const std::string& runs,
                             std::size_t runs_limit) {
   auto client = connect_daemon();
-  const Json list =
-      call_daemon(*client, wire::failures_list(op, limit));
+  const Json list = call_daemon(*client, wire::failures_list(op, limit));
   Json results = Json::array();
   for (const auto& item : list.value("failures", Json::array())) {
     Json rec = item;

@@ -39,14 +39,6 @@ std::string new_progress_token() {
 }
 
 Json call_daemon_with_progress(DaemonClient& client, const std::string& method, Json params,
-                               const std::string& label, bool enabled) {
-  if (!enabled) return call_daemon(client, method, std::move(params));
-  const std::string token = new_progress_token();
-  params["progress_token"] = token;
-  return call_daemon_with_progress(client, method, std::move(params), token, label, enabled);
-}
-
-Json call_daemon_with_progress(DaemonClient& client, const std::string& method, Json params,
                                const std::string& token, const std::string& label, bool enabled) {
   if (!enabled) return call_daemon(client, method, std::move(params));
   const bool color = !std::getenv("NO_COLOR");

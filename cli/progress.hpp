@@ -19,12 +19,9 @@ bool progress_enabled(bool json);
 std::string progress_line(const std::string& label, std::int64_t done, std::int64_t total,
                           bool color);
 
-// `method` with `params` on `client`, drawing a bar labelled `label` while it runs when
-// `enabled` (the request then carries a progress_token). Errors are thrown, as call_daemon's.
-Json call_daemon_with_progress(DaemonClient& client, const std::string& method, Json params,
-                               const std::string& label, bool enabled);
-// The same for a typed request (wire::FuzzRequest, wire::CalibrateRequest): the token goes into
-// its `progress_token`.
+// `request` (wire::FuzzRequest, wire::CalibrateRequest) on `client`, drawing a bar labelled
+// `label` while it runs when `enabled` (the request then carries a progress_token, polled with
+// `progress` from a second connection). Errors are thrown, as call_daemon's.
 std::string new_progress_token();
 Json call_daemon_with_progress(DaemonClient& client, const std::string& method, Json params,
                                const std::string& token, const std::string& label, bool enabled);

@@ -162,16 +162,16 @@ void LspServer::handle_request(const std::string& method, const Json& id, const 
       // does not answer within the bound is not serving (it may be stuck going away).
       const std::chrono::seconds bound{10};
       if (action == "status") {
-        r = m_daemon->call("stats", Json::object(), false, bound);
+        r = m_daemon->call(wire::StatsRequest{}, false, bound);
         if (r)
           (*r)["running"] = true;
         else
           r = Json{{"running", false}, {"home", m_daemon->home()}};
       } else if (action == "start") {
-        r = m_daemon->call("stats", Json::object(), true);
+        r = m_daemon->call(wire::StatsRequest{}, true);
         if (r) (*r)["running"] = true;
       } else if (action == "stop") {
-        r = m_daemon->call("shutdown", Json::object(), false, bound);
+        r = m_daemon->call(wire::ShutdownRequest{}, false, bound);
         m_daemon->disconnect();
       }
       reply_result(id, r);

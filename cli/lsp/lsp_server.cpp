@@ -166,7 +166,7 @@ OpCatalogue LspServer::catalogue() {
     std::lock_guard lock(m_state);
     if (m_catalogue) return *m_catalogue;
   }
-  auto ops = m_daemon->call("list_ops", Json::object(), false, std::chrono::seconds(10));
+  auto ops = m_daemon->call(wire::ListOpsRequest{}, false, std::chrono::seconds(10));
   if (!ops) return OpCatalogue{};
   OpCatalogue c = catalogue_from(*ops);
   std::lock_guard lock(m_state);

@@ -253,7 +253,8 @@ Handler typed(Result<Reply> (*fn)(DaemonContext&, const Request&)) {
   };
 }
 template <class Request>
-Handler typed(Result<protocol::Frame> (*fn)(DaemonContext&, const Request&, const protocol::Frame&)) {
+Handler typed(Result<protocol::Frame> (*fn)(DaemonContext&, const Request&,
+                                            const protocol::Frame&)) {
   return [fn](DaemonContext& ctx, const protocol::Frame& req) -> Result<protocol::Frame> {
     GPUEMU_TRY(Request r, wire::decode<Request>(request_params(req)));
     return fn(ctx, r, req);

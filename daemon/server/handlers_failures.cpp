@@ -183,8 +183,8 @@ Result<Frame> push(DaemonContext& ctx, const wire::PushRequest& p, const Frame& 
     GPUEMU_TRY(bool fresh, store->import_run(run, {"pushed_from"}));
     (fresh ? imported : present).push_back(run["id"]);
   }
-  return make_reply(to_json(
-      wire::PushReply{failures, Json{{"imported", imported}, {"present", present}}}));
+  return make_reply(
+      to_json(wire::PushReply{failures, Json{{"imported", imported}, {"present", present}}}));
 }
 
 Result<Frame> failures(DaemonContext& ctx, const wire::FailuresRequest& p, const Frame& req) {

@@ -1,10 +1,10 @@
 // fuzz, get_test_batch, submit_outputs, validate, calibrate: the fuzz family
 // (include/gpuemu/wire/fuzz.hpp).
+#include "gpuemu/verdict.hpp"
+#include "gpuemu/wire/fuzz.hpp"
 #include "server/coverage.hpp"
 #include "server/records.hpp"
 #include "server/request_engine.hpp"
-#include "gpuemu/verdict.hpp"
-#include "gpuemu/wire/fuzz.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -136,8 +136,9 @@ Result<wire::FuzzReply> fuzz(DaemonContext& ctx, const wire::FuzzRequest& p) {
     count_case(by_dtype, r.test_case, r.verdict.passed && r.kernel_error.empty());
   };
   ProgressEntry progress_entry;
-  GPUEMU_TRY(FuzzReport report,
-             re.engine().fuzz(fr, *runner, progress_reporter(ctx, p.progress_token, progress_entry)));
+  GPUEMU_TRY(
+      FuzzReport report,
+      re.engine().fuzz(fr, *runner, progress_reporter(ctx, p.progress_token, progress_entry)));
   std::optional<Minimized> minimized;
   if (do_minimize && !report.failures.empty()) {
     auto m = re.engine().minimize(fr.op, fr.options, report.failures.front().test_case, *runner);
@@ -212,9 +213,10 @@ std::shared_ptr<CaseCache::Entry> kept_case(CaseCache* cache, const std::string&
 // cases/<i>/, kept in the case cache for the submission that judges them; the batch's JSON
 // (each input's digest only with `digests`).
 Result<wire::CaseBatch> hand_out(DaemonContext& ctx, const Json& custom_op, const RequestEngine& re,
-                      const std::string& op, const OpSchema& schema, const FuzzOptions& options,
-                      std::uint64_t master, std::int64_t start, std::int64_t count, bool digests,
-                      Frame& reply) {
+                                 const std::string& op, const OpSchema& schema,
+                                 const FuzzOptions& options, std::uint64_t master,
+                                 std::int64_t start, std::int64_t count, bool digests,
+                                 Frame& reply) {
   if (count < 1) return make_error(ErrorCode::invalid_argument, "'count' must be >= 1");
   GPUEMU_TRY_STATUS(check_batch_size(ctx, count, "'count' (cases in one batch)"));
   if (start < 0) return make_error(ErrorCode::invalid_argument, "'start_index' must be >= 0");
@@ -237,9 +239,9 @@ Result<wire::CaseBatch> hand_out(DaemonContext& ctx, const Json& custom_op, cons
 // Cases [start, start + count) generated on the case cache's background thread and kept, so that
 // the request that hands them out (the next chunk of a client-side run) finds them made while the
 // client ran its kernel on this chunk. The same generator, options and seeds: the same bytes.
-Status prefetch(DaemonContext& ctx, const Json& custom_op, const RequestEngine& re, const std::string& op,
-                const OpSchema& schema, const FuzzOptions& options, std::uint64_t master,
-                std::int64_t start, std::int64_t count) {
+Status prefetch(DaemonContext& ctx, const Json& custom_op, const RequestEngine& re,
+                const std::string& op, const OpSchema& schema, const FuzzOptions& options,
+                std::uint64_t master, std::int64_t start, std::int64_t count) {
   if (count <= 0) return {};
   if (count > ctx.config.max_batch_cases || start < 0)
     return make_error(ErrorCode::invalid_argument,
@@ -263,7 +265,8 @@ Status prefetch(DaemonContext& ctx, const Json& custom_op, const RequestEngine& 
 Result<Frame> get_test_batch(DaemonContext& ctx, const wire::GetTestBatchRequest& p, const Frame&) {
   if (p.count < 1) return make_error(ErrorCode::invalid_argument, "'count' must be >= 1");
   GPUEMU_TRY_STATUS(check_batch_size(ctx, p.count, "'count' (cases in one batch)"));
-  if (p.start_index < 0) return make_error(ErrorCode::invalid_argument, "'start_index' must be >= 0");
+  if (p.start_index < 0)
+    return make_error(ErrorCode::invalid_argument, "'start_index' must be >= 0");
   const std::uint64_t master = p.seed ? *p.seed : random_seed();
   GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p.op, p.custom_op, p.envelope));
   GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(p.op));
@@ -417,8 +420,8 @@ Status judge_items(DaemonContext& ctx, const Frame& req, const wire::SubmitOutpu
     std::string key;
     const auto kept = kept_case(cache, op, h.options_key, item.case_json, key);
     if (kept) h.used.push_back(key);
-    GPUEMU_TRY(TestCase c, kept ? Result<TestCase>(kept->test_case())
-                                : regenerate(gen, item.case_json));
+    GPUEMU_TRY(TestCase c,
+               kept ? Result<TestCase>(kept->test_case()) : regenerate(gen, item.case_json));
     coverage_add(h.coverage, c);
     if (!h.master_seed) h.master_seed = c.master_seed;
     if (h.first_index < 0 || c.index < h.first_index) h.first_index = c.index;
@@ -702,7 +705,6 @@ Result<wire::CalibrateReply> calibrate(DaemonContext& ctx, const wire::Calibrate
       GPUEMU_TRY_STATUS(ctx.store->put_calibration(op, std::string(dtype_name(d)), j));
   return wire::CalibrateReply{op, apply, std::move(results)};
 }
-
 
 }  // namespace
 

@@ -52,8 +52,8 @@ Result<wire::StatsReply> stats(DaemonContext& ctx, const wire::StatsRequest&) {
   r.errors = ctx.errors.load();
   if (ctx.store) {
     if (auto s = ctx.store->stats())
-      r.store = wire::StoreSummary{ctx.store->dir(), s->version,   s->failures,  s->calibrations,
-                                   s->baselines,     s->runs,      s->map_bytes, s->used_bytes};
+      r.store = wire::StoreSummary{ctx.store->dir(), s->version, s->failures,  s->calibrations,
+                                   s->baselines,     s->runs,    s->map_bytes, s->used_bytes};
   }
   if (ctx.case_cache)
     r.case_cache = wire::CaseCacheSummary{ctx.case_cache->limit_bytes(), ctx.case_cache->bytes(),
@@ -65,7 +65,8 @@ Result<wire::StatsReply> stats(DaemonContext& ctx, const wire::StatsRequest&) {
 Result<wire::ListOpsReply> list_ops(DaemonContext& ctx, const wire::ListOpsRequest&) {
   wire::ListOpsReply r;
   for (const OpSchema* s : ctx.engine.catalogue().all()) {
-    wire::OpSummary o{s->name, s->family, s->summary, s->version, {}, ctx.engine.builtin_kernel_names(s->name)};
+    wire::OpSummary o{s->name,    s->family, s->summary,
+                      s->version, {},        ctx.engine.builtin_kernel_names(s->name)};
     for (DType d : s->dtypes) o.dtypes.emplace_back(dtype_name(d));
     r.ops.push_back(std::move(o));
   }
@@ -80,7 +81,8 @@ Result<wire::DescribeOpReply> describe_op(DaemonContext& ctx, const wire::Descri
   r.kernels = ctx.engine.builtin_kernel_names(req.op);
   {
     std::shared_lock lock(ctx.engine_mutex);
-    for (DType d : s->dtypes) r.envelopes[std::string(dtype_name(d))] = ctx.engine.envelopes().get(req.op, d);
+    for (DType d : s->dtypes)
+      r.envelopes[std::string(dtype_name(d))] = ctx.engine.envelopes().get(req.op, d);
   }
   return r;
 }

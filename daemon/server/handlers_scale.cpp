@@ -92,7 +92,8 @@ Result<wire::CalibrationsReply> import_calibrations(DaemonContext& ctx, Store& s
   return r;
 }
 
-Result<wire::CalibrationsReply> calibrations(DaemonContext& ctx, const wire::CalibrationsRequest& p) {
+Result<wire::CalibrationsReply> calibrations(DaemonContext& ctx,
+                                             const wire::CalibrationsRequest& p) {
   GPUEMU_TRY(Store * store, store_of(ctx));
   const std::string& action = p.action;
   if (action == "list" || action == "export") {

@@ -3,8 +3,8 @@
 // submit_outputs, the input-mutation check, concurrent requests, shutdown. The daemon's log is
 // printed when a test fails.
 #include "gpuemu/client.hpp"
-#include "gpuemu/wire/wire.hpp"
 #include "gpuemu/engine.hpp"
+#include "gpuemu/wire/wire.hpp"
 
 #include <gtest/gtest.h>
 
@@ -266,7 +266,8 @@ TEST_F(DaemonTest, ParamsOfTheWrongTypeAreNamedAndLooseInputIsKept) {
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.error().message, "'seed' must be a non-negative integer");
   // A seed as a signed integer and a count as a float are read as before.
-  const Json b = call("get_test_batch", {{"op", "softmax"}, {"seed", Json(std::int64_t{7})}, {"count", 2.0}});
+  const Json b =
+      call("get_test_batch", {{"op", "softmax"}, {"seed", Json(std::int64_t{7})}, {"count", 2.0}});
   EXPECT_EQ(b["master_seed"], 7);
   EXPECT_EQ(b["cases"].size(), 2u);
   // The typed client call sends the struct.

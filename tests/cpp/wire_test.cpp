@@ -10,8 +10,8 @@
 
 #include <algorithm>
 #include <fstream>
-#include <set>
 #include <regex>
+#include <set>
 #include <sstream>
 
 namespace gpuemu::wire {
@@ -69,7 +69,8 @@ TEST(Wire, TheProtocolSchemaNamesTheRegistrysMethodsAndFields) {
   const Json schema = Json::parse(in);
   const Json& request = schema["$defs"]["request"];
   std::set<std::string> in_schema, in_registry;
-  for (const auto& m : request["properties"]["method"]["enum"]) in_schema.insert(m.get<std::string>());
+  for (const auto& m : request["properties"]["method"]["enum"])
+    in_schema.insert(m.get<std::string>());
   for (const MethodInfo& m : methods()) in_registry.emplace(m.name);
   EXPECT_EQ(in_schema, in_registry);
   for (const Json& rule : request["allOf"]) {
@@ -85,7 +86,8 @@ TEST(Wire, TheProtocolSchemaNamesTheRegistrysMethodsAndFields) {
       const auto fields = m->request_fields();
       for (const auto& [field, _] : props.items())
         EXPECT_NE(std::find(fields.begin(), fields.end(), field), fields.end())
-            << "schemas/protocol.schema.json: `" << name << "` has no request field '" << field << "'";
+            << "schemas/protocol.schema.json: `" << name << "` has no request field '" << field
+            << "'";
     }
   }
 }
@@ -105,7 +107,8 @@ TEST(Wire, RequestsLeaveDefaultsOutAndKeepRequiredFields) {
   EXPECT_EQ(to_json(PingRequest{}), Json::object());
   EXPECT_EQ(to_json(DescribeOpRequest{"softmax"}), (Json{{"op", "softmax"}}));
   EXPECT_EQ(to_json(DescribeOpRequest{}), (Json{{"op", ""}}));
-  EXPECT_EQ(to_json(HelloRequest{"gpuemu-cpp", 1}), (Json{{"client", "gpuemu-cpp"}, {"protocol", 1}}));
+  EXPECT_EQ(to_json(HelloRequest{"gpuemu-cpp", 1}),
+            (Json{{"client", "gpuemu-cpp"}, {"protocol", 1}}));
 }
 
 TEST(Wire, ARequiredStringIsNamedWhenAbsentEmptyOrOfTheWrongType) {
@@ -158,8 +161,11 @@ TEST(Wire, FuzzRequestsKeepTheDaemonsDefaultsAndLooseInput) {
   EXPECT_EQ(r->client, Json::object());
   EXPECT_TRUE(r->kernel.is_null());
   // A seed given as a signed integer, an integer param given as a float, nulls as absent.
-  r = decode<FuzzRequest>(Json{{"op", "softmax"}, {"seed", Json(std::int64_t{7})}, {"iterations", 3.0},
-                              {"store", nullptr}, {"options", nullptr}});
+  r = decode<FuzzRequest>(Json{{"op", "softmax"},
+                               {"seed", Json(std::int64_t{7})},
+                               {"iterations", 3.0},
+                               {"store", nullptr},
+                               {"options", nullptr}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->seed, std::optional<std::uint64_t>(7));
   EXPECT_EQ(r->iterations, 3);
@@ -249,7 +255,14 @@ TEST(Wire, AFieldAnActionDoesNotReadIsNotCheckedAsBefore) {
   ASSERT_FALSE(wait);
   EXPECT_EQ(wait.error().message, "parameter 'timeout_s' has the wrong type");
   EXPECT_TRUE(decode<BaselinesRequest>(Json{{"name", 3}}));  // list never read it
-  EXPECT_TRUE(decode<CalibrationsRequest>(Json{{"action", "import"}, {"op", 3}, {"calibrations", Json::array()}}));
+  EXPECT_TRUE(decode<CalibrationsRequest>(
+      Json{{"action", "import"}, {"op", 3}, {"calibrations", Json::array()}}));
+  // lint reads policy_source only with a policy; coverage reads `all` only without an op.
+  EXPECT_TRUE(decode<LintRequest>(Json{{"paths", {"k.cu"}}, {"policy_source", 3}}));
+  EXPECT_FALSE(decode<LintRequest>(
+      Json{{"paths", {"k.cu"}}, {"policy_toml", "[lint]"}, {"policy_source", 3}}));
+  EXPECT_TRUE(decode<CoverageRequest>(Json{{"op", "softmax"}, {"all", "yes"}}));
+  EXPECT_FALSE(decode<CoverageRequest>(Json{{"all", "yes"}}));
   // hello's params are informative, of any type.
   EXPECT_TRUE(decode<HelloRequest>(Json{{"client", {{"name", "x"}}}, {"protocol", "1"}}));
 }

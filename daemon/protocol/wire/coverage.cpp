@@ -20,6 +20,13 @@ void CoverageRequest::map(M& m, S& s) {
   m.opt("all", s.all);
 }
 
+std::vector<std::string_view> CoverageRequest::unread_fields(const Json& params) {
+  const bool one_op = params.is_object() && params.contains("op") && params["op"].is_string() &&
+                      !params["op"].get<std::string>().empty();
+  if (one_op) return {"all"};
+  return {};
+}
+
 template <class M, class S>
 void CoverageReply::map(M& m, S& s) {
   m.opt("ops", s.ops);

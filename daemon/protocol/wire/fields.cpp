@@ -51,6 +51,8 @@ Result<FuzzOptions> FieldReader::decode_options(const Json& v) {
   return protocol::options_from_json(v);
 }
 
-Json FieldWriter::encode_options(const FuzzOptions& o) { return protocol::options_to_json(o); }
+Json FieldWriter::encode_options(const FuzzOptions& o) {
+  return protocol::options_to_json(o);
+}
 
 }  // namespace gpuemu::wire

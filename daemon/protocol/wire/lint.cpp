@@ -14,6 +14,13 @@ void LintRequest::map(M& m, S& s) {
   m.opt("update_baseline", s.update_baseline);
 }
 
+std::vector<std::string_view> LintRequest::unread_fields(const Json& params) {
+  const bool policy =
+      params.is_object() && params.contains("policy_toml") && params["policy_toml"].is_string();
+  if (!policy) return {"policy_source"};
+  return {};
+}
+
 template <class M, class S>
 void LintReply::map(M& m, S& s) {
   m.rest(s.report);

@@ -14,7 +14,10 @@ namespace {
 
 template <class Request, class Reply>
 MethodInfo method(std::string_view family, bool fast, std::string_view summary) {
-  return {Request::k_method, family, fast, summary,
+  return {Request::k_method,
+          family,
+          fast,
+          summary,
           [] { return fields_of(std::type_identity<Request>{}); },
           [] { return fields_of(std::type_identity<Reply>{}); }};
 }
@@ -28,8 +31,8 @@ const std::vector<MethodInfo>& methods() {
       method<PingRequest, PingReply>("info", true, "liveness"),
       method<StatsRequest, StatsReply>("info", true, "counters, uptime and the store's size"),
       method<ListOpsRequest, ListOpsReply>("info", false, "every op of the catalogue"),
-      method<DescribeOpRequest, DescribeOpReply>(
-          "info", false, "one op's schema, built-in kernels and envelopes"),
+      method<DescribeOpRequest, DescribeOpReply>("info", false,
+                                                 "one op's schema, built-in kernels and envelopes"),
       method<ShutdownRequest, ShutdownReply>("info", true,
                                              "graceful stop: in-flight requests finish"),
       method<FuzzRequest, FuzzReply>(

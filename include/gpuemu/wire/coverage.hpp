@@ -31,6 +31,8 @@ struct CoverageRequest {
   bool all = false;  // ops no run exercised too
   template <class M, class S>
   static void map(M& m, S& s);
+  // `all` when one op is asked for (FieldReader::set_unread).
+  static std::vector<std::string_view> unread_fields(const Json& params);
 };
 struct CoverageReply {
   using Fields = void;

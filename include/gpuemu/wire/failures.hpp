@@ -18,10 +18,10 @@ struct FailuresRequest {
   std::string id;               // get, delete
   std::string op;               // list, export: only this op's
   std::int64_t since_ms = 0;
-  std::size_t limit = 0;        // 0: all
-  std::size_t offset = 0;       // export: skip that many of the matching failures
-  bool snapshot = false;        // get: the snapshot's bytes in base64 too
-  Json records;                 // import: export's records
+  std::size_t limit = 0;   // 0: all
+  std::size_t offset = 0;  // export: skip that many of the matching failures
+  bool snapshot = false;   // get: the snapshot's bytes in base64 too
+  Json records;            // import: export's records
   template <class M, class S>
   static void map(M& m, S& s);
   // The fields the request's action does not read (FieldReader::set_unread).
@@ -42,7 +42,7 @@ struct FailuresReply {
   std::optional<std::size_t> count;  // list / export
   std::optional<bool> truncated;     // a page that stopped at 12 MiB of JSON
   std::optional<std::size_t> matching, next_offset;
-  Json imported, present;            // import
+  Json imported, present;  // import
   std::optional<std::string> deleted;
   template <class M, class S>
   static void map(M& m, S& s);

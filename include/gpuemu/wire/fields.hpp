@@ -35,7 +35,9 @@ std::string action_of(const Json& params, const char* fallback);
 
 // A struct with a static `template <class M, class S> static void map(M&, S&)` listing its fields.
 template <class T>
-concept Mapped = requires { typename T::Fields; };
+concept Mapped = requires {
+  typename T::Fields;
+};
 
 template <class T>
 struct is_mapped_vector : std::false_type {};
@@ -136,13 +138,16 @@ class FieldReader {
 
 class FieldWriter {
  public:
-  // Every field is written, but an unset optional, a null Json and (with `skip_defaults`) nothing
-  // else: defaults are removed afterwards by the message's to_json.
+  // Every field is written but an unset optional and a null Json (a request's to_json then
+  // leaves out the fields at their default: write_request).
   template <class T>
   void opt(const char* name, const T& value, const char* = nullptr) {
     if constexpr (std::is_same_v<T, Json>) {
       if (!value.is_null()) m_json[name] = value;
-    } else if constexpr (requires { value.has_value(); typename T::value_type; }) {
+    } else if constexpr (requires {
+                           value.has_value();
+                           typename T::value_type;
+                         }) {
       if (value) m_json[name] = encode_value(*value);
     } else {
       m_json[name] = encode_value(value);
@@ -246,20 +251,32 @@ std::vector<std::string> field_names() {
 
 }  // namespace gpuemu::wire
 
-// Declares the conversions of a request message (in its family's header).
-#define GPUEMU_WIRE_DECLARE(T)                                        \
-  Json to_json(const T& value);                                       \
-  Result<T> from_json(const Json& j, std::type_identity<T>);          \
+// Declares the conversions of a message (in its family's header).
+#define GPUEMU_WIRE_DECLARE(T)                               \
+  Json to_json(const T& value);                              \
+  Result<T> from_json(const Json& j, std::type_identity<T>); \
   std::vector<std::string> fields_of(std::type_identity<T>)
 // Defines them in the family's .cpp, next to T::map.
-#define GPUEMU_WIRE_DEFINE_REQUEST(T)                                                        \
-  Json to_json(const T& value) { return write_request(value); }                               \
-  Result<T> from_json(const Json& j, std::type_identity<T>) { return read_message<T>(j); }    \
-  std::vector<std::string> fields_of(std::type_identity<T>) { return field_names<T>(); }
-#define GPUEMU_WIRE_DEFINE_REPLY(T)                                                          \
-  Json to_json(const T& value) { return write_reply(value); }                                 \
-  Result<T> from_json(const Json& j, std::type_identity<T>) { return read_message<T>(j); }    \
-  std::vector<std::string> fields_of(std::type_identity<T>) { return field_names<T>(); }
+#define GPUEMU_WIRE_DEFINE_REQUEST(T)                         \
+  Json to_json(const T& value) {                              \
+    return write_request(value);                              \
+  }                                                           \
+  Result<T> from_json(const Json& j, std::type_identity<T>) { \
+    return read_message<T>(j);                                \
+  }                                                           \
+  std::vector<std::string> fields_of(std::type_identity<T>) { \
+    return field_names<T>();                                  \
+  }
+#define GPUEMU_WIRE_DEFINE_REPLY(T)                           \
+  Json to_json(const T& value) {                              \
+    return write_reply(value);                                \
+  }                                                           \
+  Result<T> from_json(const Json& j, std::type_identity<T>) { \
+    return read_message<T>(j);                                \
+  }                                                           \
+  std::vector<std::string> fields_of(std::type_identity<T>) { \
+    return field_names<T>();                                  \
+  }
 
 namespace gpuemu::wire {
 // `auto r = wire::decode<FuzzParams>(json)`: the family's from_json, found by ADL.

@@ -15,13 +15,15 @@ struct LintRequest {
   static constexpr std::string_view k_method = "lint";
   Json paths;        // files or directories: a non-empty array of strings
   Json policy_toml;  // a [lint] policy's TOML text (a string; anything else is ignored)
-  std::string policy_source = "policy";  // where that text came from, for its errors
+  std::string policy_source = "policy";                // where that text came from, for its errors
   std::optional<std::vector<std::string>> arches;      // absent: the policy's
   std::optional<std::vector<std::string>> nvcc_flags;  // absent: the policy's
-  std::string baseline;         // compare against this stored baseline
-  std::string update_baseline;  // store this run as that baseline
+  std::string baseline;                                // compare against this stored baseline
+  std::string update_baseline;                         // store this run as that baseline
   template <class M, class S>
   static void map(M& m, S& s);
+  // policy_source without a policy_toml (FieldReader::set_unread).
+  static std::vector<std::string_view> unread_fields(const Json& params);
 };
 // The lint report (lint::report_to_json) with the verdict.
 struct LintReply {

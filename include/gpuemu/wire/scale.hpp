@@ -13,9 +13,9 @@ namespace gpuemu::wire {
 struct CalibrationsRequest {
   using Fields = void;
   static constexpr std::string_view k_method = "calibrations";
-  std::string action = "list";  // list | export | import
-  std::string op;               // list, export: only this op's
-  Json calibrations;            // import: [{op, dtype, envelope, ...provenance}]
+  std::string action = "list";    // list | export | import
+  std::string op;                 // list, export: only this op's
+  Json calibrations;              // import: [{op, dtype, envelope, ...provenance}]
   std::string replace = "newer";  // import: newer | always
   std::string source;             // import: kept as imported_from
   template <class M, class S>
@@ -27,8 +27,8 @@ CalibrationsRequest calibrations_request(std::string action, std::string op = ""
 
 struct CalibrationsReply {
   using Fields = void;
-  Json calibrations;                 // list, export
-  std::optional<std::size_t> count;  // list, export
+  Json calibrations;                     // list, export
+  std::optional<std::size_t> count;      // list, export
   Json imported, unchanged, kept_newer;  // import: "op/dtype" names
   template <class M, class S>
   static void map(M& m, S& s);
