@@ -19,9 +19,7 @@ void register_coverage_commands(CLI::App& app, CliContext& ctx) {
   cov->add_flag("--json", json, "JSON output");
   cov->callback([&ctx] {
     auto c = connect_daemon();
-    Json params = {{"all", all}};
-    if (!op.empty()) params["op"] = op;
-    const Json r = call_daemon(*c, "coverage", params);
+    const Json r = call_daemon(*c, wire::CoverageRequest{op, all});
     const Json ops = r.value("ops", Json::array());
     if (!codecov.empty()) {
       // codecov's JSON format: {"coverage": {file: {line: hits}}}; each op's schema file, one

@@ -45,7 +45,7 @@ bool process_alive(long pid) {
 }
 
 Json status_json(DaemonClient& c) {
-  Json s = call_daemon(c, "stats", Json::object());
+  Json s = call_daemon(c, wire::StatsRequest{});
   s["running"] = true;
   return s;
 }
@@ -112,7 +112,7 @@ void register_daemon_commands(CLI::App& app, CliContext& ctx) {
       ctx.exit_code = k_exit_ok;
       return;
     }
-    const Json r = call_daemon(*c, "shutdown", Json::object());
+    const Json r = call_daemon(*c, wire::ShutdownRequest{});
     const long pid = r.value("pid", 0L);
     c.reset();
     const auto deadline = std::chrono::steady_clock::now() +

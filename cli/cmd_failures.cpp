@@ -34,8 +34,7 @@ void register_failure_commands(CLI::App& app, CliContext& ctx) {
   list->add_flag("--json", list_json, "JSON output");
   list->callback([&ctx] {
     auto c = connect_daemon();
-    const Json r =
-        call_daemon(*c, "failures", {{"action", "list"}, {"op", list_op}, {"limit", list_limit}});
+    const Json r = call_daemon(*c, wire::failures_list(list_op, list_limit));
     const Json items = r.value("failures", Json::array());
     if (r.value("truncated", false))
       std::cerr << "gpuemu: listed the newest " << items.size() << " of "
@@ -68,7 +67,7 @@ void register_failure_commands(CLI::App& app, CliContext& ctx) {
   show->add_flag("--json", show_json, "JSON output");
   show->callback([&ctx] {
     auto c = connect_daemon();
-    const Json r = call_daemon(*c, "failures", {{"action", "get"}, {"id", show_id}});
+    const Json r = call_daemon(*c, wire::failures_get(show_id));
     if (show_json) {
       std::cout << r.dump(2) << "\n";
     } else {
@@ -96,8 +95,7 @@ void register_failure_commands(CLI::App& app, CliContext& ctx) {
     // Page by page (a reply holds at most 12 MiB of records), newest first.
     Json records = Json::array();
     for (std::size_t offset = 0;;) {
-      const Json r = call_daemon(*c, "failures",
-                                 {{"action", "export"}, {"op", exp_op}, {"offset", offset}});
+      const Json r = call_daemon(*c, wire::failures_export(exp_op, offset));
       for (const auto& rec : r.value("records", Json::array())) records.push_back(rec);
       if (!r.value("truncated", false)) break;
       const std::size_t next = r.value("next_offset", offset);
@@ -156,7 +154,7 @@ void register_failure_commands(CLI::App& app, CliContext& ctx) {
     std::size_t bytes = 0;
     auto flush = [&] {
       if (batch.empty()) return;
-      const Json r = call_daemon(*c, "failures", {{"action", "import"}, {"records", batch}});
+      const Json r = call_daemon(*c, wire::failures_import(batch));
       for (const auto& id : r.value("imported", Json::array())) imported.push_back(id);
       for (const auto& id : r.value("present", Json::array())) present.push_back(id);
       batch = Json::array();
@@ -186,7 +184,7 @@ void register_failure_commands(CLI::App& app, CliContext& ctx) {
     auto c = connect_daemon();
     Json deleted = Json::array();
     for (const auto& id : rm_ids) {
-      call_daemon(*c, "failures", {{"action", "delete"}, {"id", id}});
+      call_daemon(*c, wire::failures_delete(id));
       deleted.push_back(id);
       if (!rm_json) std::cout << "deleted " << id << "\n";
     }
@@ -202,7 +200,7 @@ void register_failure_commands(CLI::App& app, CliContext& ctx) {
   repro->add_flag("--json", repro_json, "JSON output");
   repro->callback([&ctx] {
     auto c = connect_daemon();
-    const Json r = call_daemon(*c, "reproduce", {{"id", repro_id}});
+    const Json r = call_daemon(*c, wire::ReproduceRequest{repro_id});
     const bool identical = r.value("regenerated_identical", false);
     if (repro_json) {
       Json out = r;
@@ -239,7 +237,7 @@ void register_failure_commands(CLI::App& app, CliContext& ctx) {
   mini->add_flag("--json", mini_json, "JSON output");
   mini->callback([&ctx] {
     auto c = connect_daemon();
-    const Json r = call_daemon(*c, "minimize", {{"id", mini_id}, {"max_evaluations", mini_evals}});
+    const Json r = call_daemon(*c, wire::MinimizeRequest{mini_id, mini_evals});
     if (mini_json)
       std::cout << r.dump(2) << "\n";
     else {

@@ -121,20 +121,24 @@ Json calibrate_through_daemon(const std::vector<std::string>& ops, const std::ve
   auto client = connect_daemon();
   std::vector<std::string> names = ops;
   if (names.empty())
-    for (const auto& o : call_daemon(*client, "list_ops", Json::object()).value("ops", Json::array()))
+    for (const auto& o : call_daemon(*client, wire::ListOpsRequest{}).value("ops", Json::array()))
       names.push_back(o.value("name", ""));
   std::optional<ProjectConfig> cfg;
   Json results = Json::array();
   for (const auto& name : names) {
-    Json params = {{"op", name}, {"cases", cases}, {"seed", seed}, {"apply", true}};
-    if (!dtypes.empty()) params["dtypes"] = dtypes;
+    wire::CalibrateRequest params;
+    params.op = name;
+    params.cases = cases;
+    params.seed = seed;
+    params.apply = true;
+    params.dtypes = dtypes;
     if (const CustomOp* custom = find_custom_op(name, config, cfg)) {
-      params["custom_op"] = custom->spec();
+      params.custom_op = custom->spec();
       if (const Json control = custom->control_spec(); !control.is_null())
-        params["controls"] = Json::array({control});
+        params.controls = Json::array({control});
     }
-    const Json r = call_daemon_with_progress(*client, "calibrate", params, "calibrate " + name,
-                                             progress_enabled(json));
+    const Json r =
+        call_daemon_with_progress(*client, params, "calibrate " + name, progress_enabled(json));
     for (const auto& one : r.value("results", Json::array())) results.push_back(one);
   }
   return results;
@@ -203,47 +207,52 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
         !kernel.empty()
             ? " --kernel " + kernel
             : " --script " + script + (framework != "numpy" ? " --framework " + framework : "");
-    FuzzRequest req;
-    req.op = op;
-    req.options = flags.options(op);
-    req.seed =
+    // One request, whichever path runs it: the daemon's `fuzz`, or this process's engine
+    // (wire::engine_request, as the daemon's handler turns it into the engine's request).
+    wire::FuzzRequest wreq;
+    wreq.op = op;
+    wreq.options = flags.options(op);
+    wreq.seed =
         seed ? *seed
              : std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32);
-    req.iterations = iterations;
-    req.fail_fast = fail_fast;
+    wreq.iterations = iterations;
+    wreq.fail_fast = fail_fast;
+    wreq.minimize = do_minimize;
+    wreq.kernel = kernel_spec;
+    wreq.client = {{"name", "gpuemu-cli"}, {"version", GPUEMU_VERSION_STRING}};
     std::string prefix = "gpuemu fuzz " + op + kernel_flags + (no_daemon ? " --no-daemon" : "");
     prefix += flags.repro_flags();
-    req.repro_prefix = prefix;
-    Json extra = Json::object();
     std::optional<ProjectConfig> cfg;
     if (const CustomOp* custom = find_custom_op(op, fuzz_config, cfg)) {
-      extra["custom_op"] = custom->spec();
+      wreq.custom_op = custom->spec();
       prefix += " --config " + cfg->file.string();
-      req.repro_prefix = prefix;
     }
+    wreq.repro_prefix = prefix;
     for (const auto& e : envelope_flags) {
       const auto eq = e.find('=');
       try {
         if (eq == std::string::npos) {
-          extra["envelope"]["*"] = std::stod(e);
+          wreq.envelope["*"] = std::stod(e);
         } else {
-          extra["envelope"][e.substr(0, eq)] = std::stod(e.substr(eq + 1));
+          wreq.envelope[e.substr(0, eq)] = std::stod(e.substr(eq + 1));
         }
       } catch (const std::exception&) {
         throw GpuemuException(make_error(ErrorCode::invalid_argument,
                                          "--envelope must be X or DTYPE=X, got '" + e + "'"));
       }
     }
-    if (no_daemon && !extra.empty())
+    const bool extra = !wreq.custom_op.is_null() || !wreq.envelope.is_null();
+    FuzzRequest req = wire::engine_request(wreq, *wreq.seed);
+    if (no_daemon && extra)
       throw GpuemuException(make_error(ErrorCode::invalid_argument,
                                        "custom ops and --envelope run through the daemon: drop "
                                        "--no-daemon"));
     if (!no_daemon && only_case < 0) {
-      ctx.exit_code = fuzz_through_daemon(req, kernel_spec, do_minimize, json,
-                                          kernel.empty() ? script : kernel, flags.strategy, extra);
+      ctx.exit_code =
+          fuzz_through_daemon(wreq, json, kernel.empty() ? script : kernel, flags.strategy);
       return;
     }
-    if (!extra.empty())
+    if (extra)
       throw GpuemuException(make_error(ErrorCode::invalid_argument,
                                        "--case replays in this process, which has no custom ops "
                                        "or envelope overrides: use gpuemu repro ID"));

@@ -69,8 +69,7 @@ int run_lint(const LintOptions& o) {
   std::unique_ptr<DaemonClient> daemon;
   if (!o.baseline_tag.empty() || !o.save_baseline_tag.empty()) daemon = connect_daemon();
   if (!o.baseline_tag.empty()) {
-    const Json stored =
-        call_daemon(*daemon, "baselines", {{"action", "get"}, {"name", o.baseline_tag}});
+    const Json stored = call_daemon(*daemon, wire::BaselinesRequest{"get", o.baseline_tag, Json()});
     auto loaded = lint::baseline_from_json(stored.value("baseline", Json()));
     if (!loaded)
       return print_error("baseline tag '" + o.baseline_tag + "': " + loaded.error().message);
@@ -92,10 +91,8 @@ int run_lint(const LintOptions& o) {
     if (!saved) return print_error(saved.error().message);
   }
   if (!o.save_baseline_tag.empty())
-    call_daemon(*daemon, "baselines",
-                {{"action", "put"},
-                 {"name", o.save_baseline_tag},
-                 {"baseline", Json(lint::make_baseline(*report))}});
+    call_daemon(*daemon, wire::BaselinesRequest{"put", o.save_baseline_tag,
+                                                Json(lint::make_baseline(*report))});
   return verdict.failed() ? k_exit_failed : k_exit_ok;
 }
 

@@ -151,7 +151,7 @@ Json lint_results(const ProjectConfig& cfg, DaemonClient* client) {
   } else if (!cfg.lint_baseline_tag.empty()) {
     try {
       const Json stored =
-          call_daemon(*client, "baselines", {{"action", "get"}, {"name", cfg.lint_baseline_tag}});
+          call_daemon(*client, wire::BaselinesRequest{"get", cfg.lint_baseline_tag, Json()});
       auto loaded = lint::baseline_from_json(stored.value("baseline", Json()));
       if (!loaded) return error("baseline tag '" + cfg.lint_baseline_tag + "': " + loaded.error().message);
       baseline = std::move(*loaded);
@@ -246,7 +246,7 @@ int run_ci(const CiOptions& o) {
     double case_cost = 1e5;  // an op the daemon cannot describe (a custom op): a middling case
     if (dtypes.empty() || shard) {
       try {
-        const Json d = call_daemon(*client, "describe_op", {{"op", op.op}});
+        const Json d = call_daemon(*client, wire::DescribeOpRequest{op.op});
         if (dtypes.empty())
           for (const auto& dt : d.value("dtypes", Json::array())) dtypes.push_back(dt);
         if (d.contains("max_elements") && d["max_elements"].is_number())
@@ -301,25 +301,26 @@ int run_ci(const CiOptions& o) {
     if (shard) r["cases_range"] = {piece.start, piece.end};
     const std::uint64_t seed = unit_seed[piece.unit];
     r["seed"] = seed;
-    Json params = {{"op", op.op},
-                   {"kernel", op.kernel_spec()},
-                   {"options", protocol::options_to_json(op.fuzz_options(dtype))},
-                   {"seed", seed},
-                   {"iterations", piece.end - piece.start},
-                   {"fail_fast", false},
-                   {"minimize", cfg->ci_minimize},
-                   {"diagnose_limit", 1},
-                   {"repro_prefix", repro_prefix(op, dtype)},
-                   {"client", {{"name", "gpuemu-ci"}, {"version", GPUEMU_VERSION_STRING}}}};
-    if (piece.start > 0) params["start_index"] = piece.start;
-    if (custom) params["custom_op"] = custom->spec();
+    wire::FuzzRequest params;
+    params.op = op.op;
+    params.kernel = op.kernel_spec();
+    params.options = op.fuzz_options(dtype);
+    params.seed = seed;
+    params.iterations = piece.end - piece.start;
+    params.fail_fast = false;
+    params.minimize = cfg->ci_minimize;
+    params.diagnose_limit = 1;
+    params.repro_prefix = repro_prefix(op, dtype);
+    params.client = {{"name", "gpuemu-ci"}, {"version", GPUEMU_VERSION_STRING}};
+    params.start_index = piece.start;
+    if (custom) params.custom_op = custom->spec();
     if (!op.envelope.empty()) {
-      params["envelope"] = Json::object();
-      for (const auto& [dt, v] : op.envelope) params["envelope"][dt] = v;
+      params.envelope = Json::object();
+      for (const auto& [dt, v] : op.envelope) params.envelope[dt] = v;
     }
     try {
-      const Json rep = call_daemon_with_progress(*client, "fuzz", params,
-                                                 r["name"].get<std::string>(), bars);
+      const Json rep =
+          call_daemon_with_progress(*client, params, r["name"].get<std::string>(), bars);
       const Json failures = rep.value("failures", Json::array());
       r["cases"] = rep.value("total", 0);
       r["failed_cases"] = rep.value("failed", 0);
@@ -378,7 +379,7 @@ int run_ci(const CiOptions& o) {
 
 // The daemon store's run history (the `runs` request), newest first, as report rows.
 Json daemon_runs(DaemonClient& client, const std::string& op, std::size_t limit) {
-  const Json list = call_daemon(client, "runs", {{"op", op}, {"limit", limit}});
+  const Json list = call_daemon(client, wire::RunsRequest{op, limit});
   Json out = Json::array();
   for (const auto& run : list.value("runs", Json::array())) {
     const std::int64_t total = run.value("total", std::int64_t{0});
@@ -411,13 +412,12 @@ constexpr std::size_t k_stats_runs = 1000;
 Json stored_failures_report(const std::string& op, std::size_t limit, const std::string& runs,
                             std::size_t runs_limit) {
   auto client = connect_daemon();
-  const Json list =
-      call_daemon(*client, "failures", {{"action", "list"}, {"op", op}, {"limit", limit}});
+  const Json list = call_daemon(*client, wire::failures_list(op, limit));
   Json results = Json::array();
   for (const auto& item : list.value("failures", Json::array())) {
     Json rec = item;
     try {
-      rec = call_daemon(*client, "failures", {{"action", "get"}, {"id", item.value("id", "")}});
+      rec = call_daemon(*client, wire::failures_get(item.value("id", "")));
     } catch (const GpuemuException&) {
       // Deleted since it was listed: keep the list's summary.
     }
@@ -456,7 +456,7 @@ Json stored_failures_report(const std::string& op, std::size_t limit, const std:
   }
   // Pass rates and cases-to-first-failure come from the daemon's run history, whatever --runs says.
   const Json history =
-      call_daemon(*client, "runs", {{"op", op}, {"limit", k_stats_runs}}).value("runs", Json::array());
+      call_daemon(*client, wire::RunsRequest{op, k_stats_runs}).value("runs", Json::array());
   Json first_failures = first_failures_from_runs(history);
   if (first_failures.size() > runs_limit) first_failures.erase(first_failures.begin() + static_cast<std::ptrdiff_t>(runs_limit), first_failures.end());
   return {{"tool", "gpuemu"},

@@ -57,7 +57,7 @@ void register_scale_commands(CLI::App& app, CliContext& ctx) {
   status->add_flag("--json", json, "JSON output");
   status->callback([&ctx] {
     auto c = connect_daemon();
-    const Json s = call_daemon(*c, "outbox", {{"action", "status"}});
+    const Json s = call_daemon(*c, wire::OutboxRequest{});
     if (json)
       std::cout << s.dump(2) << "\n";
     else
@@ -76,11 +76,11 @@ void register_scale_commands(CLI::App& app, CliContext& ctx) {
   backlog->add_flag("--json", json, "JSON output");
   backlog->callback([&ctx] {
     auto c = connect_daemon();
-    const Json r = call_daemon(*c, "outbox",
-                               {{"action", "backlog"},
-                                {"op", backlog_op},
-                                {"since_ms", backlog_since},
-                                {"runs", !backlog_no_runs}});
+    wire::OutboxRequest req = wire::outbox_request("backlog");
+    req.op = backlog_op;
+    req.since_ms = backlog_since;
+    req.runs = !backlog_no_runs;
+    const Json r = call_daemon(*c, req);
     if (json)
       std::cout << r.dump(2) << "\n";
     else
@@ -93,7 +93,7 @@ void register_scale_commands(CLI::App& app, CliContext& ctx) {
   retry->add_flag("--json", json, "JSON output");
   retry->callback([&ctx] {
     auto c = connect_daemon();
-    const Json r = call_daemon(*c, "outbox", {{"action", "retry"}});
+    const Json r = call_daemon(*c, wire::outbox_request("retry"));
     if (json)
       std::cout << r.dump(2) << "\n";
     else
@@ -105,7 +105,7 @@ void register_scale_commands(CLI::App& app, CliContext& ctx) {
   rejected->add_flag("--json", json, "JSON output");
   rejected->callback([&ctx] {
     auto c = connect_daemon();
-    const Json r = call_daemon(*c, "outbox", {{"action", "rejected"}});
+    const Json r = call_daemon(*c, wire::outbox_request("rejected"));
     const Json items = r.value("rejected", Json::array());
     if (json) {
       std::cout << items.dump(2) << "\n";
@@ -126,7 +126,9 @@ void register_scale_commands(CLI::App& app, CliContext& ctx) {
   wait->add_flag("--json", json, "JSON output");
   wait->callback([&ctx] {
     auto c = connect_daemon();
-    const Json r = call_daemon(*c, "outbox", {{"action", "wait"}, {"timeout_s", wait_timeout}});
+    wire::OutboxRequest req = wire::outbox_request("wait");
+    req.timeout_s = wait_timeout;
+    const Json r = call_daemon(*c, req);
     const bool drained = r.value("drained", false);
     if (json) {
       std::cout << r.dump(2) << "\n";
@@ -147,7 +149,7 @@ void register_scale_commands(CLI::App& app, CliContext& ctx) {
   list->add_flag("--json", json, "JSON output");
   list->callback([&ctx] {
     auto c = connect_daemon();
-    const Json r = call_daemon(*c, "calibrations", {{"action", "list"}, {"op", list_op}});
+    const Json r = call_daemon(*c, wire::calibrations_request("list", list_op));
     const Json items = r.value("calibrations", Json::array());
     if (json) {
       std::cout << items.dump(2) << "\n";
@@ -175,7 +177,7 @@ void register_scale_commands(CLI::App& app, CliContext& ctx) {
   exp->add_option("-o,--output", exp_out, "file (default: stdout)");
   exp->callback([&ctx] {
     auto c = connect_daemon();
-    const Json r = call_daemon(*c, "calibrations", {{"action", "export"}, {"op", exp_op}});
+    const Json r = call_daemon(*c, wire::calibrations_request("export", exp_op));
     const Json items = r.value("calibrations", Json::array());
     const std::string text =
         Json{{"format", "gpuemu-calibrations"}, {"version", 1}, {"calibrations", items}}.dump(2) + "\n";
@@ -197,11 +199,11 @@ void register_scale_commands(CLI::App& app, CliContext& ctx) {
                                        imp_file + ": not a calibrations export (gpuemu "
                                                   "calibrations export writes one)"));
     auto c = connect_daemon();
-    const Json r = call_daemon(*c, "calibrations",
-                               {{"action", "import"},
-                                {"calibrations", whole["calibrations"]},
-                                {"replace", imp_replace ? "always" : "newer"},
-                                {"source", imp_file}});
+    wire::CalibrationsRequest req = wire::calibrations_request("import");
+    req.calibrations = whole["calibrations"];
+    req.replace = imp_replace ? "always" : "newer";
+    req.source = imp_file;
+    const Json r = call_daemon(*c, req);
     if (json) {
       std::cout << r.dump(2) << "\n";
     } else {

@@ -127,28 +127,17 @@ void print_failure_json(const Json& f, const Json* minimized) {
   if (f.contains("replay")) std::cout << "  replay:     " << f["replay"].get<std::string>() << "\n";
 }
 
-int fuzz_through_daemon(const FuzzRequest& req, const Json& kernel_spec, bool minimize, bool json,
-                        const std::string& kernel_label, const std::string& strategy,
-                        const Json& extra) {
+int fuzz_through_daemon(const wire::FuzzRequest& req, bool json, const std::string& kernel_label,
+                        const std::string& strategy) {
   auto client = connect_daemon();
-  Json params = {{"op", req.op},
-                 {"kernel", kernel_spec},
-                 {"options", protocol::options_to_json(req.options)},
-                 {"seed", req.seed},
-                 {"iterations", req.iterations},
-                 {"fail_fast", req.fail_fast},
-                 {"minimize", minimize},
-                 {"repro_prefix", req.repro_prefix},
-                 {"client", {{"name", "gpuemu-cli"}, {"version", GPUEMU_VERSION_STRING}}}};
-  params.update(extra);
-  const Json r = call_daemon_with_progress(*client, "fuzz", params, req.op, progress_enabled(json));
+  const Json r = call_daemon_with_progress(*client, req, req.op, progress_enabled(json));
   const auto failures = r.value("failures", Json::array());
   if (json) {
     std::cout << r.dump(2) << "\n";
     return failures.empty() ? k_exit_ok : k_exit_failed;
   }
   std::cout << "gpuemu fuzz " << req.op << "  kernel " << kernel_label << "  strategy " << strategy
-            << "  seed " << req.seed << "  cases " << r.value("total", 0) << "\n";
+            << "  seed " << req.seed.value_or(0) << "  cases " << r.value("total", 0) << "\n";
   if (failures.empty()) {
     std::cout << green("PASSED") << " " << r.value("passed", 0) << "/" << r.value("total", 0)
               << " cases in " << fmt_number(r.value("elapsed", Json(0.0))) << " s\n";

@@ -6,6 +6,7 @@
 
 #include <gpuemu/client.hpp>
 #include <gpuemu/engine.hpp>
+#include <gpuemu/wire/wire.hpp>
 
 #include <memory>
 
@@ -25,12 +26,15 @@ std::unique_ptr<DaemonClient> connect_daemon(bool autostart = true);
 // A request whose errors are thrown.
 Json call_daemon(DaemonClient& client, const std::string& method, Json params,
                  protocol::Frame* reply = nullptr);
+// A typed request (include/gpuemu/wire/*.hpp) whose errors are thrown.
+template <class Request>
+Json call_daemon(DaemonClient& client, const Request& request, protocol::Frame* reply = nullptr) {
+  return call_daemon(client, std::string(Request::k_method), to_json(request), reply);
+}
 
-// `gpuemu fuzz` through the daemon; returns the exit code. `extra` is merged into the request's
-// params (custom_op, envelope).
-int fuzz_through_daemon(const FuzzRequest& req, const Json& kernel_spec, bool minimize, bool json,
-                        const std::string& kernel_label, const std::string& strategy,
-                        const Json& extra = Json::object());
+// `gpuemu fuzz` through the daemon; returns the exit code.
+int fuzz_through_daemon(const wire::FuzzRequest& req, bool json, const std::string& kernel_label,
+                        const std::string& strategy);
 
 // One failing case (a failure JSON of the daemon) for a human.
 void print_failure_json(const Json& failure, const Json* minimized);

@@ -33,12 +33,14 @@ std::string progress_line(const std::string& label, std::int64_t done, std::int6
          std::to_string(total);
 }
 
-Json call_daemon_with_progress(DaemonClient& client, const std::string& method, Json params,
-                               const std::string& label, bool enabled) {
-  if (!enabled) return call_daemon(client, method, std::move(params));
+std::string new_progress_token() {
   std::random_device rd;
-  const std::string token = "p" + std::to_string(rd()) + std::to_string(rd());
-  params["progress_token"] = token;
+  return "p" + std::to_string(rd()) + std::to_string(rd());
+}
+
+Json call_daemon_with_progress(DaemonClient& client, const std::string& method, Json params,
+                               const std::string& token, const std::string& label, bool enabled) {
+  if (!enabled) return call_daemon(client, method, std::move(params));
   const bool color = !std::getenv("NO_COLOR");
   std::mutex m;
   std::condition_variable cv;
@@ -54,7 +56,7 @@ Json call_daemon_with_progress(DaemonClient& client, const std::string& method, 
     std::unique_lock lock(m);
     while (!cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return finished; })) {
       lock.unlock();
-      auto r = watcher->call_json("progress", {{"token", token}});
+      auto r = watcher->request(wire::ProgressRequest{token});
       lock.lock();
       if (finished) break;
       if (r && r->value("running", false))

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gpuemu/client.hpp>
+#include <gpuemu/wire/wire.hpp>
 
 #include <chrono>
 #include <memory>
@@ -24,6 +25,12 @@ class DaemonSession {
   // One request; the reply's result or its error. Drops the connection when the daemon is gone.
   Result<Json> call(const std::string& method, Json params, bool autostart,
                     std::optional<std::chrono::milliseconds> timeout = {});
+  // A typed request (include/gpuemu/wire/*.hpp).
+  template <class Request>
+  Result<Json> call(const Request& r, bool autostart,
+                    std::optional<std::chrono::milliseconds> timeout = {}) {
+    return call(std::string(Request::k_method), to_json(r), autostart, timeout);
+  }
   // The daemon's hello when connected (empty object otherwise).
   Json hello() const;
   const std::string& home() const { return m_home; }

@@ -11,7 +11,7 @@ std::string kind_of(const Json& record) {
 
 // The op's input names in schema order.
 Result<std::vector<std::string>> input_names(DaemonSession& daemon, const std::string& op) {
-  GPUEMU_TRY(Json schema, daemon.call("describe_op", {{"op", op}}, true));
+  GPUEMU_TRY(Json schema, daemon.call(wire::DescribeOpRequest{op}, true));
   std::vector<std::string> names;
   for (const auto& in : schema.value("inputs", Json::array()))
     if (in.is_object() && in.contains("name")) names.push_back(in["name"].get<std::string>());
@@ -61,7 +61,7 @@ Json failure_code_actions(const Json& diagnostics) {
 
 Result<Json> reproduce_failure(DaemonSession& daemon, const std::string& id,
                                const ActionOptions& options) {
-  GPUEMU_TRY(Json record, daemon.call("failures", {{"action", "get"}, {"id", id}}, true));
+  GPUEMU_TRY(Json record, daemon.call(wire::failures_get(id), true));
   if (kind_of(record) == "client") {
     GPUEMU_TRY(ReproScript script, script_for(daemon, record));
     Json j = {
@@ -79,7 +79,7 @@ Result<Json> reproduce_failure(DaemonSession& daemon, const std::string& id,
                    run->value("message", std::string()) + "); repro script " + script.path;
     return j;
   }
-  GPUEMU_TRY(Json r, daemon.call("reproduce", {{"id", id}}, true));
+  GPUEMU_TRY(Json r, daemon.call(wire::ReproduceRequest{id}, true));
   Json j = r;
   j.erase("case");
   j["kind"] = "replay";
@@ -91,7 +91,7 @@ Result<Json> reproduce_failure(DaemonSession& daemon, const std::string& id,
 
 Result<Json> minimize_failure(DaemonSession& daemon, const std::string& id,
                               const ActionOptions& options) {
-  GPUEMU_TRY(Json record, daemon.call("failures", {{"action", "get"}, {"id", id}}, true));
+  GPUEMU_TRY(Json record, daemon.call(wire::failures_get(id), true));
   if (kind_of(record) == "client") {
     GPUEMU_TRY(ReproScript script, script_for(daemon, record));
     GPUEMU_TRY(Json r, run_repro_script(options.python, script.path, {"--minimize"}, daemon.home(),
@@ -103,7 +103,7 @@ Result<Json> minimize_failure(DaemonSession& daemon, const std::string& id,
     j["summary"] = id + " minimized: " + r.value("summary", std::string("(no summary)"));
     return j;
   }
-  GPUEMU_TRY(Json r, daemon.call("minimize", {{"id", id}}, true));
+  GPUEMU_TRY(Json r, daemon.call(wire::MinimizeRequest{id}, true));
   Json j = r;
   j["kind"] = "daemon";
   j["summary"] =

@@ -128,7 +128,7 @@ void LspServer::handle_request(const std::string& method, const Json& id, const 
     auto fid = string_at(params, "id", "params");
     if (!fid) return reply_result(id, fid.error());
     return post([this, id, f = *fid] {
-      auto r = m_daemon->call("failures", {{"action", "get"}, {"id", f}}, true);
+      auto r = m_daemon->call(wire::failures_get(f), true);
       if (r) {
         r->erase("case");  // its tensors stay with the daemon; the webview needs the meta
         for (const char* k : {"seed", "master_seed"})  // 64-bit: text for JavaScript
@@ -162,16 +162,16 @@ void LspServer::handle_request(const std::string& method, const Json& id, const 
       // does not answer within the bound is not serving (it may be stuck going away).
       const std::chrono::seconds bound{10};
       if (action == "status") {
-        r = m_daemon->call("stats", Json::object(), false, bound);
+        r = m_daemon->call(wire::StatsRequest{}, false, bound);
         if (r)
           (*r)["running"] = true;
         else
           r = Json{{"running", false}, {"home", m_daemon->home()}};
       } else if (action == "start") {
-        r = m_daemon->call("stats", Json::object(), true);
+        r = m_daemon->call(wire::StatsRequest{}, true);
         if (r) (*r)["running"] = true;
       } else if (action == "stop") {
-        r = m_daemon->call("shutdown", Json::object(), false, bound);
+        r = m_daemon->call(wire::ShutdownRequest{}, false, bound);
         m_daemon->disconnect();
       }
       reply_result(id, r);
@@ -185,7 +185,7 @@ void LspServer::handle_notification(const std::string& method, const Json& param
     if (!m_poller.joinable() && m_daemon) {
       post([this] {
         // Connect to (or start) the workspace's daemon once; the poller takes over from there.
-        (void)m_daemon->call("hello", {{"client", "gpuemu-lsp"}, {"protocol", 1}}, true);
+        (void)m_daemon->call(wire::HelloRequest{"gpuemu-lsp", protocol::k_protocol_version}, true);
       });
       m_poller = std::thread([this] { poll_loop(); });
     }

@@ -118,7 +118,7 @@ void LspServer::send_daemon_status(bool running, const Json& ping) {
 
 void LspServer::poll_loop() {
   while (!m_stop) {
-    auto ping = m_daemon->call("ping", Json::object(), false, std::chrono::seconds(5));
+    auto ping = m_daemon->call(wire::PingRequest{}, false, std::chrono::seconds(5));
     const bool running = ping.ok();
     std::string seen;
     if (running)
@@ -149,9 +149,9 @@ void LspServer::poll_loop() {
 }
 
 bool LspServer::refresh(bool autostart) {
-  auto failures = m_daemon->call("failures", {{"action", "list"}}, autostart);
+  auto failures = m_daemon->call(wire::failures_list(), autostart);
   if (!failures) return false;
-  auto runs = m_daemon->call("runs", {{"limit", 5000}}, autostart);
+  auto runs = m_daemon->call(wire::RunsRequest{"", 5000}, autostart);
   if (!runs) return false;
   std::vector<FailureGroup> groups = current_failure_groups(
       failures->value("failures", Json::array()), runs->value("runs", Json::array()));
@@ -166,7 +166,7 @@ OpCatalogue LspServer::catalogue() {
     std::lock_guard lock(m_state);
     if (m_catalogue) return *m_catalogue;
   }
-  auto ops = m_daemon->call("list_ops", Json::object(), false, std::chrono::seconds(10));
+  auto ops = m_daemon->call(wire::ListOpsRequest{}, false, std::chrono::seconds(10));
   if (!ops) return OpCatalogue{};
   OpCatalogue c = catalogue_from(*ops);
   std::lock_guard lock(m_state);

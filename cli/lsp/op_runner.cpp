@@ -13,28 +13,29 @@ std::string entry_id(const cli::ProjectOp& op, std::size_t index) {
   return std::to_string(index) + ":" + op.op + ":" + op.kernel_label();
 }
 
-Json fuzz_params(const cli::ProjectConfig& cfg, const cli::ProjectOp& op, const RunOptions& o) {
+wire::FuzzRequest fuzz_params(const cli::ProjectConfig& cfg, const cli::ProjectOp& op,
+                              const RunOptions& o) {
   std::int64_t iterations = op.iterations;
   if (o.quick)
     iterations =
         std::max<std::int64_t>(10, std::llround(static_cast<double>(op.iterations) * 0.25));
-  Json params = {
-      {"op", op.op},
-      {"kernel", op.kernel_spec()},
-      {"options", protocol::options_to_json(op.fuzz_options(""))},
-      {"iterations", iterations},
-      {"fail_fast", false},
-      {"minimize", false},
-      {"diagnose_limit", 1},
-      {"repro_prefix", "gpuemu fuzz " + op.op +
-                           (op.script.empty() ? " --kernel " + op.builtin
-                                              : " --script " + op.script + ":" + op.function)},
-      {"client", {{"name", "gpuemu-lsp"}, {"config", cfg.file.string()}}}};
-  if (op.seed) params["seed"] = *op.seed;
-  if (const cli::CustomOp* custom = cfg.custom_op(op.op)) params["custom_op"] = custom->spec();
+  wire::FuzzRequest params;
+  params.op = op.op;
+  params.kernel = op.kernel_spec();
+  params.options = op.fuzz_options("");
+  params.iterations = iterations;
+  params.fail_fast = false;
+  params.minimize = false;
+  params.diagnose_limit = 1;
+  params.repro_prefix = "gpuemu fuzz " + op.op +
+                        (op.script.empty() ? " --kernel " + op.builtin
+                                           : " --script " + op.script + ":" + op.function);
+  params.client = {{"name", "gpuemu-lsp"}, {"config", cfg.file.string()}};
+  if (op.seed) params.seed = *op.seed;
+  if (const cli::CustomOp* custom = cfg.custom_op(op.op)) params.custom_op = custom->spec();
   if (!op.envelope.empty()) {
-    params["envelope"] = Json::object();
-    for (const auto& [dt, v] : op.envelope) params["envelope"][dt] = v;
+    params.envelope = Json::object();
+    for (const auto& [dt, v] : op.envelope) params.envelope[dt] = v;
   }
   return params;
 }
@@ -43,7 +44,7 @@ Json run_entry(DaemonSession& daemon, const cli::ProjectConfig& cfg, std::size_t
                const RunOptions& o) {
   const cli::ProjectOp& op = cfg.ops.at(index);
   Json r = {{"id", entry_id(op, index)}, {"op", op.op}, {"kernel", op.kernel_label()}};
-  auto rep = daemon.call("fuzz", fuzz_params(cfg, op, o), true);
+  auto rep = daemon.call(fuzz_params(cfg, op, o), true);
   if (!rep) {
     r["status"] = "error";
     r["message"] = rep.error().message;

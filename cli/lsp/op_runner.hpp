@@ -18,8 +18,9 @@ struct RunOptions {
   bool quick = false;  // the quick preset: iterations / 4, at least 10 (on save)
 };
 
-// The `fuzz` params of one entry.
-Json fuzz_params(const cli::ProjectConfig& cfg, const cli::ProjectOp& op, const RunOptions& o);
+// The `fuzz` request of one entry.
+wire::FuzzRequest fuzz_params(const cli::ProjectConfig& cfg, const cli::ProjectOp& op,
+                              const RunOptions& o);
 
 // Runs one entry; {id, op, kernel, status: passed | failed | error, total, passed, failed,
 // first_failure, failure_ids, message, run_id, elapsed}.

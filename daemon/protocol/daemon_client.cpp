@@ -1,5 +1,6 @@
 // DaemonClient: NNG req over a context per call; autostart of the daemon.
 #include "gpuemu/client.hpp"
+#include "gpuemu/wire/info.hpp"
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -427,10 +428,10 @@ Result<std::unique_ptr<DaemonClient>> DaemonClient::connect(ClientOptions option
     impl->token = token;
     std::unique_ptr<DaemonClient> c(new DaemonClient(std::move(impl)));
     c->m_url = url;
-    GPUEMU_TRY(c->m_hello,
-               c->call_json("hello",
-                            {{"client", "gpuemu-cpp"}, {"protocol", protocol::k_protocol_version}},
-                            std::chrono::seconds(10)));
+    wire::HelloRequest hello;
+    hello.client = "gpuemu-cpp";
+    hello.protocol = protocol::k_protocol_version;
+    GPUEMU_TRY(c->m_hello, c->request(hello, std::chrono::seconds(10)));
     // A daemon asked to stop answers hello while it drains, and refuses the rest: not one to use.
     if (c->m_hello.value("stopping", false))
       return make_error(ErrorCode::unavailable, "the gpuemu daemon at " + url + " is stopping");

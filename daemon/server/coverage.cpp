@@ -1,6 +1,8 @@
 // Coverage accounting (docs/protocol.md, `runs` and `coverage`).
 #include "server/coverage.hpp"
 
+#include "gpuemu/wire/coverage.hpp"
+
 namespace gpuemu::server {
 
 std::vector<std::string> shape_classes(std::int64_t n) {
@@ -96,24 +98,19 @@ Json coverage_report(const OpSchema& schema, const Json& cov) {
 
 namespace {
 
-using protocol::Frame;
-using protocol::make_reply;
-
-Result<Frame> runs(DaemonContext& ctx, const Frame& req) {
-  const Json p = req.header.value("params", Json::object());
+Result<wire::RunsReply> runs(DaemonContext& ctx, const wire::RunsRequest& p) {
   if (!ctx.store) return make_error(ErrorCode::unavailable, "this daemon has no store");
-  const std::string op = p.value("op", "");
-  GPUEMU_TRY(auto list, ctx.store->list_runs(p.value("limit", std::size_t{0})));
-  Json out = Json::array();
+  const std::string& op = p.op;
+  GPUEMU_TRY(auto list, ctx.store->list_runs(p.limit));
+  wire::RunsReply out;
   for (auto& r : list)
-    if (op.empty() || r.value("op", "") == op) out.push_back(std::move(r));
-  return make_reply({{"runs", out}});
+    if (op.empty() || r.value("op", "") == op) out.runs.push_back(std::move(r));
+  return out;
 }
 
-Result<Frame> coverage(DaemonContext& ctx, const Frame& req) {
-  const Json p = req.header.value("params", Json::object());
+Result<wire::CoverageReply> coverage(DaemonContext& ctx, const wire::CoverageRequest& p) {
   if (!ctx.store) return make_error(ErrorCode::unavailable, "this daemon has no store");
-  const std::string only = p.value("op", "");
+  const std::string& only = p.op;
   if (!only.empty()) GPUEMU_TRY_STATUS(ctx.engine.catalogue().get(only));
   GPUEMU_TRY(auto list, ctx.store->list_runs(0));
   std::map<std::string, Json> by_op;
@@ -124,23 +121,23 @@ Result<Frame> coverage(DaemonContext& ctx, const Frame& req) {
     coverage_merge(by_op[op], r["coverage"]);
     ++run_count[op];
   }
-  Json ops = Json::array();
+  wire::CoverageReply out;
+  Json& ops = out.ops;
   for (const OpSchema* s : ctx.engine.catalogue().all()) {
     if (!only.empty() && s->name != only) continue;
-    if (only.empty() && !by_op.count(s->name) && !p.value("all", false)) continue;
+    if (only.empty() && !by_op.count(s->name) && !p.all) continue;
     Json rep = coverage_report(*s, by_op.count(s->name) ? by_op[s->name] : Json::object());
     rep["runs"] = run_count[s->name];
     ops.push_back(std::move(rep));
   }
-  return make_reply({{"ops", ops}});
+  return out;
 }
 
 }  // namespace
 
-void add_coverage_commands(std::vector<Command>& out) {
-  out.push_back({"runs", runs, false, "run history (newest first), each with its coverage"});
-  out.push_back(
-      {"coverage", coverage, false, "what fuzzing has exercised per op, and what it has not"});
+void add_coverage_handlers(HandlerTable& out) {
+  out["runs"] = typed(runs);
+  out["coverage"] = typed(coverage);
 }
 
 }  // namespace gpuemu::server

@@ -17,6 +17,6 @@ std::vector<std::string> shape_classes(std::int64_t size);
 // What `schema` allows that `coverage` has not exercised, and a percentage.
 Json coverage_report(const OpSchema& schema, const Json& coverage);
 
-void add_coverage_commands(std::vector<Command>& out);
+void add_coverage_handlers(HandlerTable& out);
 
 }  // namespace gpuemu::server

@@ -6,6 +6,7 @@
 #include "gpuemu/engine.hpp"
 #include "gpuemu/protocol.hpp"
 #include "gpuemu/store.hpp"
+#include "gpuemu/wire/fields.hpp"
 #include "server/case_cache.hpp"
 
 #include <atomic>
@@ -210,6 +211,8 @@ struct DaemonContext {
 // A request handler: the request frame in, a reply frame (or an error) out.
 using Handler = std::function<Result<protocol::Frame>(DaemonContext&, const protocol::Frame&)>;
 
+// A method of the registry (include/gpuemu/wire/registry.hpp: its name, fast, summary) with its
+// handler.
 struct Command {
   std::string name;
   Handler handler;
@@ -217,22 +220,49 @@ struct Command {
   std::string summary;
 };
 
-// Every command, registered by the handler files (handlers_*.cpp).
+// Every method of wire::methods(), in its order, with the handler the handler files registered
+// for it (a method without one, or a handler of no method, is a logic_error at the first call).
 const std::vector<Command>& commands();
 const Command* find_command(std::string_view name);
 
 // Runs one request: finds its command, checks the header, maps any error to an error reply.
 protocol::Frame dispatch(DaemonContext& ctx, const protocol::Frame& request);
 
-// Registration helpers of the handler files.
-void add_info_commands(std::vector<Command>& out);
-void add_fuzz_commands(std::vector<Command>& out);
-void add_failure_commands(std::vector<Command>& out);
-void add_lint_commands(std::vector<Command>& out);
-void add_coverage_commands(std::vector<Command>& out);
-void add_scale_commands(std::vector<Command>& out);
+// Handlers by method name, filled by the handler files (handlers_*.cpp, coverage.cpp).
+using HandlerTable = std::map<std::string, Handler, std::less<>>;
+void add_info_handlers(HandlerTable& out);
+void add_fuzz_handlers(HandlerTable& out);
+void add_failure_handlers(HandlerTable& out);
+void add_lint_handlers(HandlerTable& out);
+void add_coverage_handlers(HandlerTable& out);
+void add_scale_handlers(HandlerTable& out);
 
-// Helpers shared by handlers.
+// A request's params (an empty object when it has none; dispatch refuses params that are not an
+// object).
+const Json& request_params(const protocol::Frame& request);
+
+// A handler of a typed method: the params are read into `Request` (a wrong field is an
+// invalid_argument naming it) before `fn` runs. `fn` returns the reply struct, or (when the reply
+// carries tensors) the whole frame.
+template <class Request, class Reply>
+Handler typed(Result<Reply> (*fn)(DaemonContext&, const Request&)) {
+  return [fn](DaemonContext& ctx, const protocol::Frame& req) -> Result<protocol::Frame> {
+    GPUEMU_TRY(Request r, wire::decode<Request>(request_params(req)));
+    GPUEMU_TRY(Reply reply, fn(ctx, r));
+    return protocol::make_reply(to_json(reply));
+  };
+}
+template <class Request>
+Handler typed(Result<protocol::Frame> (*fn)(DaemonContext&, const Request&,
+                                            const protocol::Frame&)) {
+  return [fn](DaemonContext& ctx, const protocol::Frame& req) -> Result<protocol::Frame> {
+    GPUEMU_TRY(Request r, wire::decode<Request>(request_params(req)));
+    return fn(ctx, r, req);
+  };
+}
+
+// Helpers shared by handlers. string_param: a non-empty string of a spec the typed requests carry
+// as JSON (a kernel, a custom op's reference), with the wire's wording for a missing one.
 Result<std::string> string_param(const Json& params, const char* name);
 std::int64_t now_ms();
 

@@ -1,19 +1,34 @@
 // The command table and request dispatch (docs/protocol.md, "Requests").
 #include "server/daemon_context.hpp"
 
+#include "gpuemu/wire/registry.hpp"
+
 #include <spdlog/spdlog.h>
+
+#include <stdexcept>
 
 namespace gpuemu::server {
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = [] {
+    HandlerTable handlers;
+    add_info_handlers(handlers);
+    add_fuzz_handlers(handlers);
+    add_failure_handlers(handlers);
+    add_lint_handlers(handlers);
+    add_coverage_handlers(handlers);
+    add_scale_handlers(handlers);
     std::vector<Command> t;
-    add_info_commands(t);
-    add_fuzz_commands(t);
-    add_failure_commands(t);
-    add_lint_commands(t);
-    add_coverage_commands(t);
-    add_scale_commands(t);
+    for (const wire::MethodInfo& m : wire::methods()) {
+      auto it = handlers.find(m.name);
+      if (it == handlers.end())
+        throw std::logic_error("method '" + std::string(m.name) + "' has no handler");
+      t.push_back({std::string(m.name), it->second, m.fast, std::string(m.summary)});
+      handlers.erase(it);
+    }
+    if (!handlers.empty())
+      throw std::logic_error("handler '" + handlers.begin()->first +
+                             "' is of no method of wire::methods()");
     return t;
   }();
   return table;
@@ -25,11 +40,16 @@ const Command* find_command(std::string_view name) {
   return nullptr;
 }
 
+const Json& request_params(const protocol::Frame& request) {
+  static const Json empty = Json::object();
+  auto it = request.header.find("params");
+  return it == request.header.end() || it->is_null() ? empty : *it;
+}
+
 Result<std::string> string_param(const Json& params, const char* name) {
   auto it = params.find(name);
   if (it == params.end() || !it->is_string() || it->get<std::string>().empty())
-    return make_error(ErrorCode::invalid_argument,
-                      std::string("the request needs a string '") + name + "'");
+    return wire::missing_string(name);
   return it->get<std::string>();
 }
 

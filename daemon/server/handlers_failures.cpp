@@ -1,6 +1,9 @@
-// failures (list | get | delete | export), reproduce, minimize, diagnose.
+// failures (list | get | delete | export | import), push, reproduce, minimize, diagnose: the
+// failures family (include/gpuemu/wire/failures.hpp).
 #include "server/records.hpp"
 #include "server/request_engine.hpp"
+
+#include "gpuemu/wire/failures.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -160,20 +163,19 @@ Result<Store*> store_of(DaemonContext& ctx) {
 
 // A worker daemon's push (docs/scale.md): its failures (snapshots as tensors) and run summaries,
 // taken whole or not at all for the failures; each run is stored unless the same run is here.
-Result<Frame> push(DaemonContext& ctx, const Frame& req) {
-  const Json p = req.header.value("params", Json::object());
+Result<Frame> push(DaemonContext& ctx, const wire::PushRequest& p, const Frame& req) {
   GPUEMU_TRY(Store * store, store_of(ctx));
-  const Json origin = p.value("origin", Json::object());
+  const Json& origin = p.origin;
   if (!origin.is_object())
     return make_error(ErrorCode::invalid_argument, "'origin' must be an object");
-  const Json runs = p.value("runs", Json::array());
+  const Json& runs = p.runs;
   if (!runs.is_array()) return make_error(ErrorCode::invalid_argument, "'runs' must be an array");
   for (std::size_t i = 0; i < runs.size(); ++i)
     if (!runs[i].is_object() || !runs[i].contains("id") || !runs[i]["id"].is_string() ||
         !runs[i].contains("started_ms") || !runs[i]["started_ms"].is_number_integer())
       return make_error(ErrorCode::invalid_argument,
                         "run " + std::to_string(i) + ": a pushed run needs 'id' and 'started_ms'");
-  GPUEMU_TRY(Json failures, import_failures(*store, p.value("records", Json::array()), req, origin));
+  GPUEMU_TRY(Json failures, import_failures(*store, p.records, req, origin));
   Json imported = Json::array(), present = Json::array();
   for (const Json& r : runs) {
     Json run = r;
@@ -182,18 +184,17 @@ Result<Frame> push(DaemonContext& ctx, const Frame& req) {
     (fresh ? imported : present).push_back(run["id"]);
   }
   return make_reply(
-      {{"failures", failures}, {"runs", {{"imported", imported}, {"present", present}}}});
+      to_json(wire::PushReply{failures, Json{{"imported", imported}, {"present", present}}}));
 }
 
-Result<Frame> failures(DaemonContext& ctx, const Frame& req) {
-  const Json p = req.header.value("params", Json::object());
+Result<Frame> failures(DaemonContext& ctx, const wire::FailuresRequest& p, const Frame& req) {
   GPUEMU_TRY(Store * store, store_of(ctx));
-  const std::string action = p.value("action", "list");
+  const std::string& action = p.action;
   if (action == "list" || action == "export") {
     FailureQuery q;
-    q.op = p.value("op", "");
-    q.since_ms = p.value("since_ms", std::int64_t{0});
-    q.limit = p.value("limit", std::size_t{0});
+    q.op = p.op;
+    q.since_ms = p.since_ms;
+    q.limit = p.limit;
     GPUEMU_TRY(auto list, store->list_failures(q));
     Json items = Json::array();
     // A reply's JSON is bounded (16 MiB, docs/protocol.md): a listing stops before it and says so.
@@ -206,7 +207,7 @@ Result<Frame> failures(DaemonContext& ctx, const Frame& req) {
     };
     // An export is read in pages: `offset` skips that many of the matching failures (newest
     // first), and a truncated page says where the next one starts.
-    const std::size_t offset = std::min(p.value("offset", std::size_t{0}), list.size());
+    const std::size_t offset = std::min(p.offset, list.size());
     std::size_t next = offset;
     for (std::size_t k = offset; k < list.size(); ++k, ++next) {
       const auto& s = list[k];
@@ -225,19 +226,25 @@ Result<Frame> failures(DaemonContext& ctx, const Frame& req) {
       if (!fits(m)) break;
       items.push_back(std::move(m));
     }
-    Json result = {{action == "list" ? "failures" : "records", items}, {"count", items.size()}};
+    wire::FailuresReply result;
+    result.count = items.size();
+    (action == "list" ? result.failures : result.records) = std::move(items);
     if (truncated) {
-      result["truncated"] = true;
-      result["matching"] = list.size();
-      result["next_offset"] = next;
+      result.truncated = true;
+      result.matching = list.size();
+      result.next_offset = next;
     }
-    return make_reply(result);
+    return make_reply(to_json(result));
   }
   if (action == "import") {
-    GPUEMU_TRY(Json result, import_failures(*store, p.value("records", Json()), req));
-    return make_reply(result);
+    GPUEMU_TRY(Json imported, import_failures(*store, p.records, req));
+    wire::FailuresReply result;
+    result.imported = imported["imported"];
+    result.present = imported["present"];
+    return make_reply(to_json(result));
   }
-  GPUEMU_TRY(std::string id, string_param(p, "id"));
+  if (p.id.empty()) return wire::missing_string("id");
+  const std::string& id = p.id;
   if (action == "get") {
     GPUEMU_TRY(FailureRecord rec, store->get_failure(id));
     GPUEMU_TRY(TestCase c, protocol::restore_case(rec.inputs));
@@ -248,14 +255,18 @@ Result<Frame> failures(DaemonContext& ctx, const Frame& req) {
     m["created_ms"] = rec.created_ms;
     m["case"] = protocol::case_to_json(c);
     m["snapshot_bytes"] = rec.inputs.size();
-    if (p.value("snapshot", false)) m["snapshot"] = base64(rec.inputs);
+    if (p.snapshot) m["snapshot"] = base64(rec.inputs);
     protocol::add_case_tensors(reply, c);
-    reply.header["result"] = m;
+    wire::FailuresReply result;
+    result.record = std::move(m);
+    reply.header["result"] = to_json(result);
     return reply;
   }
   if (action == "delete") {
     GPUEMU_TRY_STATUS(store->delete_failure(id));
-    return make_reply({{"deleted", id}});
+    wire::FailuresReply result;
+    result.deleted = id;
+    return make_reply(to_json(result));
   }
   return make_error(ErrorCode::invalid_argument,
                     "failures action '" + action + "' is not one of list, get, delete, export, import");
@@ -278,9 +289,8 @@ Result<Rerun> rerun(DaemonContext& ctx, const RequestEngine& re, const StoredCas
   return r;
 }
 
-Result<Frame> reproduce(DaemonContext& ctx, const Frame& req) {
-  const Json p = req.header.value("params", Json::object());
-  GPUEMU_TRY(std::string id, string_param(p, "id"));
+Result<Frame> reproduce(DaemonContext& ctx, const wire::ReproduceRequest& p, const Frame&) {
+  const std::string& id = p.id;
   GPUEMU_TRY(StoredCase sc, load_stored_case(ctx, id));
   GPUEMU_TRY(Store * store, store_of(ctx));
   GPUEMU_TRY(FailureRecord rec, store->get_failure(id));
@@ -306,37 +316,37 @@ Result<Frame> reproduce(DaemonContext& ctx, const Frame& req) {
   } else {
     regen["error"] = again.error().message;
   }
-  Json j = {{"id", id},
-            {"op", sc.test_case.op},
-            {"seed", sc.test_case.seed},
-            {"snapshot_bytes", rec.inputs.size()},
-            {"regenerated_identical", regen["identical"]},
-            {"regeneration", regen},
-            {"kernel", sc.meta.value("kernel", Json::object())},
-            {"case", protocol::case_to_json(sc.test_case)}};
+  wire::ReproduceReply j;
+  j.id = id;
+  j.op = sc.test_case.op;
+  j.seed = sc.test_case.seed;
+  j.snapshot_bytes = rec.inputs.size();
+  j.regenerated_identical = regen["identical"];
+  j.regeneration = regen;
+  j.kernel = sc.meta.value("kernel", Json::object());
+  j.case_json = protocol::case_to_json(sc.test_case);
   GPUEMU_TRY(Rerun r, rerun(ctx, re, sc, sc.test_case));
   Frame reply = make_reply();
   if (r.result) {
-    j["passed"] = r.result->verdict.passed;
-    j["verdict"] = r.result->verdict.to_json();
-    j["message"] = r.result->verdict.message;
-    j["max_error"] = j["verdict"].value("max_error", Json());
-    j["still_fails"] = !r.result->verdict.passed;
-    j["envelope_source"] = re.envelope_source(sc.test_case.op, sc.test_case.dtype);
+    j.passed = r.result->verdict.passed;
+    j.verdict = r.result->verdict.to_json();
+    j.message = r.result->verdict.message;
+    j.max_error = j.verdict.value("max_error", Json());
+    j.still_fails = !r.result->verdict.passed;
+    j.envelope_source = re.envelope_source(sc.test_case.op, sc.test_case.dtype);
   } else {
     // A client-side kernel: the client runs it on these inputs and calls submit_outputs.
-    j["passed"] = nullptr;
-    j["message"] = "the kernel ran in a client: replay it there (Client().reproduce(id, run_op))";
+    j.passed = Json();
+    j.message = "the kernel ran in a client: replay it there (Client().reproduce(id, run_op))";
     protocol::add_case_tensors(reply, sc.test_case);
   }
-  reply.header["result"] = j;
+  reply.header["result"] = to_json(j);
   return reply;
 }
 
-Result<Frame> minimize(DaemonContext& ctx, const Frame& req) {
-  const Json p = req.header.value("params", Json::object());
-  GPUEMU_TRY(std::string id, string_param(p, "id"));
-  const int max_eval = p.value("max_evaluations", 200);
+Result<wire::MinimizeReply> minimize(DaemonContext& ctx, const wire::MinimizeRequest& p) {
+  const std::string& id = p.id;
+  const int max_eval = p.max_evaluations;
   GPUEMU_TRY(StoredCase sc, load_stored_case(ctx, id));
   GPUEMU_TRY(RequestEngine re, RequestEngine::for_record(ctx, sc.meta));
   GPUEMU_TRY(auto runner,
@@ -348,8 +358,9 @@ Result<Frame> minimize(DaemonContext& ctx, const Frame& req) {
                           "from the client (Client().minimize(id, run_op))");
   GPUEMU_TRY(Minimized m,
              re.engine().minimize(sc.test_case.op, sc.options, sc.test_case, *runner, max_eval));
-  Json j = m.to_json();
-  j["id"] = id;
+  wire::MinimizeReply j;
+  j.minimized = m.to_json();
+  j.id = id;
   if (!m.verdict.passed && ctx.store) {
     CaseResult cr;
     cr.test_case = m.test_case;
@@ -364,38 +375,31 @@ Result<Frame> minimize(DaemonContext& ctx, const Frame& req) {
                             sc.meta.value("client", Json::object()), &re);
     rec.meta["minimized_from"] = id;
     GPUEMU_TRY(std::string mid, ctx.store->put_failure(std::move(rec)));
-    j["minimized_id"] = mid;
-    j["repro"] = "gpuemu repro " + mid;
+    j.minimized_id = mid;
+    j.repro = "gpuemu repro " + mid;
   }
-  return make_reply(j);
+  return j;
 }
 
-Result<Frame> diagnose(DaemonContext& ctx, const Frame& req) {
-  const Json p = req.header.value("params", Json::object());
-  GPUEMU_TRY(std::string id, string_param(p, "id"));
+Result<wire::DiagnoseReply> diagnose(DaemonContext& ctx, const wire::DiagnoseRequest& p) {
+  const std::string& id = p.id;
   GPUEMU_TRY(StoredCase sc, load_stored_case(ctx, id));
   GPUEMU_TRY(RequestEngine re, RequestEngine::for_record(ctx, sc.meta));
   GPUEMU_TRY(Rerun r, rerun(ctx, re, sc, sc.test_case));
   if (!r.result)
-    return make_reply(
-        {{"id", id}, {"diagnosis", sc.meta.value("diagnosis", Json::object())}, {"rerun", false}});
+    return wire::DiagnoseReply{id, sc.meta.value("diagnosis", Json::object()), false, std::nullopt};
   Diagnosis d = re.engine().diagnose(sc.test_case.op, sc.options, *r.result, &*r.runner);
-  return make_reply({{"id", id},
-                     {"diagnosis", d.to_json()},
-                     {"rerun", true},
-                     {"passed", r.result->verdict.passed}});
+  return wire::DiagnoseReply{id, d.to_json(), true, r.result->verdict.passed};
 }
 
 }  // namespace
 
-void add_failure_commands(std::vector<Command>& out) {
-  out.push_back(
-      {"failures", failures, false, "stored failures: list, get, delete, export, import"});
-  out.push_back({"push", push, false, "take a worker daemon's failures and runs (idempotent)"});
-  out.push_back(
-      {"reproduce", reproduce, false, "re-run a stored failure from its bytes and from its seed"});
-  out.push_back({"minimize", minimize, false, "shrink a stored failure; the result is stored too"});
-  out.push_back({"diagnose", diagnose, false, "name the likely bug class of a stored failure"});
+void add_failure_handlers(HandlerTable& out) {
+  out["failures"] = typed(failures);
+  out["push"] = typed(push);
+  out["reproduce"] = typed(reproduce);
+  out["minimize"] = typed(minimize);
+  out["diagnose"] = typed(diagnose);
 }
 
 }  // namespace gpuemu::server

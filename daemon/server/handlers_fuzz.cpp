@@ -1,8 +1,10 @@
-// fuzz, get_test_batch, submit_outputs, validate, calibrate.
+// fuzz, get_test_batch, submit_outputs, validate, calibrate: the fuzz family
+// (include/gpuemu/wire/fuzz.hpp).
+#include "gpuemu/verdict.hpp"
+#include "gpuemu/wire/fuzz.hpp"
 #include "server/coverage.hpp"
 #include "server/records.hpp"
 #include "server/request_engine.hpp"
-#include "gpuemu/verdict.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -16,31 +18,6 @@ namespace {
 using protocol::Frame;
 using protocol::make_reply;
 
-Json params_of(const Frame& req) {
-  return req.header.value("params", Json::object());
-}
-
-template <class T>
-Result<T> param(const Json& p, const char* name, T fallback) {
-  auto it = p.find(name);
-  if (it == p.end() || it->is_null()) return fallback;
-  try {
-    return it->get<T>();
-  } catch (const Json::exception&) {
-    return make_error(ErrorCode::invalid_argument,
-                      std::string("parameter '") + name + "' has the wrong type");
-  }
-}
-
-// An optional unsigned seed: absent or null gives nullopt.
-Result<std::optional<std::uint64_t>> optional_seed(const Json& p) {
-  auto it = p.find("seed");
-  if (it == p.end() || it->is_null()) return std::optional<std::uint64_t>();
-  if (!it->is_number_unsigned() && !(it->is_number_integer() && it->get<std::int64_t>() >= 0))
-    return make_error(ErrorCode::invalid_argument, "'seed' must be a non-negative integer");
-  return std::optional<std::uint64_t>(it->get<std::uint64_t>());
-}
-
 // A request's progress callback when it carries a `progress_token` (the client polls `progress`);
 // the entry goes when the guard does.
 struct ProgressEntry {
@@ -51,9 +28,9 @@ struct ProgressEntry {
   }
 };
 
-std::function<void(std::int64_t, std::int64_t)> progress_reporter(DaemonContext& ctx, const Json& p,
+std::function<void(std::int64_t, std::int64_t)> progress_reporter(DaemonContext& ctx,
+                                                                  const std::string& token,
                                                                   ProgressEntry& entry) {
-  const std::string token = p.value("progress_token", "");
   if (token.empty()) return {};
   entry.board = &ctx.progress;
   entry.token = token;
@@ -135,27 +112,16 @@ Result<std::vector<std::string>> store_failures(DaemonContext& ctx,
   return ids;
 }
 
-Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
-  const Json p = params_of(req);
-  FuzzRequest fr;
-  GPUEMU_TRY(fr.op, string_param(p, "op"));
-  GPUEMU_TRY(fr.options, protocol::options_from_json(p.value("options", Json::object())));
-  GPUEMU_TRY(auto seed, optional_seed(p));
-  fr.seed = seed ? *seed : random_seed();
-  GPUEMU_TRY(fr.iterations, param<std::int64_t>(p, "iterations", 100));
-  if (fr.iterations < 1 || fr.iterations > 10'000'000)
+Result<wire::FuzzReply> fuzz(DaemonContext& ctx, const wire::FuzzRequest& p) {
+  if (p.iterations < 1 || p.iterations > 10'000'000)
     return make_error(ErrorCode::invalid_argument, "'iterations' must be in [1, 10000000]");
-  GPUEMU_TRY(fr.start_index, param<std::int64_t>(p, "start_index", 0));
-  if (fr.start_index < 0 || fr.start_index > (std::int64_t{1} << 53))
+  if (p.start_index < 0 || p.start_index > (std::int64_t{1} << 53))
     return make_error(ErrorCode::invalid_argument, "'start_index' must be in [0, 2^53]");
-  GPUEMU_TRY(fr.fail_fast, param<bool>(p, "fail_fast", false));
-  GPUEMU_TRY(fr.diagnose_limit, param<int>(p, "diagnose_limit", 3));
-  GPUEMU_TRY(bool do_minimize, param<bool>(p, "minimize", true));
-  GPUEMU_TRY(bool store, param<bool>(p, "store", true));
-  GPUEMU_TRY(fr.repro_prefix, param<std::string>(p, "repro_prefix", ""));
-  const Json kernel = p.value("kernel", Json());
-  const Json client = p.value("client", Json::object());
-  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p));
+  FuzzRequest fr = wire::engine_request(p, p.seed ? *p.seed : random_seed());
+  const bool do_minimize = p.minimize, store = p.store;
+  const Json& kernel = p.kernel;
+  const Json& client = p.client;
+  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p.op, p.custom_op, p.envelope));
   GPUEMU_TRY(const OpSchema* fuzzed, re.engine().catalogue().get(fr.op));
   GPUEMU_TRY_STATUS(check_case_budget(ctx, *fuzzed, fr.options));
   GPUEMU_TRY(auto runner, resolve_kernel(ctx, fr.op, kernel, &re));
@@ -170,8 +136,9 @@ Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
     count_case(by_dtype, r.test_case, r.verdict.passed && r.kernel_error.empty());
   };
   ProgressEntry progress_entry;
-  GPUEMU_TRY(FuzzReport report,
-             re.engine().fuzz(fr, *runner, progress_reporter(ctx, p, progress_entry)));
+  GPUEMU_TRY(
+      FuzzReport report,
+      re.engine().fuzz(fr, *runner, progress_reporter(ctx, p.progress_token, progress_entry)));
   std::optional<Minimized> minimized;
   if (do_minimize && !report.failures.empty()) {
     auto m = re.engine().minimize(fr.op, fr.options, report.failures.front().test_case, *runner);
@@ -179,51 +146,50 @@ Result<Frame> fuzz(DaemonContext& ctx, const Frame& req) {
   }
   std::vector<CaseResult>& failures = report.failures;
   GPUEMU_TRY(auto ids, store_failures(ctx, failures, fr.options, {kernel}, client, store, re));
-  Json j = report.to_json();
-  j["failures"] = Json::array();
-  j["failure_ids"] = ids;
+  wire::FuzzReply j;
+  j.report = report.to_json();
+  j.failure_ids = ids;
   // Every failure is stored and named in failure_ids; the first k_reported_failures are described
   // in the reply too (a run of 30,000 cases failing half made 22 MiB of JSON, past the protocol's
   // 16 MiB: the report was lost). `gpuemu failures show ID` has the rest.
   const std::size_t described = std::min(failures.size(), k_reported_failures);
   for (std::size_t i = 0; i < described; ++i)
-    j["failures"].push_back(case_result_json(failures[i], ids[i]));
-  if (described < failures.size()) j["failures_not_described"] = failures.size() - described;
-  if (minimized) j["minimized"] = minimized->to_json();
-  j["kernel"] = kernel_identity(kernel);
-  j["options"] = protocol::options_to_json(fr.options);
-  j["envelope"] = Json::object();  // what judged each dtype of the run, and why
-  {
+    j.failures.push_back(case_result_json(failures[i], ids[i]));
+  if (described < failures.size()) j.failures_not_described = failures.size() - described;
+  if (minimized) j.minimized = minimized->to_json();
+  j.kernel = kernel_identity(kernel);
+  j.options = fr.options;
+  {  // what judged each dtype of the run, and why
     GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(fr.op));
     for (DType d : fr.options.dtypes.empty() ? schema->dtypes : fr.options.dtypes)
-      j["envelope"][std::string(dtype_name(d))] = re.envelope_source(fr.op, d);
+      j.envelope[std::string(dtype_name(d))] = re.envelope_source(fr.op, d);
   }
-  if (!re.custom_op().is_null()) j["custom_op"] = re.custom_op().value("name", fr.op);
+  if (!re.custom_op().is_null()) j.custom_op = re.custom_op().value("name", fr.op);
   if (store && ctx.store) {
     Json run = {{"kind", "fuzz"},
                 {"op", fr.op},
                 {"seed", fr.seed},
                 {"first_index", fr.start_index},
-                {"kernel", j["kernel"]},
+                {"kernel", j.kernel},
                 {"total", report.total},
                 {"passed", report.passed},
                 {"elapsed", report.elapsed_s},
                 {"failure_ids", ids},
                 {"first_failure", report.first_failure},
-                {"dtypes", j["options"].value("dtypes", Json::array())},
+                {"dtypes", protocol::options_to_json(fr.options).value("dtypes", Json::array())},
                 {"by_dtype", by_dtype},
                 {"coverage", cov},
-                {"envelope", j["envelope"]}};
+                {"envelope", j.envelope}};
     if (!re.custom_op().is_null()) run["custom_op"] = true;
-    if (auto rid = ctx.store->put_run(run)) j["run_id"] = *rid;
+    if (auto rid = ctx.store->put_run(run)) j.run_id = *rid;
   }
-  return make_reply(j);
+  return j;
 }
 
 // Cases of the daemon's own catalogue are kept between get_test_batch and submit_outputs
 // (case_cache.hpp); a custom op's schema lives only as long as its request.
-bool cacheable(const DaemonContext& ctx, const Json& p) {
-  return ctx.case_cache && ctx.case_cache->limit_bytes() > 0 && p.value("custom_op", Json()).is_null();
+bool cacheable(const DaemonContext& ctx, const Json& custom_op) {
+  return ctx.case_cache && ctx.case_cache->limit_bytes() > 0 && custom_op.is_null();
 }
 
 // The kept case a submitted item refers to, if it is still kept and is the same case (its seed).
@@ -246,43 +212,41 @@ std::shared_ptr<CaseCache::Entry> kept_case(CaseCache* cache, const std::string&
 // Cases [start, start + count) of `op` under `master`: their tensors into `reply` under
 // cases/<i>/, kept in the case cache for the submission that judges them; the batch's JSON
 // (each input's digest only with `digests`).
-Result<Json> hand_out(DaemonContext& ctx, const Json& p, const RequestEngine& re,
-                      const std::string& op, const OpSchema& schema, const FuzzOptions& options,
-                      std::uint64_t master, std::int64_t start, std::int64_t count, bool digests,
-                      Frame& reply) {
+Result<wire::CaseBatch> hand_out(DaemonContext& ctx, const Json& custom_op, const RequestEngine& re,
+                                 const std::string& op, const OpSchema& schema,
+                                 const FuzzOptions& options, std::uint64_t master,
+                                 std::int64_t start, std::int64_t count, bool digests,
+                                 Frame& reply) {
   if (count < 1) return make_error(ErrorCode::invalid_argument, "'count' must be >= 1");
   GPUEMU_TRY_STATUS(check_batch_size(ctx, count, "'count' (cases in one batch)"));
   if (start < 0) return make_error(ErrorCode::invalid_argument, "'start_index' must be >= 0");
   CaseGenerator gen(schema, options);
   GPUEMU_TRY_STATUS(gen.validate());
-  Json cases = Json::array();
-  CaseCache* cache = cacheable(ctx, p) ? ctx.case_cache.get() : nullptr;
+  wire::CaseBatch batch{op, master, Json::array(), options};
+  CaseCache* cache = cacheable(ctx, custom_op) ? ctx.case_cache.get() : nullptr;
   const std::string options_key = cache ? protocol::options_to_json(options).dump() : "";
   for (std::int64_t i = start; i < start + count; ++i) {
     const std::string key = cache ? CaseCache::key(op, options_key, master, i) : "";
     auto ahead = cache ? cache->peek(key) : nullptr;  // generated ahead (prefetch)
     GPUEMU_TRY(TestCase c, ahead ? Result<TestCase>(ahead->test_case()) : gen.generate(master, i));
-    cases.push_back(protocol::case_to_json(c, digests));
+    batch.cases.push_back(protocol::case_to_json(c, digests));
     protocol::add_case_tensors(reply, c, "cases/" + std::to_string(i - start) + "/");
     if (cache) cache->put(key, c, re.engine().catalogue_ptr(), &schema);
   }
-  return Json{{"op", op},
-              {"master_seed", master},
-              {"cases", cases},
-              {"options", protocol::options_to_json(options)}};
+  return batch;
 }
 
 // Cases [start, start + count) generated on the case cache's background thread and kept, so that
 // the request that hands them out (the next chunk of a client-side run) finds them made while the
 // client ran its kernel on this chunk. The same generator, options and seeds: the same bytes.
-Status prefetch(DaemonContext& ctx, const Json& p, const RequestEngine& re, const std::string& op,
-                const OpSchema& schema, const FuzzOptions& options, std::uint64_t master,
-                std::int64_t start, std::int64_t count) {
+Status prefetch(DaemonContext& ctx, const Json& custom_op, const RequestEngine& re,
+                const std::string& op, const OpSchema& schema, const FuzzOptions& options,
+                std::uint64_t master, std::int64_t start, std::int64_t count) {
   if (count <= 0) return {};
   if (count > ctx.config.max_batch_cases || start < 0)
     return make_error(ErrorCode::invalid_argument,
                       "'prefetch' must be in [0, " + std::to_string(ctx.config.max_batch_cases) + "]");
-  CaseCache* cache = cacheable(ctx, p) ? ctx.case_cache.get() : nullptr;
+  CaseCache* cache = cacheable(ctx, custom_op) ? ctx.case_cache.get() : nullptr;
   if (!cache) return {};
   cache->post([cache, catalogue = re.engine().catalogue_ptr(), op, schema = &schema, options,
                options_key = protocol::options_to_json(options).dump(), master, start, count] {
@@ -298,26 +262,21 @@ Status prefetch(DaemonContext& ctx, const Json& p, const RequestEngine& re, cons
   return {};
 }
 
-Result<Frame> get_test_batch(DaemonContext& ctx, const Frame& req) {
-  const Json p = params_of(req);
-  GPUEMU_TRY(std::string op, string_param(p, "op"));
-  GPUEMU_TRY(FuzzOptions options, protocol::options_from_json(p.value("options", Json::object())));
-  GPUEMU_TRY(std::int64_t count, param<std::int64_t>(p, "count", 10));
-  GPUEMU_TRY(std::int64_t start, param<std::int64_t>(p, "start_index", 0));
-  GPUEMU_TRY(auto seed, optional_seed(p));
-  if (count < 1) return make_error(ErrorCode::invalid_argument, "'count' must be >= 1");
-  GPUEMU_TRY_STATUS(check_batch_size(ctx, count, "'count' (cases in one batch)"));
-  if (start < 0) return make_error(ErrorCode::invalid_argument, "'start_index' must be >= 0");
-  const std::uint64_t master = seed ? *seed : random_seed();
-  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p));
-  GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(op));
-  GPUEMU_TRY_STATUS(check_case_budget(ctx, *schema, options));
-  GPUEMU_TRY(std::int64_t ahead, param<std::int64_t>(p, "prefetch", 0));
-  GPUEMU_TRY(bool digests, param<bool>(p, "digests", true));
-  Frame reply = make_reply();
-  GPUEMU_TRY(Json batch, hand_out(ctx, p, re, op, *schema, options, master, start, count, digests, reply));
-  GPUEMU_TRY_STATUS(prefetch(ctx, p, re, op, *schema, options, master, start + count, ahead));
-  reply.header["result"] = std::move(batch);
+Result<Frame> get_test_batch(DaemonContext& ctx, const wire::GetTestBatchRequest& p, const Frame&) {
+  if (p.count < 1) return make_error(ErrorCode::invalid_argument, "'count' must be >= 1");
+  GPUEMU_TRY_STATUS(check_batch_size(ctx, p.count, "'count' (cases in one batch)"));
+  if (p.start_index < 0)
+    return make_error(ErrorCode::invalid_argument, "'start_index' must be >= 0");
+  const std::uint64_t master = p.seed ? *p.seed : random_seed();
+  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p.op, p.custom_op, p.envelope));
+  GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(p.op));
+  GPUEMU_TRY_STATUS(check_case_budget(ctx, *schema, p.options));
+  Frame reply = protocol::make_reply();
+  GPUEMU_TRY(wire::CaseBatch batch, hand_out(ctx, p.custom_op, re, p.op, *schema, p.options, master,
+                                             p.start_index, p.count, p.digests, reply));
+  GPUEMU_TRY_STATUS(prefetch(ctx, p.custom_op, re, p.op, *schema, p.options, master,
+                             p.start_index + p.count, p.prefetch));
+  reply.header["result"] = to_json(batch);
   return reply;
 }
 
@@ -340,9 +299,9 @@ Result<TestCase> regenerate(const CaseGenerator& gen, const Json& c) {
 
 // A diagnosis the client computed by re-running its own kernel on the probes (an item's optional
 // `diagnosis`): {bug_class, summary, evidence}. Absent: nullopt.
-Result<std::optional<Diagnosis>> client_diagnosis(const Json& item) {
-  auto it = item.find("diagnosis");
-  if (it == item.end() || it->is_null()) return std::optional<Diagnosis>();
+Result<std::optional<Diagnosis>> client_diagnosis(const Json& diagnosis) {
+  const Json* it = &diagnosis;
+  if (it->is_null()) return std::optional<Diagnosis>();
   if (!it->is_object() || !it->contains("bug_class") || !(*it)["bug_class"].is_string())
     return make_error(ErrorCode::invalid_argument,
                       "an item's 'diagnosis' must be an object with a string 'bug_class'");
@@ -411,7 +370,7 @@ Result<ItemDiagnoses> read_diagnoses(const Json& diagnoses) {
     if (!d.is_object() || !d.contains("item") || !d["item"].is_number_integer())
       return make_error(ErrorCode::invalid_argument,
                         "each of 'diagnoses' needs an integer 'item' (its index in the items)");
-    GPUEMU_TRY(auto diag, client_diagnosis(d));
+    GPUEMU_TRY(auto diag, client_diagnosis(d.value("diagnosis", Json())));
     if (diag) out.emplace_back(d["item"].get<std::int64_t>(), std::move(*diag));
   }
   return out;
@@ -437,12 +396,12 @@ void apply_diagnoses(HeldSubmission& h, const ItemDiagnoses& diagnoses) {
 
 // Judges the items of a submission (their outputs in `req`) into `h`. `undiagnosed`: a failure
 // was judged that the client did not diagnose (what hold_for_diagnosis waits for).
-Status judge_items(DaemonContext& ctx, const Frame& req, const Json& p, const Engine& engine,
-                   const CaseGenerator& gen, const FuzzOptions& options, const Json& kernel,
-                   HeldSubmission& h, bool& undiagnosed) {
-  const Json items = p.value("items", Json::array());
-  if (!items.is_array() || items.empty())
+Status judge_items(DaemonContext& ctx, const Frame& req, const wire::SubmitOutputsRequest& p,
+                   const Engine& engine, const CaseGenerator& gen, const FuzzOptions& options,
+                   const Json& kernel, HeldSubmission& h, bool& undiagnosed) {
+  if (!p.items || p.items->empty())
     return make_error(ErrorCode::invalid_argument, "'items' must be a non-empty array");
+  const std::vector<wire::SubmitItem>& items = *p.items;
   GPUEMU_TRY_STATUS(check_batch_size(ctx, static_cast<std::int64_t>(items.size()),
                                      "'items' (cases in one submission)"));
   for (std::size_t i = 0; i < items.size(); ++i)
@@ -453,23 +412,23 @@ Status judge_items(DaemonContext& ctx, const Frame& req, const Json& p, const En
   h.results = Json::array();
   h.by_dtype = Json::object();
   h.coverage = Json::object();
-  CaseCache* cache = cacheable(ctx, p) ? ctx.case_cache.get() : nullptr;
+  CaseCache* cache = cacheable(ctx, p.custom_op) ? ctx.case_cache.get() : nullptr;
   for (std::size_t i = 0; i < items.size(); ++i) {
-    const Json& item = items[i];
+    const wire::SubmitItem& item = items[i];
     const std::string prefix = "items/" + std::to_string(i) + "/";
-    GPUEMU_TRY(auto from_client, client_diagnosis(item));
+    GPUEMU_TRY(auto from_client, client_diagnosis(item.diagnosis));
     std::string key;
-    const auto kept = kept_case(cache, op, h.options_key, item.value("case", Json()), key);
+    const auto kept = kept_case(cache, op, h.options_key, item.case_json, key);
     if (kept) h.used.push_back(key);
-    GPUEMU_TRY(TestCase c, kept ? Result<TestCase>(kept->test_case())
-                                : regenerate(gen, item.value("case", Json())));
+    GPUEMU_TRY(TestCase c,
+               kept ? Result<TestCase>(kept->test_case()) : regenerate(gen, item.case_json));
     coverage_add(h.coverage, c);
     if (!h.master_seed) h.master_seed = c.master_seed;
     if (h.first_index < 0 || c.index < h.first_index) h.first_index = c.index;
     CaseResult r;
     r.test_case = c;
-    const std::string kernel_error = item.value("kernel_error", "");
-    const std::string contract = item.value("contract_error", "");
+    const std::string& kernel_error = item.kernel_error;
+    const std::string& contract = item.contract_error;
     const std::string mutated = mutation_message(c, req, prefix + "inputs/");
     if (!kernel_error.empty() || !contract.empty() || !mutated.empty()) {
       r.verdict.passed = false;
@@ -520,7 +479,7 @@ Status judge_items(DaemonContext& ctx, const Frame& req, const Json& p, const En
       if (h.first_failure < 0 || c.index < h.first_failure) h.first_failure = c.index;
       h.results.back()["diagnosis"] = r.diagnosis.to_json();
       Json k = kernel;  // the request's kernel identity, refined per item (file, line)
-      if (item.contains("kernel") && item["kernel"].is_object()) k.update(item["kernel"]);
+      if (item.kernel.is_object()) k.update(item.kernel);
       h.failure_kernels.push_back(std::move(k));
       h.failures.push_back(std::move(r));
       h.failure_item.push_back(i);
@@ -538,22 +497,16 @@ Status judge_items(DaemonContext& ctx, const Frame& req, const Json& p, const En
 // `next` ({count, start_index, seed, prefetch}): the next batch of cases comes back in the same
 // reply (result `next`, tensors under cases/<i>/), so a client-side
 // run makes one request per chunk.
-Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
-  const Json p = params_of(req);
-  GPUEMU_TRY(std::string op, string_param(p, "op"));
-  GPUEMU_TRY(FuzzOptions options, protocol::options_from_json(p.value("options", Json::object())));
-  GPUEMU_TRY(bool store, param<bool>(p, "store", true));
-  GPUEMU_TRY(bool hold, param<bool>(p, "hold_for_diagnosis", false));
-  GPUEMU_TRY(bool hold_by_id, param<bool>(p, "hold_by_id", false));
-  GPUEMU_TRY(bool snapshots, param<bool>(p, "snapshots", false));
-  GPUEMU_TRY(std::string held_id, param<std::string>(p, "held_id", ""));
-  const Json next = p.value("next", Json());
-  if (!next.is_null() && !next.is_object())
-    return make_error(ErrorCode::invalid_argument,
-                      "'next' must be an object {count, start_index, seed}");
-  const Json kernel = p.value("kernel", Json{{"kind", "client"}});
-  const Json client = p.value("client", Json::object());
-  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p));
+Result<Frame> submit_outputs(DaemonContext& ctx, const wire::SubmitOutputsRequest& p,
+                             const Frame& req) {
+  const std::string& op = p.op;
+  const FuzzOptions& options = p.options;
+  const bool store = p.store, hold = p.hold_for_diagnosis, hold_by_id = p.hold_by_id,
+             snapshots = p.snapshots;
+  const std::string& held_id = p.held_id;
+  const Json& kernel = p.kernel;
+  const Json& client = p.client;
+  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, op, p.custom_op, p.envelope));
   const Engine& engine = re.engine();
   GPUEMU_TRY(const OpSchema* schema, engine.catalogue().get(op));
   GPUEMU_TRY_STATUS(check_case_budget(ctx, *schema, options));
@@ -562,10 +515,10 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
   const std::string options_key = protocol::options_to_json(options).dump();
   HeldSubmission h;
   if (!held_id.empty()) {
-    if (p.contains("items") && !p["items"].is_null())
+    if (p.items)
       return make_error(ErrorCode::invalid_argument,
                         "a submission with 'held_id' carries 'diagnoses', not 'items'");
-    GPUEMU_TRY(ItemDiagnoses diagnoses, read_diagnoses(p.value("diagnoses", Json())));
+    GPUEMU_TRY(ItemDiagnoses diagnoses, read_diagnoses(p.diagnoses));
     GPUEMU_TRY(auto taken, ctx.held.take(held_id, [&](const HeldSubmission& x) -> Status {
       if (x.op != op || x.options_key != options_key)
         return make_error(ErrorCode::invalid_argument,
@@ -588,15 +541,18 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
     // The client diagnoses these failures by re-running its kernel on the probes, then finishes
     // the submission: nothing is stored and no run is recorded now.
     if (hold && undiagnosed) {
-      Json j = {{"op", op}, {"results", h.results}, {"held", true}};
+      wire::SubmitOutputsReply j;
+      j.op = op;
+      j.results = h.results;
+      j.held = true;
       if (hold_by_id) {
         const std::size_t bytes = held_bytes(h);
-        j["held_id"] = ctx.held.put(std::move(h), bytes);
+        j.held_id = ctx.held.put(std::move(h), bytes);
       }
-      return make_reply(j);
+      return make_reply(to_json(j));
     }
   }
-  CaseCache* cache = cacheable(ctx, p) ? ctx.case_cache.get() : nullptr;
+  CaseCache* cache = cacheable(ctx, p.custom_op) ? ctx.case_cache.get() : nullptr;
   if (cache)
     for (const auto& k : h.used) cache->erase(k);  // judged for good: the memory goes
   std::vector<std::vector<std::byte>> snaps;
@@ -630,26 +586,25 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const Frame& req) {
                 {"coverage", h.coverage}};
     (void)ctx.store->put_run(run);
   }
-  Json j = {{"op", op}, {"results", std::move(h.results)}};
-  if (next.is_object()) {
-    GPUEMU_TRY(std::int64_t count, param<std::int64_t>(next, "count", 16));
-    GPUEMU_TRY(std::int64_t start, param<std::int64_t>(next, "start_index", 0));
-    GPUEMU_TRY(auto seed, optional_seed(next));
-    const std::uint64_t master = seed ? *seed : h.master_seed.value_or(0);
-    GPUEMU_TRY(std::int64_t ahead, param<std::int64_t>(next, "prefetch", 0));
-    GPUEMU_TRY(bool digests, param<bool>(next, "digests", true));
-    GPUEMU_TRY(j["next"], hand_out(ctx, p, re, op, *schema, options, master, start, count, digests, reply));
-    GPUEMU_TRY_STATUS(prefetch(ctx, p, re, op, *schema, options, master, start + count, ahead));
+  wire::SubmitOutputsReply j;
+  j.op = op;
+  j.results = std::move(h.results);
+  if (p.next) {
+    const wire::NextBatch& next = *p.next;
+    const std::uint64_t master = next.seed ? *next.seed : h.master_seed.value_or(0);
+    GPUEMU_TRY(j.next, hand_out(ctx, p.custom_op, re, op, *schema, options, master,
+                                next.start_index, next.count, next.digests, reply));
+    GPUEMU_TRY_STATUS(prefetch(ctx, p.custom_op, re, op, *schema, options, master,
+                               next.start_index + next.count, next.prefetch));
   }
-  reply.header["result"] = std::move(j);
+  reply.header["result"] = to_json(j);
   return reply;
 }
 
-Result<Frame> validate(DaemonContext& ctx, const Frame& req) {
-  const Json p = params_of(req);
-  GPUEMU_TRY(std::string op, string_param(p, "op"));
+Result<Frame> validate(DaemonContext& ctx, const wire::ValidateRequest& p, const Frame& req) {
+  const std::string& op = p.op;
   GPUEMU_TRY_STATUS(check_item_elements(ctx, req, "", "the case (its inputs and outputs)"));
-  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p));
+  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, op, p.custom_op, p.envelope));
   GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(op));
   TestCase c;
   c.op = op;
@@ -665,37 +620,33 @@ Result<Frame> validate(DaemonContext& ctx, const Frame& req) {
   if (outs.empty())
     return make_error(ErrorCode::invalid_argument,
                       "validate needs the kernel's outputs as outputs/0, ...");
-  const Json attrs = p.value("attrs", Json::object());
+  const Json& attrs = p.attrs;
   std::optional<DType> dt;
-  if (p.contains("dtype")) {
-    dt = parse_dtype(p["dtype"].get<std::string>());
-    if (!dt)
-      return make_error(ErrorCode::invalid_argument,
-                        "unknown dtype '" + p["dtype"].get<std::string>() + "'");
+  if (p.dtype) {
+    dt = parse_dtype(*p.dtype);
+    if (!dt) return make_error(ErrorCode::invalid_argument, "unknown dtype '" + *p.dtype + "'");
   }
   GPUEMU_TRY(RefContext rc, make_ref_context(*schema, c.inputs, attrs, dt));
   c.dims = rc.dims;
   c.attrs = rc.attrs;
   c.dtype = rc.case_dtype;
   GPUEMU_TRY(Verdict v, re.engine().judge_case(c, outs));
-  return make_reply(v.to_json());
+  return make_reply(to_json(wire::ValidateReply{v.to_json()}));
 }
 
-Result<Frame> calibrate(DaemonContext& ctx, const Frame& req) {
-  const Json p = params_of(req);
-  GPUEMU_TRY(std::string op, string_param(p, "op"));
-  GPUEMU_TRY(auto names, param<std::vector<std::string>>(p, "dtypes", {}));
-  GPUEMU_TRY(std::int64_t cases, param<std::int64_t>(p, "cases", 200));
-  GPUEMU_TRY(std::uint64_t seed, param<std::uint64_t>(p, "seed", 0xC0FFEE));
-  GPUEMU_TRY(bool apply, param<bool>(p, "apply", true));
+Result<wire::CalibrateReply> calibrate(DaemonContext& ctx, const wire::CalibrateRequest& p) {
+  const std::string& op = p.op;
+  const std::vector<std::string>& names = p.dtypes;
+  const std::int64_t cases = p.cases;
+  const std::uint64_t seed = p.seed;
+  const bool apply = p.apply;
   if (cases < 1 || cases > 1000000)
     return make_error(ErrorCode::invalid_argument, "'cases' must be in [1, 1000000]");
-  const Json control_specs = p.value("controls", Json::array());
-  if (!control_specs.is_array())
+  if (!p.controls.is_array())
     return make_error(ErrorCode::invalid_argument, "'controls' must be an array of kernel specs");
-  Json engine_params = {{"op", op}};  // an envelope override has no place in a calibration
-  if (p.contains("custom_op")) engine_params["custom_op"] = p["custom_op"];
-  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, engine_params));
+  const Json& control_specs = p.controls;
+  // An envelope override has no place in a calibration.
+  GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, op, p.custom_op, Json()));
   GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(op));
   GPUEMU_TRY_STATUS(check_case_budget(ctx, *schema, FuzzOptions{}));
   std::vector<DType> dtypes;
@@ -724,7 +675,7 @@ Result<Frame> calibrate(DaemonContext& ctx, const Frame& req) {
                           "' has no built-in controls: calibrate it against yours ('controls'; "
                           "gpuemu.toml: control = \"FILE.py:FUNC\")");
   ProgressEntry progress_entry;
-  auto report_progress = progress_reporter(ctx, p, progress_entry);
+  auto report_progress = progress_reporter(ctx, p.progress_token, progress_entry);
   const auto total = static_cast<std::int64_t>(dtypes.size()) * cases;
   if (report_progress) report_progress(0, total);
   Json results = Json::array();
@@ -752,32 +703,17 @@ Result<Frame> calibrate(DaemonContext& ctx, const Frame& req) {
   if (apply && ctx.store)
     for (const auto& [d, j] : done)
       GPUEMU_TRY_STATUS(ctx.store->put_calibration(op, std::string(dtype_name(d)), j));
-  return make_reply({{"op", op}, {"applied", apply}, {"results", results}});
-}
-
-// The progress of a running request that carries `progress_token` (fast: never blocks).
-Result<Frame> progress(DaemonContext& ctx, const Frame& req) {
-  const Json p = params_of(req);
-  GPUEMU_TRY(std::string token, string_param(p, "token"));
-  auto item = ctx.progress.get(token);
-  if (!item) return make_reply({{"token", token}, {"running", false}});
-  return make_reply({{"token", token}, {"running", true}, {"done", item->done},
-                     {"total", item->total}});
+  return wire::CalibrateReply{op, apply, std::move(results)};
 }
 
 }  // namespace
 
-void add_fuzz_commands(std::vector<Command>& out) {
-  out.push_back(
-      {"fuzz", fuzz, false, "fuzz an op against a built-in or script kernel; failures are stored"});
-  out.push_back({"get_test_batch", get_test_batch, false,
-                 "cases (inputs and attrs) for a client-side kernel"});
-  out.push_back({"submit_outputs", submit_outputs, false,
-                 "judge a client kernel's outputs for cases of a batch"});
-  out.push_back({"validate", validate, false, "judge outputs for inputs the client chose"});
-  out.push_back(
-      {"calibrate", calibrate, false, "calibrate an op's envelopes from its correct controls"});
-  out.push_back({"progress", progress, true, "how far a request with a progress_token has got"});
+void add_fuzz_handlers(HandlerTable& out) {
+  out["fuzz"] = typed(fuzz);
+  out["get_test_batch"] = typed(get_test_batch);
+  out["submit_outputs"] = typed(submit_outputs);
+  out["validate"] = typed(validate);
+  out["calibrate"] = typed(calibrate);
 }
 
 }  // namespace gpuemu::server

@@ -1,5 +1,9 @@
-// hello, ping, stats, list_ops, describe_op, shutdown.
+// hello, ping, stats, list_ops, describe_op, shutdown, progress: the info family
+// (include/gpuemu/wire/info.hpp).
 #include "server/daemon_context.hpp"
+
+#include "gpuemu/wire/info.hpp"
+#include "gpuemu/wire/registry.hpp"
 
 #include <unistd.h>
 
@@ -7,107 +11,112 @@ namespace gpuemu::server {
 namespace {
 
 using protocol::Frame;
-using protocol::make_reply;
 
-Json identity(const DaemonContext& ctx) {
-  return {{"pid", static_cast<std::int64_t>(getpid())},
-          {"version", GPUEMU_VERSION},
-          {"protocol", protocol::k_protocol_version},
-          {"socket", ctx.paths.socket},
-          {"home", ctx.paths.home},
-          {"started_ms", ctx.started_ms},
-          {"uptime_s", ctx.uptime_s()},
-          {"stopping", ctx.stopping.load()}};
+wire::Identity identity(const DaemonContext& ctx) {
+  wire::Identity id;
+  id.pid = static_cast<std::int64_t>(getpid());
+  id.version = GPUEMU_VERSION;
+  id.protocol = protocol::k_protocol_version;
+  id.socket = ctx.paths.socket;
+  id.home = ctx.paths.home;
+  id.started_ms = ctx.started_ms;
+  id.uptime_s = ctx.uptime_s();
+  id.stopping = ctx.stopping.load();
+  return id;
 }
 
-Result<Frame> hello(DaemonContext& ctx, const Frame&) {
-  Json j = identity(ctx);
-  j["capabilities"] = protocol::capabilities();
-  j["methods"] = Json::array();
-  for (const auto& c : commands()) j["methods"].push_back(c.name);
-  return make_reply(j);
+Result<wire::HelloReply> hello(DaemonContext& ctx, const wire::HelloRequest&) {
+  wire::HelloReply r;
+  r.identity = identity(ctx);
+  r.capabilities = protocol::capabilities();
+  for (const auto& c : commands()) r.methods.push_back(c.name);
+  return r;
 }
 
-Result<Frame> ping(DaemonContext& ctx, const Frame&) {
-  Json j = {{"pong", true}, {"uptime_s", ctx.uptime_s()}, {"stopping", ctx.stopping.load()}};
+Result<wire::PingReply> ping(DaemonContext& ctx, const wire::PingRequest&) {
+  wire::PingReply r;
+  r.uptime_s = ctx.uptime_s();
+  r.stopping = ctx.stopping.load();
   // Failures or runs stored or deleted since the daemon started: editors poll this (cheap) and
   // list failures again only when it moves (with started_ms, which tells a restarted daemon).
-  if (ctx.store) j["changes"] = ctx.store->changes();
-  j["started_ms"] = ctx.started_ms;
-  return make_reply(j);
+  if (ctx.store) r.changes = ctx.store->changes();
+  r.started_ms = ctx.started_ms;
+  return r;
 }
 
-Result<Frame> stats(DaemonContext& ctx, const Frame&) {
-  Json j = identity(ctx);
-  j["requests"] = ctx.requests.load();
-  j["in_flight"] = ctx.in_flight.load();
-  j["errors"] = ctx.errors.load();
-  j["stopping"] = ctx.stopping.load();
+Result<wire::StatsReply> stats(DaemonContext& ctx, const wire::StatsRequest&) {
+  wire::StatsReply r;
+  r.identity = identity(ctx);
+  r.requests = ctx.requests.load();
+  r.in_flight = ctx.in_flight.load();
+  r.errors = ctx.errors.load();
   if (ctx.store) {
     if (auto s = ctx.store->stats())
-      j["store"] = {{"dir", ctx.store->dir()},   {"version", s->version},
-                    {"failures", s->failures},   {"calibrations", s->calibrations},
-                    {"baselines", s->baselines}, {"runs", s->runs},
-                    {"map_bytes", s->map_bytes}, {"used_bytes", s->used_bytes}};
+      r.store = wire::StoreSummary{ctx.store->dir(), s->version, s->failures,  s->calibrations,
+                                   s->baselines,     s->runs,    s->map_bytes, s->used_bytes};
   }
   if (ctx.case_cache)
-    j["case_cache"] = {{"limit_bytes", ctx.case_cache->limit_bytes()},
-                       {"bytes", ctx.case_cache->bytes()},
-                       {"cases", ctx.case_cache->size()},
-                       {"hits", ctx.case_cache->hits()},
-                       {"misses", ctx.case_cache->misses()}};
-  return make_reply(j);
+    r.case_cache = wire::CaseCacheSummary{ctx.case_cache->limit_bytes(), ctx.case_cache->bytes(),
+                                          ctx.case_cache->size(), ctx.case_cache->hits(),
+                                          ctx.case_cache->misses()};
+  return r;
 }
 
-Result<Frame> list_ops(DaemonContext& ctx, const Frame&) {
-  Json ops = Json::array();
+Result<wire::ListOpsReply> list_ops(DaemonContext& ctx, const wire::ListOpsRequest&) {
+  wire::ListOpsReply r;
   for (const OpSchema* s : ctx.engine.catalogue().all()) {
-    Json dts = Json::array();
-    for (DType d : s->dtypes) dts.push_back(std::string(dtype_name(d)));
-    ops.push_back({{"name", s->name},
-                   {"family", s->family},
-                   {"summary", s->summary},
-                   {"version", s->version},
-                   {"dtypes", dts},
-                   {"kernels", ctx.engine.builtin_kernel_names(s->name)}});
+    wire::OpSummary o{s->name,    s->family, s->summary,
+                      s->version, {},        ctx.engine.builtin_kernel_names(s->name)};
+    for (DType d : s->dtypes) o.dtypes.emplace_back(dtype_name(d));
+    r.ops.push_back(std::move(o));
   }
-  return make_reply({{"ops", ops}});
+  return r;
 }
 
-Result<Frame> describe_op(DaemonContext& ctx, const Frame& req) {
-  const Json params = req.header.value("params", Json::object());
-  GPUEMU_TRY(std::string op, string_param(params, "op"));
-  GPUEMU_TRY(const OpSchema* s, ctx.engine.catalogue().get(op));
-  Json j = s->raw;
-  j["source"] = s->source_file;
-  j["kernels"] = ctx.engine.builtin_kernel_names(op);
+Result<wire::DescribeOpReply> describe_op(DaemonContext& ctx, const wire::DescribeOpRequest& req) {
+  GPUEMU_TRY(const OpSchema* s, ctx.engine.catalogue().get(req.op));
+  wire::DescribeOpReply r;
+  r.schema = s->raw;
+  r.source = s->source_file;
+  r.kernels = ctx.engine.builtin_kernel_names(req.op);
   {
     std::shared_lock lock(ctx.engine_mutex);
-    Json env = Json::object();
-    for (DType d : s->dtypes) env[std::string(dtype_name(d))] = ctx.engine.envelopes().get(op, d);
-    j["envelopes"] = env;
+    for (DType d : s->dtypes)
+      r.envelopes[std::string(dtype_name(d))] = ctx.engine.envelopes().get(req.op, d);
   }
-  return make_reply(j);
+  return r;
 }
 
-Result<Frame> shutdown(DaemonContext& ctx, const Frame&) {
+Result<wire::ShutdownReply> shutdown(DaemonContext& ctx, const wire::ShutdownRequest&) {
   // Stopping from this reply on, not from the main loop's next tick (up to 100 ms later): a client
   // that says hello in between must not take this daemon for one that serves.
   ctx.stopping = true;
   if (ctx.request_stop) ctx.request_stop();
-  return make_reply({{"stopping", true}, {"pid", static_cast<std::int64_t>(getpid())}});
+  return wire::ShutdownReply{true, static_cast<std::int64_t>(getpid())};
+}
+
+// The progress of a running request that carries `progress_token` (fast: never blocks).
+Result<wire::ProgressReply> progress(DaemonContext& ctx, const wire::ProgressRequest& req) {
+  wire::ProgressReply r;
+  r.token = req.token;
+  if (auto item = ctx.progress.get(req.token)) {
+    r.running = true;
+    r.done = item->done;
+    r.total = item->total;
+  }
+  return r;
 }
 
 }  // namespace
 
-void add_info_commands(std::vector<Command>& out) {
-  out.push_back({"hello", hello, true, "version, protocol and capability names"});
-  out.push_back({"ping", ping, true, "liveness"});
-  out.push_back({"stats", stats, true, "counters, uptime and the store's size"});
-  out.push_back({"list_ops", list_ops, false, "every op of the catalogue"});
-  out.push_back(
-      {"describe_op", describe_op, false, "one op's schema, built-in kernels and envelopes"});
-  out.push_back({"shutdown", shutdown, true, "graceful stop: in-flight requests finish"});
+void add_info_handlers(HandlerTable& out) {
+  out["hello"] = typed(hello);
+  out["ping"] = typed(ping);
+  out["stats"] = typed(stats);
+  out["list_ops"] = typed(list_ops);
+  out["describe_op"] = typed(describe_op);
+  out["shutdown"] = typed(shutdown);
+  out["progress"] = typed(progress);
 }
 
 }  // namespace gpuemu::server

@@ -5,17 +5,14 @@
 #include "gpuemu/lint/diff.hpp"
 #include "gpuemu/lint/policy.hpp"
 #include "gpuemu/lint/report.hpp"
+#include "gpuemu/wire/lint.hpp"
 
 namespace gpuemu::server {
 namespace {
 
-using protocol::Frame;
-using protocol::make_reply;
-
-Result<Frame> lint_cmd(DaemonContext& ctx, const Frame& req) {
-  const Json p = req.header.value("params", Json::object());
+Result<wire::LintReply> lint_cmd(DaemonContext& ctx, const wire::LintRequest& p) {
   lint::LintRequest lr;
-  const Json paths = p.value("paths", Json::array());
+  const Json paths = p.paths.is_null() ? Json::array() : p.paths;
   if (!paths.is_array() || paths.empty())
     return make_error(ErrorCode::invalid_argument, "'paths' must list files or directories");
   for (const auto& x : paths) {
@@ -23,15 +20,14 @@ Result<Frame> lint_cmd(DaemonContext& ctx, const Frame& req) {
     lr.inputs.emplace_back(x.get<std::string>());
   }
   lint::LintPolicy policy;
-  if (p.contains("policy_toml") && p["policy_toml"].is_string()) {
-    GPUEMU_TRY(policy, lint::parse_policy(p["policy_toml"].get<std::string>(),
-                                          p.value("policy_source", "policy")));
+  if (p.policy_toml.is_string()) {
+    GPUEMU_TRY(policy, lint::parse_policy(p.policy_toml.get<std::string>(), p.policy_source));
   }
-  lr.arches = p.value("arches", policy.arches);
-  lr.nvcc_flags = p.value("nvcc_flags", policy.nvcc_flags);
+  lr.arches = p.arches.value_or(policy.arches);
+  lr.nvcc_flags = p.nvcc_flags.value_or(policy.nvcc_flags);
   GPUEMU_TRY(lint::LintReport report, lint::analyze(lr));
   std::optional<lint::Baseline> baseline;
-  const std::string bname = p.value("baseline", "");
+  const std::string& bname = p.baseline;
   if (!bname.empty()) {
     if (!ctx.store)
       return make_error(ErrorCode::unavailable, "this daemon has no store for baselines");
@@ -40,43 +36,50 @@ Result<Frame> lint_cmd(DaemonContext& ctx, const Frame& req) {
     GPUEMU_TRY(baseline, lint::baseline_from_json(*stored));
   }
   const lint::LintVerdict verdict = lint::evaluate(report, baseline ? &*baseline : nullptr, policy);
-  Json j = lint::report_to_json(report, verdict);
-  j["failed"] = verdict.failed();
-  const std::string update = p.value("update_baseline", "");
+  wire::LintReply j;
+  j.report = lint::report_to_json(report, verdict);
+  j.failed = verdict.failed();
+  const std::string& update = p.update_baseline;
   if (!update.empty()) {
     if (!ctx.store)
       return make_error(ErrorCode::unavailable, "this daemon has no store for baselines");
     GPUEMU_TRY_STATUS(ctx.store->put_baseline(update, Json(lint::make_baseline(report))));
-    j["baseline_written"] = update;
+    j.baseline_written = update;
   }
-  return make_reply(j);
+  return j;
 }
 
-Result<Frame> baselines(DaemonContext& ctx, const Frame& req) {
-  const Json p = req.header.value("params", Json::object());
+Result<wire::BaselinesReply> baselines(DaemonContext& ctx, const wire::BaselinesRequest& p) {
   if (!ctx.store)
     return make_error(ErrorCode::unavailable, "this daemon has no store for baselines");
-  const std::string action = p.value("action", "list");
+  const std::string& action = p.action;
+  wire::BaselinesReply r;
   if (action == "list") {
-    GPUEMU_TRY(auto names, ctx.store->list_baselines());
-    return make_reply({{"baselines", names}});
+    GPUEMU_TRY(r.baselines, ctx.store->list_baselines());
+    return r;
   }
-  GPUEMU_TRY(std::string name, string_param(p, "name"));
+  if (p.name.empty()) return wire::missing_string("name");
+  const std::string& name = p.name;
   if (action == "get") {
     GPUEMU_TRY(auto v, ctx.store->get_baseline(name));
     if (!v) return make_error(ErrorCode::not_found, "no baseline named '" + name + "'");
-    return make_reply({{"name", name}, {"baseline", *v}});
+    r.name = name;
+    r.baseline = *v;
+    return r;
   }
   if (action == "put") {
-    if (!p.contains("baseline"))
+    if (p.baseline.is_null())
       return make_error(ErrorCode::invalid_argument, "'put' needs a 'baseline' object");
-    GPUEMU_TRY(auto b, lint::baseline_from_json(p["baseline"]));  // validated before it is stored
+    GPUEMU_TRY(auto b, lint::baseline_from_json(p.baseline));  // validated before it is stored
     GPUEMU_TRY_STATUS(ctx.store->put_baseline(name, Json(b)));
-    return make_reply({{"name", name}, {"stored", true}});
+    r.name = name;
+    r.stored = true;
+    return r;
   }
   if (action == "delete") {
     GPUEMU_TRY_STATUS(ctx.store->delete_baseline(name));
-    return make_reply({{"deleted", name}});
+    r.deleted = name;
+    return r;
   }
   return make_error(ErrorCode::invalid_argument,
                     "baselines action '" + action + "' is not one of list, get, put, delete");
@@ -84,11 +87,9 @@ Result<Frame> baselines(DaemonContext& ctx, const Frame& req) {
 
 }  // namespace
 
-void add_lint_commands(std::vector<Command>& out) {
-  out.push_back({"lint", lint_cmd, false,
-                 "registers, spills and instruction mix of kernels, against a stored baseline"});
-  out.push_back(
-      {"baselines", baselines, false, "lint baselines in the store: list, get, put, delete"});
+void add_lint_handlers(HandlerTable& out) {
+  out["lint"] = typed(lint_cmd);
+  out["baselines"] = typed(baselines);
 }
 
 }  // namespace gpuemu::server

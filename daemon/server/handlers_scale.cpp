@@ -4,14 +4,13 @@
 #include "server/daemon_context.hpp"
 #include "server/pusher.hpp"
 
+#include "gpuemu/wire/scale.hpp"
+
 #include <cmath>
 #include <thread>
 
 namespace gpuemu::server {
 namespace {
-
-using protocol::Frame;
-using protocol::make_reply;
 
 Result<Store*> store_of(DaemonContext& ctx) {
   if (!ctx.store) return make_error(ErrorCode::unavailable, "this daemon has no store");
@@ -29,15 +28,16 @@ Json content_of(Json c) {
 
 // Stored calibrations, each applied to the engine with its provenance; `replace`: "newer" keeps a
 // stored calibration made later than the incoming one, "always" takes the incoming one.
-Result<Frame> import_calibrations(DaemonContext& ctx, Store& store, const Json& p) {
-  const Json records = p.value("calibrations", Json());
+Result<wire::CalibrationsReply> import_calibrations(DaemonContext& ctx, Store& store,
+                                                    const wire::CalibrationsRequest& p) {
+  const Json& records = p.calibrations;
   if (!records.is_array())
     return make_error(ErrorCode::invalid_argument,
                       "'calibrations' must be an array (gpuemu calibrations export writes one)");
-  const std::string replace = p.value("replace", "newer");
+  const std::string& replace = p.replace;
   if (replace != "newer" && replace != "always")
     return make_error(ErrorCode::invalid_argument, "'replace' must be newer or always");
-  const std::string from = p.value("source", "");
+  const std::string& from = p.source;
   struct Item {
     std::string op;
     DType dtype;
@@ -85,20 +85,26 @@ Result<Frame> import_calibrations(DaemonContext& ctx, Store& store, const Json& 
     for (const Item& it : fresh)
       ctx.engine.envelopes().set(it.op, it.dtype, it.value["envelope"].get<double>(), it.value);
   }
-  return make_reply({{"imported", imported}, {"unchanged", unchanged}, {"kept_newer", kept}});
+  wire::CalibrationsReply r;
+  r.imported = std::move(imported);
+  r.unchanged = std::move(unchanged);
+  r.kept_newer = std::move(kept);
+  return r;
 }
 
-Result<Frame> calibrations(DaemonContext& ctx, const Frame& req) {
-  const Json p = req.header.value("params", Json::object());
+Result<wire::CalibrationsReply> calibrations(DaemonContext& ctx,
+                                             const wire::CalibrationsRequest& p) {
   GPUEMU_TRY(Store * store, store_of(ctx));
-  const std::string action = p.value("action", "list");
+  const std::string& action = p.action;
   if (action == "list" || action == "export") {
     GPUEMU_TRY(auto list, store->list_calibrations());
-    const std::string op = p.value("op", "");
-    Json out = Json::array();
+    const std::string& op = p.op;
+    wire::CalibrationsReply r;
+    r.calibrations = Json::array();
     for (auto& c : list)
-      if (op.empty() || c.value("op", "") == op) out.push_back(std::move(c));
-    return make_reply({{"calibrations", out}, {"count", out.size()}});
+      if (op.empty() || c.value("op", "") == op) r.calibrations.push_back(std::move(c));
+    r.count = r.calibrations.size();
+    return r;
   }
   if (action == "import") return import_calibrations(ctx, *store, p);
   return make_error(ErrorCode::invalid_argument,
@@ -116,20 +122,23 @@ Json outbox_status(DaemonContext& ctx, Store& store) {
   return j;
 }
 
-Result<Frame> outbox(DaemonContext& ctx, const Frame& req) {
-  const Json p = req.header.value("params", Json::object());
+Result<wire::OutboxReply> outbox(DaemonContext& ctx, const wire::OutboxRequest& p) {
   GPUEMU_TRY(Store * store, store_of(ctx));
-  const std::string action = p.value("action", "status");
-  if (action == "status") return make_reply(outbox_status(ctx, *store));
+  const std::string& action = p.action;
+  wire::OutboxReply r;
+  if (action == "status") {
+    r.status_fields = outbox_status(ctx, *store);
+    return r;
+  }
   if (action == "rejected") {
-    GPUEMU_TRY(auto items, store->outbox_rejected(p.value("limit", std::size_t{0})));
-    Json out = Json::array();
+    GPUEMU_TRY(auto items, store->outbox_rejected(p.limit));
+    r.rejected = Json::array();
     for (const auto& i : items)
-      out.push_back({{"kind", i.kind == 'f' ? "failure" : "run"},
-                     {"id", i.id},
-                     {"queued_ms", i.queued_ms},
-                     {"why", i.rejected}});
-    return make_reply({{"rejected", out}});
+      r.rejected.push_back({{"kind", i.kind == 'f' ? "failure" : "run"},
+                            {"id", i.id},
+                            {"queued_ms", i.queued_ms},
+                            {"why", i.rejected}});
+    return r;
   }
   if (!ctx.pusher)
     return make_error(ErrorCode::invalid_argument,
@@ -137,29 +146,36 @@ Result<Frame> outbox(DaemonContext& ctx, const Frame& req) {
                       "(or $GPUEMU_PUSH_TO) to queue and push its failures and runs");
   if (action == "backlog") {
     FailureQuery q;
-    q.op = p.value("op", "");
-    q.since_ms = p.value("since_ms", std::int64_t{0});
-    GPUEMU_TRY(std::size_t n, store->outbox_enqueue_stored(q, p.value("runs", true)));
+    q.op = p.op;
+    q.since_ms = p.since_ms;
+    GPUEMU_TRY(std::size_t n, store->outbox_enqueue_stored(q, p.runs));
     ctx.pusher->wake();
-    return make_reply({{"queued", n}, {"status", outbox_status(ctx, *store)}});
+    r.queued = n;
+    r.status = outbox_status(ctx, *store);
+    return r;
   }
   if (action == "retry") {
     GPUEMU_TRY(std::size_t n, store->outbox_retry_rejected());
     ctx.pusher->wake();
-    return make_reply({{"requeued", n}, {"status", outbox_status(ctx, *store)}});
+    r.requeued = n;
+    r.status = outbox_status(ctx, *store);
+    return r;
   }
   if (action == "wait") {
     // Until nothing is pending (what this daemon stored has reached the central daemon), or the
     // timeout: {"drained": bool} with the status.
-    const double timeout_s = p.value("timeout_s", 60.0);
+    const double timeout_s = p.timeout_s;
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000));
     ctx.pusher->wake();
     for (;;) {
       GPUEMU_TRY(OutboxStats s, store->outbox_stats());
-      if (s.pending == 0) return make_reply({{"drained", true}, {"status", outbox_status(ctx, *store)}});
-      if (std::chrono::steady_clock::now() >= deadline || ctx.stopping.load())
-        return make_reply({{"drained", false}, {"status", outbox_status(ctx, *store)}});
+      const bool drained = s.pending == 0;
+      if (drained || std::chrono::steady_clock::now() >= deadline || ctx.stopping.load()) {
+        r.drained = drained;
+        r.status = outbox_status(ctx, *store);
+        return r;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
@@ -169,12 +185,9 @@ Result<Frame> outbox(DaemonContext& ctx, const Frame& req) {
 
 }  // namespace
 
-void add_scale_commands(std::vector<Command>& out) {
-  out.push_back({"calibrations", calibrations, false,
-                 "stored calibrations with their provenance: list, export, import"});
-  out.push_back({"outbox", outbox, false,
-                 "what this daemon has still to push to its central daemon: status, backlog, "
-                 "retry, rejected, wait"});
+void add_scale_handlers(HandlerTable& out) {
+  out["calibrations"] = typed(calibrations);
+  out["outbox"] = typed(outbox);
 }
 
 }  // namespace gpuemu::server

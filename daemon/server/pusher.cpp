@@ -1,6 +1,8 @@
 #include "server/pusher.hpp"
 
 #include "gpuemu/client.hpp"
+#include "gpuemu/wire/failures.hpp"
+#include "gpuemu/wire/scale.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -131,7 +133,7 @@ Result<bool> Pusher::push_batch() {
   if (items.empty()) return false;
   // The request: failures as exported records whose snapshots travel as uint8 tensors, runs as
   // stored. Entries whose record is gone (deleted here) are dropped from the outbox.
-  protocol::Frame req = protocol::make_request("push");
+  protocol::Frame req = protocol::make_request(std::string(wire::PushRequest::k_method));
   Json records = Json::array(), runs = Json::array();
   std::vector<std::string> sent, gone;
   std::vector<const OutboxItem*> sent_items;
@@ -186,7 +188,7 @@ Result<bool> Pusher::push_batch() {
   }
   if (!gone.empty()) GPUEMU_TRY_STATUS(store.outbox_done(gone));
   if (sent.empty()) return !gone.empty() || set_aside;  // the outbox may hold more
-  req.header["params"] = {{"records", records}, {"runs", runs}, {"origin", m_origin}};
+  req.header["params"] = to_json(wire::PushRequest{records, runs, m_origin});
   GPUEMU_TRY(DaemonClient * c, client());
   const auto t0 = std::chrono::steady_clock::now();
   auto reply = c->call(std::move(req));
@@ -233,7 +235,7 @@ Result<bool> Pusher::push_batch() {
 // judges with the same envelopes. A calibration only this daemon has stays.
 Status Pusher::sync_calibrations() {
   GPUEMU_TRY(DaemonClient * c, client());
-  GPUEMU_TRY(Json result, c->call_json("calibrations", {{"action", "list"}}));
+  GPUEMU_TRY(Json result, c->request(wire::calibrations_request("list")));
   std::int64_t applied = 0;
   for (const Json& cal : result.value("calibrations", Json::array())) {
     const std::string op = cal.value("op", ""), dt = cal.value("dtype", "");

@@ -93,9 +93,14 @@ Result<std::map<std::string, double>> parse_envelope_override(const Json& v) {
 }
 
 Result<RequestEngine> RequestEngine::make(DaemonContext& ctx, const Json& params) {
+  return make(ctx, params.value("op", ""), params.value("custom_op", Json()),
+              params.value("envelope", Json()));
+}
+
+Result<RequestEngine> RequestEngine::make(DaemonContext& ctx, const std::string& op,
+                                          const Json& custom, const Json& envelope) {
   RequestEngine re(ctx);
-  const Json custom = params.value("custom_op", Json());
-  GPUEMU_TRY(re.m_override, parse_envelope_override(params.value("envelope", Json())));
+  GPUEMU_TRY(re.m_override, parse_envelope_override(envelope));
   if (custom.is_null() && re.m_override.empty()) {
     re.m_lock = std::shared_lock(ctx.engine_mutex);
     return re;
@@ -110,7 +115,7 @@ Result<RequestEngine> RequestEngine::make(DaemonContext& ctx, const Json& params
     re.m_custom = std::move(stored);
     GPUEMU_TRY(catalogue, ctx.engine.catalogue().with_op(std::move(schema)));
   }
-  if (re.m_override_op.empty()) re.m_override_op = params.value("op", "");
+  if (re.m_override_op.empty()) re.m_override_op = op;
   if (!re.m_override.empty() && re.m_override_op.empty())
     return make_error(ErrorCode::invalid_argument, "'envelope' needs the request's 'op'");
   {

@@ -19,6 +19,9 @@ class RequestEngine {
   // From a request's params: `custom_op` (object, optional) and `envelope` (a number, or an
   // object {dtype: number}, optional; applies to params.op, or to the custom op).
   static Result<RequestEngine> make(DaemonContext& ctx, const Json& params);
+  // The same from a typed request's fields (null custom_op / envelope: none).
+  static Result<RequestEngine> make(DaemonContext& ctx, const std::string& op,
+                                    const Json& custom_op, const Json& envelope);
   // From a stored failure's meta (its `custom_op` and an `envelope_source` of an override).
   static Result<RequestEngine> for_record(DaemonContext& ctx, const Json& meta);
 

@@ -50,6 +50,14 @@ class DaemonClient {
                          std::optional<std::chrono::milliseconds> timeout = {},
                          protocol::Frame* reply = nullptr);
 
+  // A typed request (include/gpuemu/wire/*.hpp): its method and params from the struct, the
+  // reply's result (or error) as call_json returns it.
+  template <class Request>
+  Result<Json> request(const Request& r, std::optional<std::chrono::milliseconds> timeout = {},
+                       protocol::Frame* reply = nullptr) {
+    return call_json(std::string(Request::k_method), to_json(r), timeout, reply);
+  }
+
   const Json& hello() const { return m_hello; }  // the daemon's hello: version, capabilities, pid
   const std::string& url() const { return m_url; }
   bool started_daemon() const { return m_started; }

@@ -4,6 +4,7 @@
 // printed when a test fails.
 #include "gpuemu/client.hpp"
 #include "gpuemu/engine.hpp"
+#include "gpuemu/wire/wire.hpp"
 
 #include <gtest/gtest.h>
 
@@ -245,6 +246,41 @@ TEST_F(DaemonTest, EnvelopeOverridesAndCustomOpsAreCheckedWithCodes) {
                          {"options", {{"dtypes", {"float32"}}}}, {"envelope", {{"float32", 1e30}}}});
   EXPECT_EQ(r["failed"], 0);
   EXPECT_EQ(r["envelope"]["float32"]["source"], "override");
+}
+
+TEST_F(DaemonTest, ParamsOfTheWrongTypeAreNamedAndLooseInputIsKept) {
+  auto e = m_client->call_json("fuzz", {{"op", "softmax"},
+                                        {"kernel", {{"kind", "builtin"}, {"name", "fp32_online"}}},
+                                        {"iterations", "many"}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(e.error().message, "parameter 'iterations' has the wrong type");
+  e = m_client->call_json("failures", {{"limit", "ten"}});  // was an internal error
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(e.error().message, "parameter 'limit' has the wrong type");
+  e = m_client->call_json("describe_op", Json::object());
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().message, "the request needs a string 'op'");
+  e = m_client->call_json("get_test_batch", {{"op", "softmax"}, {"seed", -3}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().message, "'seed' must be a non-negative integer");
+  // A seed as a signed integer and a count as a float are read as before.
+  const Json b =
+      call("get_test_batch", {{"op", "softmax"}, {"seed", Json(std::int64_t{7})}, {"count", 2.0}});
+  EXPECT_EQ(b["master_seed"], 7);
+  EXPECT_EQ(b["cases"].size(), 2u);
+  // The typed client call sends the struct.
+  auto ops = m_client->request(wire::ListOpsRequest{});
+  ASSERT_TRUE(ops.ok());
+  EXPECT_FALSE((*ops)["ops"].empty());
+  wire::GetTestBatchRequest g;
+  g.op = "softmax";
+  g.count = 1;
+  g.seed = 7;
+  auto again = m_client->request(g);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)["cases"][0], b["cases"][0]);
 }
 
 TEST_F(DaemonTest, ErrorsCarryTheirCodesAndShutdownStopsTheDaemon) {
