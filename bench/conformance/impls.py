@@ -314,6 +314,14 @@ def rms_norm_backward_fp32(args: Args) -> Tuple[torch.Tensor, torch.Tensor]:
     return gx.to(args["x"].dtype), (g * xh).sum(0).to(args["weight"].dtype)
 
 
+def matmul_backward_autograd(args: Args) -> Tuple[torch.Tensor, torch.Tensor]:
+    """PyTorch's autograd through a @ b, in the case dtype (native) or upcast."""
+    a = args["a"].detach().requires_grad_(True)
+    b = args["b"].detach().requires_grad_(True)
+    (a @ b).backward(args["grad_out"])
+    return a.grad, b.grad
+
+
 def swiglu_backward_autograd(args: Args) -> Tuple[torch.Tensor, torch.Tensor]:
     """PyTorch's autograd through F.silu(gate) * up, in the case dtype (native) or upcast."""
     gate = args["gate"].detach().requires_grad_(True)
@@ -411,6 +419,7 @@ IMPLS: Tuple[Impl, ...] = (
          lambda a: torch._softmax_backward_data(a["grad_out"], a["y"].contiguous(), a["dim"], a["y"].dtype)),
     Impl("log_softmax_backward", "torch._log_softmax_backward_data (log_softmax's autograd backward)",
          lambda a: torch._log_softmax_backward_data(a["grad_out"], a["y"], a["dim"], a["y"].dtype)),
+    Impl("matmul_backward", "autograd through a @ b", matmul_backward_autograd),
     Impl("silu_backward", "torch.ops.aten.silu_backward (F.silu's autograd backward)",
          lambda a: torch.ops.aten.silu_backward(a["grad_out"], a["x"])),
     Impl("swiglu_backward", "autograd through F.silu(gate) * up", swiglu_backward_autograd),

@@ -238,6 +238,13 @@ def _silu_backward_bf16(swiglu: bool) -> Callable[[], Tuple[str, bool]]:
     return demo
 
 
+def _matmul_grad_b_bf16() -> float:
+    a = torch.ones(K, 1, dtype=BF16, requires_grad=True)
+    b = torch.ones(1, 1, dtype=BF16, requires_grad=True)
+    (a @ b).backward(torch.ones(K, 1, dtype=BF16))
+    return b.grad.item()
+
+
 IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
     ("matmul", "native", "bfloat16"): Imprecision(
         "accumulates in bf16", _bf16_accumulator(
@@ -285,6 +292,9 @@ IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
                                                          _silu_backward_bf16(False)),
     ("swiglu_backward", "native", "bfloat16"): Imprecision(
         "autograd's silu backward rounds every intermediate of the derivative to bf16", _silu_backward_bf16(True)),
+    ("matmul_backward", "native", "bfloat16"): Imprecision(
+        "autograd's backward GEMM accumulates in bf16 (grad_b = a^T @ grad_out)", _bf16_accumulator(
+            "grad_b of a @ b (a = ones(4096, 1), b = ones(1, 1), grad_out = ones)", lambda: _matmul_grad_b_bf16())),
 }
 
 

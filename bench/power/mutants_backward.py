@@ -1,5 +1,5 @@
 """Mutable controls of the backward ops: softmax_backward, log_softmax_backward, rms_norm_backward,
-silu_backward, swiglu_backward.
+silu_backward, swiglu_backward, matmul_backward (its two GEMMs as mutants_gemm's K loop).
 
 Each is the fp32 backward a Triton kernel writes, with its row sums in accumulate.lane_sum (256
 per-lane fp32 accumulators, then a tree): softmax's sum(g * y) and log_softmax's sum(g)
@@ -15,7 +15,7 @@ from typing import Dict
 
 import torch
 
-from accumulate import lane_sum, move_back, move_last
+from accumulate import k_loop, lane_sum, move_back, move_last
 from kernel import Args, MutableKernel, Outputs, case_dtype, f32
 from rounding import Mutation
 
@@ -65,6 +65,14 @@ def _swiglu_backward(args: Args, mut: Mutation) -> Outputs:
             ((g * torch.nn.functional.silu(gate))[None], case_dtype(args, "up"))]
 
 
+def _matmul_backward(args: Args, mut: Mutation) -> Outputs:
+    """Both gradients as mutants_gemm's K loop (32-wide tiles, ``acc += tile`` rounded)."""
+    g, a, b = f32(args["grad_out"]), f32(args["a"]), f32(args["b"])
+    ga = k_loop(g, b.t(), mut, "accumulator", "operands")
+    gb = k_loop(a.t(), g, mut, "accumulator", "operands")
+    return [(ga, case_dtype(args, "a")), (gb, case_dtype(args, "b"))]
+
+
 KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
     MutableKernel("softmax_backward", "y * (g - s), s = sum(g * y) in lane accumulators", {"row_sum": ROW_SUM},
                   _softmax_backward),
@@ -75,6 +83,9 @@ KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
                   {"row_sum": ROW_SUM,
                    "dweight_sum": "grad_weight's sum over the rows: every add of its per-lane accumulators and of the tree"},
                   _rms_norm_backward),
+    MutableKernel("matmul_backward", "grad_out @ b^T and a^T @ grad_out, each a K loop over 32-wide tiles",
+                  {"accumulator": "acc += tile in both backward GEMMs", "operands": "their operands before the products"},
+                  _matmul_backward),
     MutableKernel("silu_backward", "g * s * (1 + x * (1 - s)) in fp32",
                   {"derivative": "silu'(x) = s * (1 + x * (1 - s)) as formed"}, _silu_backward),
     MutableKernel("swiglu_backward", "grad_gate = g * up * silu'(gate), grad_up = g * silu(gate), in fp32",

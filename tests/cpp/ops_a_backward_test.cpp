@@ -319,5 +319,70 @@ TEST(OpsABackward, SiluAndSwigluBackward) {
   }
 }
 
+TEST(OpsABackward, MatmulGradientsMatchCentralFiniteDifferences) {
+  // L(a, b) = sum g * (a @ b) is bilinear: central differences are exact up to rounding.
+  Rng rng(71);
+  const std::int64_t M = 3, K = 4, N = 5;
+  std::vector<double> a(M * K), b(K * N), g(M * N);
+  for (auto& v : a) v = rng.normal();
+  for (auto& v : b) v = rng.normal();
+  for (auto& v : g) v = rng.normal();
+  auto ref = builtin_of("matmul_backward")
+                 .reference(make_ctx("matmul_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float64, {M, N}, g)},
+                                      {"a", arg(DType::float64, {M, K}, a)},
+                                      {"b", arg(DType::float64, {K, N}, b)}}));
+  ASSERT_TRUE(ref.ok()) << ref.error().message;
+  ASSERT_EQ(ref->size(), 2u);
+  EXPECT_EQ(ref->at(0).shape, (Shape{M, K}));
+  EXPECT_EQ(ref->at(1).shape, (Shape{K, N}));
+  auto loss = [&](const std::vector<double>& aa, const std::vector<double>& bb) {
+    double l = 0.0;
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t j = 0; j < N; ++j)
+        for (std::int64_t k = 0; k < K; ++k) l += g[i * N + j] * aa[i * K + k] * bb[k * N + j];
+    return l;
+  };
+  const double h = 1e-4;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    auto ap = a, am = a;
+    ap[i] += h, am[i] -= h;
+    EXPECT_NEAR(ref->at(0).value[i], (loss(ap, b) - loss(am, b)) / (2 * h), 1e-9) << "grad_a " << i;
+  }
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    auto bp = b, bm = b;
+    bp[i] += h, bm[i] -= h;
+    EXPECT_NEAR(ref->at(1).value[i], (loss(a, bp) - loss(a, bm)) / (2 * h), 1e-9) << "grad_b " << i;
+  }
+  auto bad = builtin_of("matmul_backward")
+                 .reference(make_ctx("matmul_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float32, {M, N + 1}, std::vector<double>(M * (N + 1)))},
+                                      {"a", arg(DType::float32, {M, K}, a)},
+                                      {"b", arg(DType::float32, {K, N}, b)}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::shape_mismatch);
+}
+
+TEST(OpsABackward, MatmulBackward) {
+  // Reduced dims (N for grad_a, M for grad_b) across the 32-wide K tiles: 1, 31, 33, 64, 100, 257.
+  std::vector<Scenario> sc;
+  Rng rng(81);
+  const std::int64_t mnk[][3] = {{1, 8, 1}, {31, 16, 33}, {64, 40, 64}, {100, 7, 257}, {257, 33, 100}};
+  for (DType dt : k_dtypes)
+    for (const auto& d : mnk)
+      for (Grad kind : {Grad::normal, Grad::sparse, Grad::wide}) {
+        const std::int64_t M = d[0], K = d[1], N = d[2];
+        Scenario s;
+        s.label = std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N) + " grad " +
+                  std::to_string(static_cast<int>(kind));
+        s.ctx = make_ctx("matmul_backward", dt,
+                         {{"grad_out", arg(dt, {M, N}, grad_values(rng, M, N, kind, dt))},
+                          {"a", arg(dt, {M, K}, normal_values(rng, M * K, 0.0, 1.0, dt))},
+                          {"b", arg(dt, {K, N}, normal_values(rng, K * N, 0.0, 1.0, dt))}});
+        sc.push_back(std::move(s));
+      }
+  score_op("matmul_backward", sc);
+}
+
 }  // namespace
 }  // namespace gpuemu::test_a

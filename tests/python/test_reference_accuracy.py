@@ -437,6 +437,19 @@ def _swiglu_backward(shape):
     assert_close(got_up, ud.grad, what="swiglu_backward grad_up")
 
 
+@check("matmul_backward", [(3, 5, 4), (33, 17, 65), (7, 129, 2)])
+def _matmul_backward(mkn):
+    # Against torch's float64 autograd through a @ b; scale |g| @ |b|^T and |a|^T @ |g| (dot products).
+    m, k, n = mkn
+    g = rng_for("matmul_backward", mkn)
+    a, b, go = normal(g, (m, k)), normal(g, (k, n)), normal(g, (m, n))
+    ad, bd = t64(a).requires_grad_(True), t64(b).requires_grad_(True)
+    (ad @ bd).backward(t64(go))
+    got_a, got_b = gpuemu.reference("matmul_backward", {"grad_out": go, "a": a, "b": b})
+    assert_close(got_a, ad.grad, scale=t64(go).abs() @ t64(b).abs().T, what="matmul_backward grad_a")
+    assert_close(got_b, bd.grad, scale=t64(a).abs().T @ t64(go).abs(), what="matmul_backward grad_b")
+
+
 @check("log_softmax", ROW_SHAPES)
 def _log_softmax(shape):
     # scale |x| + |max| + 1: log_softmax = (x - max) - log(sum), a difference of larger terms that

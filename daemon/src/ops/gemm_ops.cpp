@@ -337,12 +337,106 @@ BuiltinOp make_op(const std::string& name) {
   return op;
 }
 
+// ---- matmul_backward: grad_a = grad_out @ b^T and grad_b = a^T @ grad_out ----------------------
+// Each gradient is a GEMM (a dot product over N for grad_a, over M for grad_b), judged by the
+// forward matmul's reference and error model on the transposed operands: the same c_acc (|x|@|y|
+// times max(sqrt(len), the correlated growth)), the same precision policies and tensor-core
+// subnormal term. A kernel's backward GEMMs are ordinary GEMMs.
+
+RefArg transposed(const RefArg& x) {
+  RefArg t;
+  t.dtype = x.dtype;
+  const std::int64_t r = x.shape[0], c = x.shape[1];
+  t.shape = {c, r};
+  t.data.resize(x.data.size());
+  for (std::int64_t i = 0; i < r; ++i)
+    for (std::int64_t j = 0; j < c; ++j) t.data[static_cast<std::size_t>(j * r + i)] = x.data[static_cast<std::size_t>(i * c + j)];
+  return t;
+}
+
+// The two forward problems of a backward case: grad_out @ b^T and a^T @ grad_out, as matmul
+// contexts (the policy fields carried over; no schema: outputs in the case dtype).
+Result<std::pair<RefContext, RefContext>> backward_problems(const RefContext& ctx) {
+  const RefArg &g = ctx.input("grad_out"), &a = ctx.input("a"), &b = ctx.input("b");
+  if (g.shape.size() != 2 || a.shape.size() != 2 || b.shape.size() != 2 || a.shape[1] != b.shape[0] ||
+      g.shape[0] != a.shape[0] || g.shape[1] != b.shape[1])
+    return shape_error("matmul_backward: grad_out " + shape_to_string(g.shape) + ", a " + shape_to_string(a.shape) +
+                       " and b " + shape_to_string(b.shape) + " must be [M, N], [M, K] and [K, N]");
+  auto sub = [&](RefArg x, RefArg y) {
+    RefContext c;
+    c.case_dtype = ctx.case_dtype;
+    c.attrs = Json::object();
+    c.operand_roundoff = ctx.operand_roundoff;
+    c.operand_overflow = ctx.operand_overflow;
+    c.operand_floor = ctx.operand_floor;
+    c.value_only = ctx.value_only;
+    c.inputs["a"] = std::move(x);
+    c.inputs["b"] = std::move(y);
+    return c;
+  };
+  return std::make_pair(sub(g, transposed(b)), sub(transposed(a), g));
+}
+
+Result<std::vector<RefOutput>> backward_reference(const RefContext& ctx) {
+  GPUEMU_TRY(auto problems, backward_problems(ctx));
+  GPUEMU_TRY(std::vector<RefOutput> ga, reference(problems.first, "matmul"));
+  GPUEMU_TRY(std::vector<RefOutput> gb, reference(problems.second, "matmul"));
+  std::vector<RefOutput> out = {std::move(ga.front()), std::move(gb.front())};
+  out[0].name = "grad_a";
+  out[1].name = "grad_b";
+  out[0].dtype = ctx.output_dtype(0);
+  out[1].dtype = ctx.output_dtype(1);
+  return out;
+}
+
+// Both gradients through one emulated forward kernel; `wrong_b` reads a's storage as a^T without
+// transposing it (grad_b = reshape(a, [K, M]) @ grad_out: a stride mix-up).
+KernelFn backward_emulated(GemmEmulation cfg, bool wrong_b = false) {
+  const KernelFn fwd = emulated("matmul", cfg);
+  return [fwd, wrong_b](const RefContext& ctx) -> KernelOut {
+    GPUEMU_TRY(auto problems, backward_problems(ctx));
+    if (wrong_b) {
+      RefArg& at = problems.second.inputs["a"];
+      const RefArg& a = ctx.input("a");
+      at.data = a.data;  // [M, K] storage read as [K, M]
+    }
+    GPUEMU_TRY(auto ga, fwd(problems.first));
+    GPUEMU_TRY(auto gb, fwd(problems.second));
+    const DType da = ctx.output_dtype(0), db = ctx.output_dtype(1);
+    return std::vector<std::vector<double>>{round_all(da, std::move(ga.front())), round_all(db, std::move(gb.front()))};
+  };
+}
+
+BuiltinOp make_backward_op() {
+  BuiltinOp op;
+  op.name = "matmul_backward";
+  op.reference = backward_reference;
+  op.controls = {
+      {"fp32_tiled_k32", "both gradients with an fp32 accumulator over BLOCK_K=32 tiles", backward_emulated(tiled(32))},
+      {"fp32_sequential", "both gradients as one fp32 chain over the reduced dim", backward_emulated(tiled(0))},
+      {"fp32_split_k4", "split-K: four chunks of BLOCK_K=64 tiles, fp32 partials summed last",
+       backward_emulated(tiled(64, 4))},
+  };
+  op.buggy = {
+      {"acc_overwrite", "`acc = dot(...)` instead of `acc +=` in both backward GEMMs (reduced dim > 32)",
+       backward_emulated(tiled(32, 1, GemmBug::acc_overwrite))},
+      {"low_precision_acc", "the backward GEMMs' accumulator a 16-bit variable (the case dtype, bf16 for fp32)",
+       backward_emulated(tiled(32, 1, GemmBug::low_precision_acc))},
+      {"dropped_tail_k", "the partial last tile of the reduced dim lost (its length % 32 != 0)",
+       backward_emulated(tiled(32, 1, GemmBug::dropped_tail_k))},
+      {"untransposed_a", "grad_b from a's storage read as [K, M] without transposing it",
+       backward_emulated(tiled(32), true)},
+  };
+  return op;
+}
+
 }  // namespace
 
 void register_gemm_ops(BuiltinRegistry& r) {
   r.add(make_op("matmul"));
   r.add(make_op("bmm"));
   r.add(make_op("linear"));
+  r.add(make_backward_op());
 }
 
 }  // namespace gpuemu::ops
