@@ -2,6 +2,7 @@
 // store; clients talk to it over NNG (docs/protocol.md). One daemon per GPUEMU_HOME (a lock file).
 #include "gpuemu/malloc_tuning.hpp"
 #include "gpuemu/op.hpp"
+#include "gpuemu/oracle_backend.hpp"
 #include "server/nng_server.hpp"
 #include "server/pusher.hpp"
 
@@ -39,6 +40,7 @@ struct Options {
   double script_timeout = 60.0;
   std::int64_t script_memory_mb = 0;
   std::string log_level = "info";
+  std::string oracle;  // cpu | cuda; empty: $GPUEMU_ORACLE, else cpu
   std::size_t log_max_bytes = 5 * 1024 * 1024;  // daemon.log rotates past this size ...
   std::size_t log_files = 3;                     // ... keeping daemon.1.log .. daemon.N.log
   int drain_s = 30;
@@ -120,6 +122,16 @@ int serve(const Options& o, const protocol::HomePaths& paths,
   if (fs::exists(paths.socket)) {
     spdlog::warn("[W-stale] removing the stale socket {}", paths.socket);
     unlink(paths.socket.c_str());
+  }
+  // The fp64 oracle's backend, chosen here (after the fork: CUDA must start in the process that
+  // uses it). Asked for and not available is an error at start, never a silent CPU fallback.
+  {
+    std::string oracle = o.oracle;
+    if (const char* v = std::getenv("GPUEMU_ORACLE"); oracle.empty() && v && *v) oracle = v;
+    if (!oracle.empty()) {
+      if (Status st = oracle_backend::select(oracle); !st) return fail(st.error());
+    }
+    spdlog::info("[I-oracle] fp64 oracle: {}", oracle_backend::description());
   }
   auto engine = Engine::create_default();
   if (!engine) return fail(engine.error());
@@ -353,6 +365,10 @@ int main(int argc, char** argv) {
                  "most memory (RLIMIT_DATA, MiB) a script kernel's or reference's process may "
                  "allocate; 0: no limit (default; also $GPUEMU_SCRIPT_MEMORY_MB)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
+  app.add_option("--oracle", o.oracle,
+                 "where the fp64 oracle runs: cpu, or cuda (the GEMM-shaped and attention "
+                 "references on the GPU, docs/gpu.md; default: $GPUEMU_ORACLE, else cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--log-level", o.log_level, "trace | debug | info | warn | error");
   app.add_option("--drain-timeout", o.drain_s, "seconds in-flight requests get at shutdown");
   if (const char* v = std::getenv("GPUEMU_LOG_MAX_BYTES"); v && std::atoll(v) > 0)

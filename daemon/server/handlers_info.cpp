@@ -2,6 +2,7 @@
 // (include/gpuemu/wire/info.hpp).
 #include "server/daemon_context.hpp"
 
+#include "gpuemu/oracle_backend.hpp"
 #include "gpuemu/wire/info.hpp"
 #include "gpuemu/wire/registry.hpp"
 
@@ -59,6 +60,7 @@ Result<wire::StatsReply> stats(DaemonContext& ctx, const wire::StatsRequest&) {
     r.case_cache = wire::CaseCacheSummary{ctx.case_cache->limit_bytes(), ctx.case_cache->bytes(),
                                           ctx.case_cache->size(), ctx.case_cache->hits(),
                                           ctx.case_cache->misses()};
+  r.oracle = oracle_backend::description();
   return r;
 }
 

@@ -12,7 +12,7 @@ values the kernel received. This package is its Python side:
 """
 
 from . import dtypes, errors, rng
-from ._reference import op_schema, ops, reference, reload_catalogue
+from ._reference import op_schema, oracle, ops, reference, reload_catalogue, set_oracle
 from .dtypes import from_bits, round_to, to_bits
 from .inprocess import Failure, FuzzResults, fuzz_op_in_process
 from .client import Client, ClientFailure, Verdict
@@ -65,7 +65,9 @@ __all__ = [
     "from_bits",
     "op_schema",
     "ops",
+    "oracle",
     "reference",
+    "set_oracle",
     "reload_catalogue",
     "rng",
     "round_to",

@@ -16,7 +16,7 @@ from ._native import core
 from .dtypes import DTypeLike, canonical
 from .errors import ValidationError
 
-__all__ = ["op_schema", "ops", "reference", "reload_catalogue"]
+__all__ = ["op_schema", "oracle", "ops", "reference", "reload_catalogue", "set_oracle"]
 
 ArrayPair = Tuple[np.ndarray, str]
 
@@ -121,3 +121,24 @@ def op_schema(op: str) -> Dict[str, Any]:
 def reload_catalogue() -> None:
     """Reload the catalogue (after changing GPUEMU_SCHEMA_PATH or the schema files)."""
     core().reload_catalogue()
+
+
+def set_oracle(backend: str, min_macs: Optional[int] = None) -> None:
+    """Choose where this process's fp64 oracle runs: ``"cpu"`` (the default) or ``"cuda"``.
+
+    ``"cuda"`` computes the GEMM-shaped references (matmul, bmm, linear, convolutions, their
+    backward GEMMs) and attention blocks on the GPU in fp64 (docs/gpu.md, "The fp64 oracle on the
+    GPU"); the results are the CPU's up to the order of fp64 sums, so no verdict changes. Raises
+    :class:`gpuemu.GpuemuError` when the CUDA backend is not built, not found or finds no device.
+    ``min_macs``: problems of at least this many multiply-adds go to the GPU (default 2**26).
+    The daemon takes ``--oracle cuda`` or ``GPUEMU_ORACLE=cuda`` instead.
+    """
+    core().set_oracle(backend)
+    if min_macs is not None:
+        core().set_oracle_min_macs(int(min_macs))
+
+
+def oracle() -> Dict[str, Any]:
+    """Where this process's fp64 oracle runs, and what the GPU backend has computed so far:
+    ``{"backend", "description", "min_macs", "gemms", "attention_blocks", "failures"}``."""
+    return dict(core().oracle())

@@ -11,6 +11,7 @@
 
 #include "gpuemu/catalogue.hpp"
 #include "gpuemu/malloc_tuning.hpp"
+#include "gpuemu/oracle_backend.hpp"
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -102,6 +103,30 @@ py::list reference(const std::string& op, const py::dict& inputs, const py::dict
 }  // namespace
 
 void register_reference(py::module_& m) {
+  m.def(
+      "set_oracle",
+      [](const std::string& name) {
+        if (Status st = oracle_backend::select(name); !st) throw GpuemuException(st.error());
+      },
+      py::arg("backend"),
+      "where the fp64 oracle runs in this process: 'cpu' or 'cuda' (raises when unavailable)");
+  m.def(
+      "oracle",
+      [] {
+        const oracle_backend::Counters c = oracle_backend::counters();
+        py::dict d;
+        d["backend"] = oracle_backend::current();
+        d["description"] = oracle_backend::description();
+        d["min_macs"] = oracle_backend::min_macs();
+        d["gemms"] = c.gemms;
+        d["attention_blocks"] = c.attention_blocks;
+        d["failures"] = c.failures;
+        return d;
+      },
+      "the fp64 oracle's backend in this process, and what the GPU computed so far");
+  m.def(
+      "set_oracle_min_macs", [](std::int64_t macs) { oracle_backend::set_min_macs(macs); },
+      py::arg("macs"), "problems of at least this many multiply-adds go to the GPU backend");
   m.def("reference", &reference, py::arg("op"), py::arg("inputs"), py::arg("attrs"),
         py::arg("dtype") = py::none(),
         "fp64 reference outputs of `op`: a list of (name, float64 array, output dtype name); "

@@ -8,7 +8,9 @@
 #   scripts/gpu/run.sh conformance   the Conformance sweep on CUDA (bench/conformance/sweep.py --device cuda;
 #                                    SWEEP_DEVICE=cpu: PyTorch's CPU kernels on this machine's cores)
 #   scripts/gpu/run.sh evidence      the demonstrations of imprecise_cuda.py (sweep.py --device cuda --evidence)
-#   scripts/gpu/run.sh all           all four
+#   scripts/gpu/run.sh oracle        the fp64 oracle on the GPU: agreement with the CPU (GpuOracle.*), the race
+#                                    against the CPU oracle (bench_oracle_gpu), verdicts of a cuda-oracle daemon
+#   scripts/gpu/run.sh all           all five
 #
 # CORPUS_JOBS, CORPUS_DEADLINE, SWEEP_SEEDS, SWEEP_CASES, SWEEP_JOBS tune the runs; SWEEP_ARGS is
 # passed on to sweep.py (e.g. "--ops matmul bmm --strategies adversarial").
@@ -70,6 +72,37 @@ if [ "$what" = lint ] || [ "$what" = all ]; then
   python3 bench/gpu/lint_check.py "$GPUEMU_BIN_DIR/gpuemu" "$TRITON_CACHE_DIR" /tmp/kernels_sm90.cubin \
     --json "$OUT/lint.json" --markdown "$OUT/lint.md" > "$OUT/lint.log" 2>&1 || status=1
   tail -2 "$OUT/lint.md"
+fi
+if [ "$what" = oracle ] || [ "$what" = all ]; then
+  # The fp64 oracle on the GPU: agreement with the CPU on every op (the C++ test fails where it
+  # would skip), the race against the CPU oracle, and a daemon judging with it end to end.
+  phase oracle
+  if [ -x "$GPUEMU_GPU_BUILD/bin/gpuemu_cpp_tests" ]; then
+    GPUEMU_REQUIRE_CUDA_ORACLE=1 "$GPUEMU_GPU_BUILD/bin/gpuemu_cpp_tests" --gtest_filter='GpuOracle*' \
+      > "$OUT/oracle_tests.log" 2>&1 || status=1
+    grep -E "^\||OK \]|PASSED|FAILED|SKIPPED" "$OUT/oracle_tests.log"
+  else
+    echo "run.sh: gpuemu_cpp_tests is not built (GPUEMU_GPU_TESTS=ON scripts/gpu/build.sh)"; status=1
+  fi
+  "$GPUEMU_GPU_BUILD/bin/bench_oracle_gpu" ${ORACLE_BENCH_ARGS:-} > "$OUT/oracle_bench.md" 2>&1 || status=1
+  cat "$OUT/oracle_bench.md"
+  # The same fuzz runs judged by a CPU-oracle daemon and by a CUDA-oracle one (every GEMM and
+  # attention block on the GPU): the verdicts must be the same, case for case.
+  for backend in cpu cuda; do
+    h=/tmp/gpuemu-oracle-$backend
+    GPUEMU_HOME=$h GPUEMU_ORACLE=$backend GPUEMU_ORACLE_CUDA_MIN_MACS=0 "$GPUEMU_BIN_DIR/gpuemu" daemon start || status=1
+    GPUEMU_HOME=$h "$GPUEMU_BIN_DIR/gpuemu" daemon logs 2>/dev/null | grep -m1 I-oracle
+    for run in "flash_attention flash_bn64_p_rounded" "flash_attention online_no_rescale" \
+               "matmul fp32_tiled_k32" "matmul acc_overwrite" "conv2d direct_fp32" "conv2d pad_offset_missing" "bmm fp32_tiled_k32"; do
+      set -- $run
+      GPUEMU_HOME=$h "$GPUEMU_BIN_DIR/gpuemu" fuzz "$1" --kernel "$2" -n 40 --seed 7 --no-minimize --json \
+        2>/dev/null | python3 -c 'import json,sys; r=json.load(sys.stdin); print(sys.argv[1], sys.argv[2], r.get("passed"), r.get("failed"), [f.get("case_index", f.get("index")) for f in r.get("failures", [])][:10])' "$1" "$2" \
+        >> "$OUT/oracle_e2e_$backend.txt" || status=1
+    done
+    GPUEMU_HOME=$h "$GPUEMU_BIN_DIR/gpuemu" daemon stop >/dev/null 2>&1
+  done
+  cat "$OUT/oracle_e2e_cuda.txt"
+  cmp "$OUT/oracle_e2e_cpu.txt" "$OUT/oracle_e2e_cuda.txt" && echo "oracle e2e: the same verdicts" || { echo "oracle e2e: verdicts differ"; status=1; }
 fi
 "$GPUEMU_BIN_DIR/gpuemu" daemon stop >/dev/null 2>&1 || true
 exit $status

@@ -66,6 +66,7 @@ void StatsReply::map(M& m, S& s) {
   m.opt("errors", s.errors);
   m.opt("store", s.store);
   m.opt("case_cache", s.case_cache);
+  m.opt("oracle", s.oracle);
 }
 
 template <class M, class S>

@@ -1,6 +1,7 @@
 #include "ops/gemm_blas.hpp"
 
 #include "core/parallel.hpp"
+#include "ops/gpu_oracle.hpp"
 #include "ops/op_util.hpp"
 
 #include <cblas.h>
@@ -21,6 +22,7 @@ void dgemm_rm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::i
         C[i * ldc + j] = beta == 0.0 ? 0.0 : beta * C[i * ldc + j];
     return;
   }
+  if (gpu_oracle::dgemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, beta)) return;
   auto bi = [](std::int64_t v) { return static_cast<blasint>(std::max<std::int64_t>(v, 1)); };
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, bi(M), bi(N), bi(K), 1.0, A, bi(lda), B, bi(ldb),

@@ -88,6 +88,7 @@ struct StatsReply {
   std::int64_t requests = 0, in_flight = 0, errors = 0;
   std::optional<StoreSummary> store;
   std::optional<CaseCacheSummary> case_cache;
+  std::optional<std::string> oracle;  // where the fp64 oracle runs: "cpu (OpenBLAS)", "cuda: <device>"
   template <class M, class S>
   static void map(M& m, S& s);
 };

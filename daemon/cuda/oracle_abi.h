@@ -1,0 +1,60 @@
+/* The C interface between the engine and the optional CUDA backend of the fp64 oracle
+ * (libgpuemu_oracle_cuda.so, daemon/cuda/oracle_cuda.cu). The engine never links CUDA: it dlopens
+ * the backend when the setting asks for it (GPUEMU_ORACLE=cuda, `gpuemu-daemon --oracle cuda`,
+ * gpuemu.set_oracle("cuda")), so every binary runs on machines without a GPU or a CUDA runtime.
+ * docs/gpu.md, "The fp64 oracle on the GPU", says what it covers and how it was checked.
+ *
+ * Every function returns 0 on success, or writes a message into err (NUL-terminated, at most
+ * err_len bytes) and returns nonzero; the engine then computes that piece on the CPU. The backend
+ * serializes its calls (one stream); the engine may call it from any thread. */
+#ifndef GPUEMU_ORACLE_ABI_H
+#define GPUEMU_ORACLE_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GPUEMU_ORACLE_ABI_VERSION 1
+
+/* One attention block with finite q, k, v and scale (the engine keeps the special-value paths on
+ * the CPU): the fields of gpuemu::ops::AttentionBlock (attention_reference.hpp), whose comments
+ * define every output. */
+typedef struct gpuemu_attention_block {
+  const double* q; /* [lq, d] */
+  const double* k; /* [lk, d] */
+  const double* v; /* [lk, d] */
+  int64_t lq, lk, d;
+  double scale;
+  int causal;
+  double p_min_normal, p_flush_weight, policy_weight;
+  double* out;   /* [lq, d] */
+  double* c_acc; /* [lq, d] */
+  double* c_in;  /* [lq, d] */
+  uint8_t* alt;  /* [lq, d]: k_alt_nan (1) is or-ed in where the CPU path would */
+} gpuemu_attention_block;
+
+typedef struct gpuemu_oracle_backend {
+  int abi_version; /* GPUEMU_ORACLE_ABI_VERSION */
+  /* Selects the device and creates the handles; a description ("NVIDIA H200, sm_90, 139 GiB,
+   * cuBLAS 13.0") into desc. Called once, before anything else. */
+  int (*init)(char* desc, size_t desc_len, char* err, size_t err_len);
+  /* Row-major C[M,N] = op(A)·op(B) + beta·C, the contract of gpuemu::ops::dgemm_rm
+   * (gemm_blas.hpp), through cuBLAS DGEMM. Host pointers. */
+  int (*dgemm)(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const double* A,
+               int64_t lda, const double* B, int64_t ldb, double* C, int64_t ldc, double beta,
+               char* err, size_t err_len);
+  /* attention_block_reference (attention_reference.cpp) for a block of finite inputs. */
+  int (*attention)(const gpuemu_attention_block* blk, char* err, size_t err_len);
+} gpuemu_oracle_backend;
+
+/* The one symbol the engine looks up. */
+const gpuemu_oracle_backend* gpuemu_oracle_backend_v1(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,164 @@
+// The fp64 oracle's CUDA backend (daemon/src/ops/gpu_oracle.hpp, daemon/cuda/oracle_cuda.cu).
+//
+// Here (no GPU) the backend's selection must say why "cuda" is unavailable and leave the CPU in
+// charge. On a machine with a GPU (scripts/gpu/run.sh oracle sets GPUEMU_REQUIRE_CUDA_ORACLE=1,
+// which turns the skip below into a failure) every op's reference, for cases of every strategy,
+// must agree with the CPU's to 1e-12, and the GEMM-shaped and attention ops must actually have run
+// on the GPU.
+#include "gpuemu/engine.hpp"
+#include "gpuemu/oracle_backend.hpp"
+#include "source_engine.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+
+namespace gpuemu {
+namespace {
+
+Engine& engine() { return testing_support::source_engine(); }
+
+bool cuda_required() {
+  const char* v = std::getenv("GPUEMU_REQUIRE_CUDA_ORACLE");
+  return v && std::string(v) == "1";
+}
+
+// Restores the CPU backend and the default size threshold when a test ends.
+struct CpuAfter {
+  ~CpuAfter() {
+    (void)oracle_backend::select("cpu");
+    oracle_backend::set_min_macs(std::int64_t{1} << 26);
+  }
+};
+
+TEST(GpuOracle, AnUnknownBackendIsAnInvalidArgumentAndChangesNothing) {
+  CpuAfter restore;
+  ASSERT_TRUE(oracle_backend::select("cpu").ok());
+  const Status st = oracle_backend::select("tpu");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(st.error().message.find("cpu | cuda"), std::string::npos) << st.error().message;
+  EXPECT_EQ(oracle_backend::current(), "cpu");
+  EXPECT_EQ(oracle_backend::description(), "cpu (OpenBLAS)");
+}
+
+TEST(GpuOracle, CudaEitherStartsOrSaysWhyAndLeavesTheCpuInCharge) {
+  CpuAfter restore;
+  const Status st = oracle_backend::select("cuda");
+  if (st.ok()) {  // a GPU machine
+    EXPECT_EQ(oracle_backend::current(), "cuda");
+    EXPECT_EQ(oracle_backend::description().rfind("cuda: ", 0), 0u) << oracle_backend::description();
+    return;
+  }
+  EXPECT_FALSE(cuda_required()) << st.error().message;
+  EXPECT_EQ(st.error().code, ErrorCode::tool_missing);
+  EXPECT_NE(st.error().message.find("CUDA oracle backend"), std::string::npos) << st.error().message;
+  EXPECT_EQ(oracle_backend::current(), "cpu");
+  // The references still run, on the CPU.
+  const OpSchema& mm = *engine().catalogue().find("matmul");
+  CaseGenerator gen(mm, FuzzOptions{});
+  auto c = gen.generate(5, 0);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  auto ctx = make_ref_context(mm, c->inputs, c->attrs, c->dtype);
+  ASSERT_TRUE(ctx.ok());
+  ASSERT_TRUE(run_reference(mm, *ctx).ok());
+  EXPECT_EQ(oracle_backend::counters().gemms, 0);
+}
+
+// |gpu - cpu| <= tol * scale, NaN against NaN and equal infinities included.
+bool agrees(double gpu, double cpu, double scale, double tol) {
+  if (std::isnan(cpu) || std::isnan(gpu)) return std::isnan(cpu) && std::isnan(gpu);
+  if (std::isinf(cpu) || std::isinf(gpu)) return gpu == cpu;
+  return std::fabs(gpu - cpu) <= tol * scale;
+}
+
+TEST(GpuOracle, AgreesWithTheCpuOnEveryOpAndStrategy) {
+  CpuAfter restore;
+  if (const Status st = oracle_backend::select("cuda"); !st.ok()) {
+    if (cuda_required()) FAIL() << st.error().message;
+    GTEST_SKIP() << "no CUDA oracle here: " << st.error().message;
+  }
+  (void)oracle_backend::select("cpu");
+  oracle_backend::set_min_macs(0);  // every GEMM and attention block of the fuzzer's sizes
+  constexpr double k_tol = 1e-12;
+  const std::set<std::string> must_use_gpu = {"matmul", "bmm", "linear", "conv1d", "conv2d",
+                                              "flash_attention", "decode_attention",
+                                              "matmul_backward", "scaled_fp8_matmul"};
+  std::printf("| op | cases | GEMMs on the GPU | attention blocks on the GPU | max |gpu-cpu|/(|cpu|+c_acc), value | max rel., bounds |\n|---|---:|---:|---:|---:|---:|\n");
+  for (const OpSchema* s : engine().catalogue().all()) {
+    if (s->reference.rfind("builtin:", 0) != 0) continue;
+    const oracle_backend::Counters before = oracle_backend::counters();
+    double worst_value = 0.0, worst_bound = 0.0;
+    int cases = 0;
+    for (auto dist : {Distribution::regular, Distribution::boundary, Distribution::adversarial,
+                      Distribution::special}) {
+      FuzzOptions o;
+      o.distribution = dist;
+      for (const auto& attr : s->attrs)
+        if (!attr.values.empty()) o.vary_attrs.push_back(attr.name);
+      CaseGenerator gen(*s, o);
+      for (std::int64_t i = 0; i < 3; ++i) {
+        auto c = gen.generate(91, i);
+        ASSERT_TRUE(c.ok()) << s->name << ": " << c.error().message;
+        auto ctx = make_ref_context(*s, c->inputs, c->attrs, c->dtype);
+        ASSERT_TRUE(ctx.ok()) << s->name << ": " << ctx.error().message;
+        ASSERT_TRUE(oracle_backend::select("cpu").ok());
+        auto cpu = run_reference(*s, *ctx);
+        ASSERT_TRUE(oracle_backend::select("cuda").ok());
+        auto gpu = run_reference(*s, *ctx);
+        ASSERT_TRUE(cpu.ok() && gpu.ok()) << s->name;
+        ASSERT_EQ(cpu->size(), gpu->size()) << s->name;
+        ++cases;
+        const std::string where = s->name + " case " + std::to_string(i) + " (" +
+                                  std::string(distribution_name(dist)) + ")";
+        for (std::size_t k = 0; k < cpu->size(); ++k) {
+          const RefOutput &C = (*cpu)[k], &G = (*gpu)[k];
+          ASSERT_EQ(C.shape, G.shape) << where;
+          ASSERT_EQ(C.value.size(), G.value.size()) << where;
+          ASSERT_EQ(C.c_acc.size(), G.c_acc.size()) << where;
+          ASSERT_EQ(C.c_in.size(), G.c_in.size()) << where;
+          EXPECT_EQ(C.alt_nonfinite, G.alt_nonfinite) << where << ": output " << C.name;
+          for (std::size_t e = 0; e < C.value.size(); ++e) {
+            const double acc = C.c_acc.empty() ? 0.0 : C.c_acc[e];
+            const double scale = std::fabs(C.value[e]) + (std::isfinite(acc) ? acc : 0.0);
+            ASSERT_TRUE(agrees(G.value[e], C.value[e], scale, k_tol))
+                << where << ": " << C.name << "[" << e << "] gpu " << G.value[e] << " cpu "
+                << C.value[e] << " c_acc " << acc;
+            if (std::isfinite(C.value[e]) && scale > 0)
+              worst_value = std::max(worst_value, std::fabs(G.value[e] - C.value[e]) / scale);
+          }
+          for (const auto* pair : {&C.c_acc, &C.c_in}) {
+            const RefVec& cb = *pair;
+            const RefVec& gb = pair == &C.c_acc ? G.c_acc : G.c_in;
+            for (std::size_t e = 0; e < cb.size(); ++e) {
+              ASSERT_TRUE(agrees(gb[e], cb[e], std::fabs(cb[e]), k_tol))
+                  << where << ": " << C.name << (pair == &C.c_acc ? " c_acc[" : " c_in[") << e
+                  << "] gpu " << gb[e] << " cpu " << cb[e];
+              if (std::isfinite(cb[e]) && cb[e] > 0)
+                worst_bound = std::max(worst_bound, std::fabs(gb[e] - cb[e]) / cb[e]);
+            }
+          }
+        }
+      }
+    }
+    const oracle_backend::Counters after = oracle_backend::counters();
+    const std::int64_t gemms = after.gemms - before.gemms,
+                       blocks = after.attention_blocks - before.attention_blocks;
+    EXPECT_EQ(after.failures, before.failures) << s->name;
+    if (must_use_gpu.count(s->name)) {
+      EXPECT_GT(gemms + blocks, 0) << s->name << " never ran on the GPU";
+    }
+    if (gemms + blocks > 0)
+      std::printf("| %s | %d | %lld | %lld | %.2e | %.2e |\n", s->name.c_str(), cases,
+                  static_cast<long long>(gemms), static_cast<long long>(blocks), worst_value,
+                  worst_bound);
+  }
+}
+
+}  // namespace
+}  // namespace gpuemu
