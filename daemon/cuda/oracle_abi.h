@@ -48,6 +48,9 @@ typedef struct gpuemu_oracle_backend {
                char* err, size_t err_len);
   /* attention_block_reference (attention_reference.cpp) for a block of finite inputs. */
   int (*attention)(const gpuemu_attention_block* blk, char* err, size_t err_len);
+  /* Seconds spent since init, summed over calls: copying inputs to the device, computing,
+   * copying outputs back (the stream's timeline), and the calls' wall time on the host. */
+  void (*timings)(double* seconds4);
 } gpuemu_oracle_backend;
 
 /* The one symbol the engine looks up. */

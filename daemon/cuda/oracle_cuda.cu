@@ -13,9 +13,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -32,6 +35,9 @@ struct State {
   cudaStream_t stream = nullptr;
   char* arena = nullptr;
   std::size_t arena_bytes = 0;
+  bool pin = false;         // $GPUEMU_ORACLE_CUDA_PIN=1: page-lock large host buffers for the copies
+  cudaEvent_t ev[4] = {};   // a call's start, inputs on the device, computed, outputs back
+  double seconds[4] = {};   // cumulative: inputs in, compute, outputs out, whole calls (host clock)
 };
 State g;
 
@@ -90,6 +96,48 @@ int reserve(std::size_t bytes, char* err, std::size_t err_len) {
   return 0;
 }
 
+// Page-locks large host buffers for one call where $GPUEMU_ORACLE_CUDA_PIN=1 (the copies then run
+// at the link's speed instead of through the driver's staging), and unlocks them once the stream
+// is idle. A buffer that cannot be locked is copied as it is.
+class Pinned {
+ public:
+  void add(const void* p, std::size_t bytes) {
+    if (!g.pin || bytes < (std::size_t{16} << 20)) return;
+    if (cudaHostRegister(const_cast<void*>(p), bytes, cudaHostRegisterDefault) == cudaSuccess)
+      m_ptrs.push_back(const_cast<void*>(p));
+    else
+      cudaGetLastError();
+  }
+  ~Pinned() {
+    if (m_ptrs.empty()) return;
+    cudaStreamSynchronize(g.stream);
+    for (void* p : m_ptrs) cudaHostUnregister(p);
+  }
+
+ private:
+  std::vector<void*> m_ptrs;
+};
+
+// The phases of one call on the stream's timeline, added to g.seconds once it is done.
+struct Timeline {
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  Timeline() { cudaEventRecord(g.ev[0], g.stream); }
+  void inputs_in() { cudaEventRecord(g.ev[1], g.stream); }
+  void computed() { cudaEventRecord(g.ev[2], g.stream); }
+  void outputs_out() { cudaEventRecord(g.ev[3], g.stream); }
+  void add() {  // after the stream's synchronisation
+    float ms[3] = {0, 0, 0};
+    for (int i = 0; i < 3; ++i) cudaEventElapsedTime(&ms[i], g.ev[i], g.ev[i + 1]);
+    for (int i = 0; i < 3; ++i) g.seconds[i] += ms[i] / 1e3;
+    g.seconds[3] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
+void timings(double* seconds4) {
+  std::lock_guard<std::mutex> lock(g.mu);
+  for (int i = 0; i < 4; ++i) seconds4[i] = g.seconds[i];
+}
+
 // Row-major C[M,N] = op(A)·op(B) + beta·C on device pointers: cuBLAS is column-major, and a
 // row-major matrix is its transpose there, so C^T = op(B)^T·op(A)^T.
 cublasStatus_t gemm_rm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K,
@@ -116,12 +164,16 @@ int init(char* desc, std::size_t desc_len, char* err, std::size_t err_len) {
   GPUEMU_CU(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
   GPUEMU_BLAS(cublasCreate(&g.blas));
   GPUEMU_BLAS(cublasSetStream(g.blas, g.stream));
+  for (cudaEvent_t& e : g.ev) GPUEMU_CU(cudaEventCreate(&e));
+  const char* pin = std::getenv("GPUEMU_ORACLE_CUDA_PIN");
+  g.pin = pin && std::strcmp(pin, "1") == 0;
   int blas_version = 0;
   GPUEMU_BLAS(cublasGetVersion(g.blas, &blas_version));
   if (desc && desc_len)
-    std::snprintf(desc, desc_len, "%s, sm_%d%d, %.0f GiB, cuBLAS %d.%d.%d", prop.name, prop.major,
+    std::snprintf(desc, desc_len, "%s, sm_%d%d, %.0f GiB, cuBLAS %d.%d.%d%s", prop.name, prop.major,
                   prop.minor, static_cast<double>(prop.totalGlobalMem) / (1u << 30),
-                  blas_version / 10000, blas_version / 100 % 100, blas_version % 100);
+                  blas_version / 10000, blas_version / 100 % 100, blas_version % 100,
+                  g.pin ? ", pinned copies" : "");
   g.ready = true;
   return 0;
 }
@@ -149,6 +201,11 @@ int dgemm(int trans_a, int trans_b, std::int64_t M, std::int64_t N, std::int64_t
   double* dB = c.take<double>(b_rows * b_cols);
   double* dC = c.take<double>(M * N);
   const std::size_t d8 = sizeof(double);
+  Pinned pinned;
+  pinned.add(A, static_cast<std::size_t>((a_rows - 1) * lda + a_cols) * d8);
+  pinned.add(B, static_cast<std::size_t>((b_rows - 1) * ldb + b_cols) * d8);
+  pinned.add(C, static_cast<std::size_t>((M - 1) * ldc + N) * d8);
+  Timeline tl;
   GPUEMU_CU(cudaMemcpy2DAsync(dA, a_cols * d8, A, lda * d8, a_cols * d8, a_rows,
                               cudaMemcpyHostToDevice, g.stream));
   GPUEMU_CU(cudaMemcpy2DAsync(dB, b_cols * d8, B, ldb * d8, b_cols * d8, b_rows,
@@ -156,10 +213,14 @@ int dgemm(int trans_a, int trans_b, std::int64_t M, std::int64_t N, std::int64_t
   if (beta != 0.0)
     GPUEMU_CU(cudaMemcpy2DAsync(dC, N * d8, C, ldc * d8, N * d8, M, cudaMemcpyHostToDevice,
                                 g.stream));
+  tl.inputs_in();
   GPUEMU_BLAS(gemm_rm(trans_a, trans_b, M, N, K, dA, a_cols, dB, b_cols, dC, N, beta));
+  tl.computed();
   GPUEMU_CU(cudaMemcpy2DAsync(C, ldc * d8, dC, N * d8, N * d8, M, cudaMemcpyDeviceToHost,
                               g.stream));
+  tl.outputs_out();
   GPUEMU_CU(cudaStreamSynchronize(g.stream));
+  tl.add();
   return 0;
 }
 
@@ -196,21 +257,54 @@ __global__ void abs_kernel(const double* x, double* y, std::int64_t n) {
     y[i] = fabs(x[i]);
 }
 
-// Per column c of v: |v|, Σ_j |v_jc| in the CPU's order (j ascending), and the prefix maxima
-// max_{j' <= j} |v_j'c| that unresolved rows read.
-__global__ void v_columns_kernel(const double* v, std::int64_t lk, std::int64_t d, double* abs_v,
-                                 double* sum_abs_v, double* prefix_max_v) {
-  const std::int64_t c = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x;
+// Per column c of v: |v|, Σ_j |v_jc| and the prefix maxima max_{j' <= j} |v_j'c| that unresolved
+// rows read, in three passes over chunks of k_col_rows rows (a thread per column and chunk): the
+// chunks' sums and maxima, then per column a scan over the chunks, then the prefix maxima within
+// each chunk from its carry. The sum's order differs from the CPU's (j ascending): a sum of
+// non-negative terms, so only in its last bits.
+constexpr std::int64_t k_col_rows = 32;
+
+__global__ void v_chunks_kernel(const double* v, std::int64_t lk, std::int64_t d, double* abs_v,
+                                double* chunk_sum, double* chunk_max) {
+  const std::int64_t c = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x, ch = blockIdx.y;
   if (c >= d) return;
   double sum = 0.0, mx = 0.0;
-  for (std::int64_t j = 0; j < lk; ++j) {
+  const std::int64_t j1 = (ch + 1) * k_col_rows < lk ? (ch + 1) * k_col_rows : lk;
+  for (std::int64_t j = ch * k_col_rows; j < j1; ++j) {
     const double a = fabs(v[j * d + c]);
     abs_v[j * d + c] = a;
     sum += a;
-    mx = j == 0 ? a : fmax(mx, a);
-    prefix_max_v[j * d + c] = mx;
+    mx = fmax(mx, a);
+  }
+  chunk_sum[ch * d + c] = sum;
+  chunk_max[ch * d + c] = mx;
+}
+
+// Per column: the total, and each chunk's carry (the max of the chunks before it), in place.
+__global__ void v_scan_kernel(std::int64_t chunks, std::int64_t d, const double* chunk_sum,
+                              double* chunk_max, double* sum_abs_v) {
+  const std::int64_t c = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x;
+  if (c >= d) return;
+  double sum = 0.0, carry = 0.0;
+  for (std::int64_t ch = 0; ch < chunks; ++ch) {
+    sum += chunk_sum[ch * d + c];
+    const double m = chunk_max[ch * d + c];
+    chunk_max[ch * d + c] = carry;
+    carry = fmax(carry, m);
   }
   sum_abs_v[c] = sum;
+}
+
+__global__ void v_prefix_kernel(const double* abs_v, std::int64_t lk, std::int64_t d,
+                                const double* carry, double* prefix_max_v) {
+  const std::int64_t c = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x, ch = blockIdx.y;
+  if (c >= d) return;
+  double mx = carry[ch * d + c];
+  const std::int64_t j1 = (ch + 1) * k_col_rows < lk ? (ch + 1) * k_col_rows : lk;
+  for (std::int64_t j = ch * k_col_rows; j < j1; ++j) {
+    mx = fmax(mx, abs_v[j * d + c]);
+    prefix_max_v[j * d + c] = mx;
+  }
 }
 
 struct RowArgs {
@@ -329,7 +423,9 @@ int attention(const gpuemu_attention_block* blk, char* err, std::size_t err_len)
   const std::int64_t chunk = std::max<std::int64_t>(1, std::min(lq, (std::int64_t{1} << 25) / lk));
   const bool flush = blk->p_flush_weight > 0.0;
   const std::int64_t mat = chunk * lk;
+  const std::int64_t col_chunks = (lk + k_col_rows - 1) / k_col_rows;
   const std::size_t bytes = aligned(lq * d, 8) * 4 + aligned(lk * d, 8) * 5 + aligned(d, 8) +
+                            aligned(col_chunks * d, 8) * 2 +
                             aligned(mat, 8) * (flush ? 5 : 4) + aligned(chunk, 8) * 3 +
                             aligned(chunk, 1) + aligned(lq, 1) + aligned(chunk * d, 8);
   if (int rc = reserve(bytes, err, err_len)) return rc;
@@ -344,6 +440,8 @@ int attention(const gpuemu_attention_block* blk, char* err, std::size_t err_len)
   double* abs_v = cv.take<double>(lk * d);
   double* prefix_max_v = cv.take<double>(lk * d);
   double* sum_abs_v = cv.take<double>(d);
+  double* chunk_sum = cv.take<double>(col_chunks * d);
+  double* chunk_max = cv.take<double>(col_chunks * d);
   double* S = cv.take<double>(mat);
   double* E = cv.take<double>(mat);
   double* P = cv.take<double>(mat);
@@ -356,12 +454,25 @@ int attention(const gpuemu_attention_block* blk, char* err, std::size_t err_len)
   unsigned char* row_nan = cv.take<unsigned char>(lq);
   double* abs_q = cv.take<double>(chunk * d);
   const std::size_t d8 = sizeof(double);
+  Pinned pinned;
+  for (const void* p : {static_cast<const void*>(blk->q), static_cast<const void*>(blk->out),
+                        static_cast<const void*>(blk->c_in), static_cast<const void*>(blk->c_acc)})
+    pinned.add(p, static_cast<std::size_t>(lq * d) * d8);
+  pinned.add(blk->k, static_cast<std::size_t>(lk * d) * d8);
+  pinned.add(blk->v, static_cast<std::size_t>(lk * d) * d8);
+  Timeline tl;
   GPUEMU_CU(cudaMemcpyAsync(q, blk->q, lq * d * d8, cudaMemcpyHostToDevice, g.stream));
   GPUEMU_CU(cudaMemcpyAsync(k, blk->k, lk * d * d8, cudaMemcpyHostToDevice, g.stream));
   GPUEMU_CU(cudaMemcpyAsync(v, blk->v, lk * d * d8, cudaMemcpyHostToDevice, g.stream));
+  tl.inputs_in();
   abs_kernel<<<grid_for(lk * d), k_threads, 0, g.stream>>>(k, abs_k, lk * d);
-  v_columns_kernel<<<static_cast<int>((d + 127) / 128), 128, 0, g.stream>>>(v, lk, d, abs_v,
-                                                                           sum_abs_v, prefix_max_v);
+  {
+    const dim3 grid(static_cast<unsigned>((d + 63) / 64), static_cast<unsigned>(col_chunks));
+    v_chunks_kernel<<<grid, 64, 0, g.stream>>>(v, lk, d, abs_v, chunk_sum, chunk_max);
+    v_scan_kernel<<<static_cast<unsigned>((d + 63) / 64), 64, 0, g.stream>>>(col_chunks, d, chunk_sum,
+                                                                          chunk_max, sum_abs_v);
+    v_prefix_kernel<<<grid, 64, 0, g.stream>>>(abs_v, lk, d, chunk_max, prefix_max_v);
+  }
   GPUEMU_CU(cudaGetLastError());
   const double root_d = std::sqrt(static_cast<double>(d)) + blk->policy_weight;
   for (std::int64_t r0 = 0; r0 < lq; r0 += chunk) {
@@ -386,6 +497,7 @@ int attention(const gpuemu_attention_block* blk, char* err, std::size_t err_len)
         prefix_max_v, e_max_row);
     GPUEMU_CU(cudaGetLastError());
   }
+  tl.computed();
   GPUEMU_CU(cudaMemcpyAsync(blk->out, out, lq * d * d8, cudaMemcpyDeviceToHost, g.stream));
   GPUEMU_CU(cudaMemcpyAsync(blk->c_in, c_in, lq * d * d8, cudaMemcpyDeviceToHost, g.stream));
   GPUEMU_CU(cudaMemcpyAsync(blk->c_acc, c_acc, lq * d * d8, cudaMemcpyDeviceToHost, g.stream));
@@ -393,7 +505,9 @@ int attention(const gpuemu_attention_block* blk, char* err, std::size_t err_len)
   std::vector<unsigned char> nan_rows(static_cast<std::size_t>(lq));
   GPUEMU_CU(cudaMemcpyAsync(nan_rows.data(), row_nan, nan_rows.size(), cudaMemcpyDeviceToHost,
                             g.stream));
+  tl.outputs_out();
   GPUEMU_CU(cudaStreamSynchronize(g.stream));
+  tl.add();
   if (blk->alt)
     for (std::int64_t i = 0; i < lq; ++i)
       if (nan_rows[static_cast<std::size_t>(i)])
@@ -401,7 +515,8 @@ int attention(const gpuemu_attention_block* blk, char* err, std::size_t err_len)
   return 0;
 }
 
-const gpuemu_oracle_backend k_backend = {GPUEMU_ORACLE_ABI_VERSION, init, dgemm, attention};
+const gpuemu_oracle_backend k_backend = {GPUEMU_ORACLE_ABI_VERSION, init, dgemm, attention,
+                                         timings};
 
 }  // namespace
 

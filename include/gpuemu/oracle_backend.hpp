@@ -33,6 +33,9 @@ void set_min_macs(std::int64_t macs);
 // computed on the CPU), since the process started.
 struct Counters {
   std::int64_t gemms = 0, attention_blocks = 0, failures = 0;
+  // Where the GPU's time went, summed over its calls: inputs copied to the device, computing,
+  // outputs copied back, and the calls' wall time on the host (0 on the CPU backend).
+  double seconds_in = 0, seconds_compute = 0, seconds_out = 0, seconds_calls = 0;
 };
 Counters counters();
 

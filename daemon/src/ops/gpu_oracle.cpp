@@ -189,7 +189,16 @@ std::int64_t min_macs() {
 
 void set_min_macs(std::int64_t macs) { g_min_macs.store(macs < 0 ? 0 : macs); }
 
-Counters counters() { return {g_gemms.load(), g_blocks.load(), g_failures.load()}; }
+Counters counters() {
+  Counters c{g_gemms.load(), g_blocks.load(), g_failures.load()};
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_loaded.api) {
+    double s[4] = {0, 0, 0, 0};
+    g_loaded.api->timings(s);
+    c.seconds_in = s[0], c.seconds_compute = s[1], c.seconds_out = s[2], c.seconds_calls = s[3];
+  }
+  return c;
+}
 
 }  // namespace gpuemu::oracle_backend
 
