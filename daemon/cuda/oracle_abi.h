@@ -4,8 +4,10 @@
  * gpuemu.set_oracle("cuda")), so every binary runs on machines without a GPU or a CUDA runtime.
  * docs/gpu.md, "The fp64 oracle on the GPU", says what it covers and how it was checked.
  *
- * Every function returns 0 on success, or writes a message into err (NUL-terminated, at most
- * err_len bytes) and returns nonzero; the engine then computes that piece on the CPU. The backend
+ * Every function returns 0 on success; GPUEMU_ORACLE_DECLINED where the inputs hold a value the
+ * GPU path does not take (Inf or NaN, or attention scores near fp64's range: the backend checks
+ * on the device, after the copy); or writes a message into err (NUL-terminated, at most err_len
+ * bytes) and returns 1. Either way but 0, the engine computes that piece on the CPU. The backend
  * serializes its calls (one stream); the engine may call it from any thread. */
 #ifndef GPUEMU_ORACLE_ABI_H
 #define GPUEMU_ORACLE_ABI_H
@@ -18,6 +20,7 @@ extern "C" {
 #endif
 
 #define GPUEMU_ORACLE_ABI_VERSION 1
+#define GPUEMU_ORACLE_DECLINED 2
 
 /* One attention block with finite q, k, v and scale (the engine keeps the special-value paths on
  * the CPU): the fields of gpuemu::ops::AttentionBlock (attention_reference.hpp), whose comments
@@ -46,6 +49,13 @@ typedef struct gpuemu_oracle_backend {
   int (*dgemm)(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const double* A,
                int64_t lda, const double* B, int64_t ldb, double* C, int64_t ldc, double beta,
                char* err, size_t err_len);
+  /* The value and the accumulation condition of a GEMM-shaped reference from one copy of its
+   * operands: C = A·op(B) and C_abs = L(|A|)·L(|op(B)|), A [M,K] row-major (lda), B [K,N] or, when
+   * trans_b, [N,K] (ldb), L(x) = lift_below for 0 < x < lift_below, else x (lift_subnormal_magnitudes
+   * of gemm_blas.hpp; lift_below 0: none). Host pointers. */
+  int (*gemm_abs)(int trans_b, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
+                  const double* B, int64_t ldb, double lift_below, double* C, int64_t ldc,
+                  double* C_abs, int64_t ldc_abs, char* err, size_t err_len);
   /* attention_block_reference (attention_reference.cpp) for a block of finite inputs. */
   int (*attention)(const gpuemu_attention_block* blk, char* err, size_t err_len);
   /* Seconds spent since init, summed over calls: copying inputs to the device, computing,

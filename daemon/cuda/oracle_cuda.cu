@@ -149,6 +149,62 @@ cublasStatus_t gemm_rm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::in
                         std::max<std::int64_t>(lda, 1), &beta, C, std::max<std::int64_t>(ldc, 1));
 }
 
+// Input checks on the device, into flags[0] (any Inf or NaN: 1) and the bits of flags[1 + slot]
+// (max |x|; non-negative doubles order as their bit patterns).
+__global__ void check_kernel(const double* x, std::int64_t n, unsigned long long* flags, int slot) {
+  double mx = 0.0;
+  bool bad = false;
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    const double a = fabs(x[i]);
+    bad |= !isfinite(a);
+    mx = fmax(mx, a);  // fmax ignores a NaN; bad says it
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    mx = fmax(mx, __shfl_down_sync(0xffffffffu, mx, o));
+    bad |= __shfl_down_sync(0xffffffffu, static_cast<int>(bad), o) != 0;
+  }
+  if (threadIdx.x % 32 == 0) {
+    if (bad) atomicOr(&flags[0], 1ull);
+    atomicMax(&flags[1 + slot], static_cast<unsigned long long>(__double_as_longlong(mx)));
+  }
+}
+
+int grid_for(std::int64_t n) {
+  return static_cast<int>(std::min<std::int64_t>((n + k_threads - 1) / k_threads, 65535));
+}
+
+int check_grid(std::int64_t n) {
+  return static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>((n + 255) / 256, 1024)));
+}
+
+// Runs the checks of `count` device arrays and brings the flags back: flags[0] any non-finite,
+// then each array's max |x|.
+int check_inputs(const double* const* xs, const std::int64_t* ns, int count,
+                 unsigned long long* dflags, double* max_abs, bool* nonfinite, char* err,
+                 std::size_t err_len) {
+  GPUEMU_CU(cudaMemsetAsync(dflags, 0, sizeof(unsigned long long) * (1 + count), g.stream));
+  for (int i = 0; i < count; ++i)
+    check_kernel<<<check_grid(ns[i]), 256, 0, g.stream>>>(xs[i], ns[i], dflags, i);
+  GPUEMU_CU(cudaGetLastError());
+  unsigned long long host[8] = {0};
+  GPUEMU_CU(cudaMemcpyAsync(host, dflags, sizeof(unsigned long long) * (1 + count),
+                            cudaMemcpyDeviceToHost, g.stream));
+  GPUEMU_CU(cudaStreamSynchronize(g.stream));
+  *nonfinite = host[0] != 0;
+  for (int i = 0; i < count; ++i) std::memcpy(&max_abs[i], &host[1 + i], sizeof(double));
+  return 0;
+}
+
+// y = L(|x|) in place over n elements (gemm_abs).
+__global__ void abs_lift_kernel(double* x, std::int64_t n, double lift_below) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    const double a = fabs(x[i]);
+    x[i] = a > 0.0 && a < lift_below ? lift_below : a;
+  }
+}
+
 int init(char* desc, std::size_t desc_len, char* err, std::size_t err_len) {
   std::lock_guard<std::mutex> lock(g.mu);
   if (g.ready) return 0;
@@ -193,13 +249,15 @@ int dgemm(int trans_a, int trans_b, std::int64_t M, std::int64_t N, std::int64_t
   // The stored extents (rows x columns) of A and B; packed on the device.
   const std::int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
   const std::int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
-  if (int rc = reserve(aligned(a_rows * a_cols, 8) + aligned(b_rows * b_cols, 8) + aligned(M * N, 8),
+  if (int rc = reserve(aligned(a_rows * a_cols, 8) + aligned(b_rows * b_cols, 8) + aligned(M * N, 8) +
+                           aligned(8, 8),
                        err, err_len))
     return rc;
   Carver c{g.arena};
   double* dA = c.take<double>(a_rows * a_cols);
   double* dB = c.take<double>(b_rows * b_cols);
   double* dC = c.take<double>(M * N);
+  auto* flags = c.take<unsigned long long>(8);
   const std::size_t d8 = sizeof(double);
   Pinned pinned;
   pinned.add(A, static_cast<std::size_t>((a_rows - 1) * lda + a_cols) * d8);
@@ -214,10 +272,77 @@ int dgemm(int trans_a, int trans_b, std::int64_t M, std::int64_t N, std::int64_t
     GPUEMU_CU(cudaMemcpy2DAsync(dC, N * d8, C, ldc * d8, N * d8, M, cudaMemcpyHostToDevice,
                                 g.stream));
   tl.inputs_in();
+  {
+    const double* xs[3] = {dA, dB, dC};
+    const std::int64_t ns[3] = {a_rows * a_cols, b_rows * b_cols, M * N};
+    double mx[3];
+    bool nonfinite = false;
+    if (int rc = check_inputs(xs, ns, beta != 0.0 ? 3 : 2, flags, mx, &nonfinite, err, err_len)) return rc;
+    if (nonfinite) return GPUEMU_ORACLE_DECLINED;
+  }
   GPUEMU_BLAS(gemm_rm(trans_a, trans_b, M, N, K, dA, a_cols, dB, b_cols, dC, N, beta));
   tl.computed();
   GPUEMU_CU(cudaMemcpy2DAsync(C, ldc * d8, dC, N * d8, N * d8, M, cudaMemcpyDeviceToHost,
                               g.stream));
+  tl.outputs_out();
+  GPUEMU_CU(cudaStreamSynchronize(g.stream));
+  tl.add();
+  return 0;
+}
+
+int gemm_abs(int trans_b, std::int64_t M, std::int64_t N, std::int64_t K, const double* A,
+             std::int64_t lda, const double* B, std::int64_t ldb, double lift_below, double* C,
+             std::int64_t ldc, double* C_abs, std::int64_t ldc_abs, char* err,
+             std::size_t err_len) {
+  std::lock_guard<std::mutex> lock(g.mu);
+  if (!g.ready) {
+    put(err, err_len, "gemm_abs", "the backend is not initialised");
+    return 1;
+  }
+  if (M <= 0 || N <= 0 || K <= 0) {
+    put(err, err_len, "gemm_abs", "empty shapes stay on the CPU");
+    return 1;
+  }
+  const std::int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+  if (int rc = reserve(aligned(M * K, 8) + aligned(b_rows * b_cols, 8) + aligned(M * N, 8) * 2 +
+                           aligned(8, 8),
+                       err, err_len))
+    return rc;
+  Carver c{g.arena};
+  double* dA = c.take<double>(M * K);
+  double* dB = c.take<double>(b_rows * b_cols);
+  double* dC = c.take<double>(M * N);
+  double* dC_abs = c.take<double>(M * N);
+  auto* flags = c.take<unsigned long long>(8);
+  const std::size_t d8 = sizeof(double);
+  Pinned pinned;
+  pinned.add(A, static_cast<std::size_t>((M - 1) * lda + K) * d8);
+  pinned.add(B, static_cast<std::size_t>((b_rows - 1) * ldb + b_cols) * d8);
+  pinned.add(C, static_cast<std::size_t>((M - 1) * ldc + N) * d8);
+  pinned.add(C_abs, static_cast<std::size_t>((M - 1) * ldc_abs + N) * d8);
+  Timeline tl;
+  GPUEMU_CU(cudaMemcpy2DAsync(dA, K * d8, A, lda * d8, K * d8, M, cudaMemcpyHostToDevice, g.stream));
+  GPUEMU_CU(cudaMemcpy2DAsync(dB, b_cols * d8, B, ldb * d8, b_cols * d8, b_rows,
+                              cudaMemcpyHostToDevice, g.stream));
+  tl.inputs_in();
+  {
+    const double* xs[2] = {dA, dB};
+    const std::int64_t ns[2] = {M * K, b_rows * b_cols};
+    double mx[2];
+    bool nonfinite = false;
+    if (int rc = check_inputs(xs, ns, 2, flags, mx, &nonfinite, err, err_len)) return rc;
+    if (nonfinite) return GPUEMU_ORACLE_DECLINED;
+  }
+  GPUEMU_BLAS(gemm_rm(false, trans_b, M, N, K, dA, K, dB, b_cols, dC, N, 0.0));
+  abs_lift_kernel<<<grid_for(M * K), k_threads, 0, g.stream>>>(dA, M * K, lift_below);
+  abs_lift_kernel<<<grid_for(b_rows * b_cols), k_threads, 0, g.stream>>>(dB, b_rows * b_cols,
+                                                                         lift_below);
+  GPUEMU_CU(cudaGetLastError());
+  GPUEMU_BLAS(gemm_rm(false, trans_b, M, N, K, dA, K, dB, b_cols, dC_abs, N, 0.0));
+  tl.computed();
+  GPUEMU_CU(cudaMemcpy2DAsync(C, ldc * d8, dC, N * d8, N * d8, M, cudaMemcpyDeviceToHost, g.stream));
+  GPUEMU_CU(cudaMemcpy2DAsync(C_abs, ldc_abs * d8, dC_abs, N * d8, N * d8, M,
+                              cudaMemcpyDeviceToHost, g.stream));
   tl.outputs_out();
   GPUEMU_CU(cudaStreamSynchronize(g.stream));
   tl.add();
@@ -404,10 +529,6 @@ __global__ void finish_kernel(double* c_acc, const double* c_in, std::int64_t ro
   }
 }
 
-int grid_for(std::int64_t n) {
-  return static_cast<int>(std::min<std::int64_t>((n + k_threads - 1) / k_threads, 65535));
-}
-
 int attention(const gpuemu_attention_block* blk, char* err, std::size_t err_len) {
   std::lock_guard<std::mutex> lock(g.mu);
   if (!g.ready) {
@@ -427,7 +548,8 @@ int attention(const gpuemu_attention_block* blk, char* err, std::size_t err_len)
   const std::size_t bytes = aligned(lq * d, 8) * 4 + aligned(lk * d, 8) * 5 + aligned(d, 8) +
                             aligned(col_chunks * d, 8) * 2 +
                             aligned(mat, 8) * (flush ? 5 : 4) + aligned(chunk, 8) * 3 +
-                            aligned(chunk, 1) + aligned(lq, 1) + aligned(chunk * d, 8);
+                            aligned(chunk, 1) + aligned(lq, 1) + aligned(chunk * d, 8) +
+                            aligned(8, 8);
   if (int rc = reserve(bytes, err, err_len)) return rc;
   Carver cv{g.arena};
   double* q = cv.take<double>(lq * d);
@@ -453,6 +575,7 @@ int attention(const gpuemu_attention_block* blk, char* err, std::size_t err_len)
   unsigned char* unresolved = cv.take<unsigned char>(chunk);
   unsigned char* row_nan = cv.take<unsigned char>(lq);
   double* abs_q = cv.take<double>(chunk * d);
+  auto* flags = cv.take<unsigned long long>(8);
   const std::size_t d8 = sizeof(double);
   Pinned pinned;
   for (const void* p : {static_cast<const void*>(blk->q), static_cast<const void*>(blk->out),
@@ -465,6 +588,16 @@ int attention(const gpuemu_attention_block* blk, char* err, std::size_t err_len)
   GPUEMU_CU(cudaMemcpyAsync(k, blk->k, lk * d * d8, cudaMemcpyHostToDevice, g.stream));
   GPUEMU_CU(cudaMemcpyAsync(v, blk->v, lk * d * d8, cudaMemcpyHostToDevice, g.stream));
   tl.inputs_in();
+  {  // finite inputs whose scores stay far inside fp64's range; the rest is the CPU's
+    const double* xs[3] = {q, k, v};
+    const std::int64_t ns[3] = {lq * d, lk * d, lk * d};
+    double mx[3];
+    bool nonfinite = false;
+    if (int rc = check_inputs(xs, ns, 3, flags, mx, &nonfinite, err, err_len)) return rc;
+    if (nonfinite || !std::isfinite(blk->scale) ||
+        !(mx[0] * mx[1] * static_cast<double>(d) * std::max(1.0, std::fabs(blk->scale)) < 1e300))
+      return GPUEMU_ORACLE_DECLINED;
+  }
   abs_kernel<<<grid_for(lk * d), k_threads, 0, g.stream>>>(k, abs_k, lk * d);
   {
     const dim3 grid(static_cast<unsigned>((d + 63) / 64), static_cast<unsigned>(col_chunks));
@@ -515,8 +648,8 @@ int attention(const gpuemu_attention_block* blk, char* err, std::size_t err_len)
   return 0;
 }
 
-const gpuemu_oracle_backend k_backend = {GPUEMU_ORACLE_ABI_VERSION, init, dgemm, attention,
-                                         timings};
+const gpuemu_oracle_backend k_backend = {GPUEMU_ORACLE_ABI_VERSION, init, dgemm, gemm_abs,
+                                         attention, timings};
 
 }  // namespace
 

@@ -78,11 +78,17 @@ Result<std::vector<RefOutput>> matmul_reference_value_only(const RefContext& ctx
                        gemm_reference_value_only(a.data.data(), b.data.data(), M, K, N));
 }
 
+double subnormal_lift(DType dtype) {
+  return dtype == DType::float16 || dtype == DType::bfloat16 ? dtype_info(dtype).min_normal : 0.0;
+}
+
 void lift_subnormal_magnitudes(RefVec& abs_values, DType dtype) {
-  if (dtype != DType::float16 && dtype != DType::bfloat16) return;
-  const double min_normal = dtype_info(dtype).min_normal;
-  for (double& v : abs_values)
-    if (v > 0.0 && v < min_normal) v = min_normal;
+  const double min_normal = subnormal_lift(dtype);
+  if (min_normal == 0.0) return;
+  parallel_for(static_cast<std::int64_t>(abs_values.size()), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i)
+      if (abs_values[i] > 0.0 && abs_values[i] < min_normal) abs_values[i] = min_normal;
+  }, 1 << 18);
 }
 
 }  // namespace gpuemu::ops

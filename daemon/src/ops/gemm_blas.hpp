@@ -71,6 +71,8 @@ inline double subnormal_error(const RefContext& ctx, double x) {
 // |x| in [0, min normal of `dtype`) but 0 becomes the min normal, in an |operand| copy, for fp16
 // and bf16 (the dtypes tensor cores take; fp32 runs on FFMA or under a declared policy).
 void lift_subnormal_magnitudes(RefVec& abs_values, DType dtype);
+// The magnitude lift_subnormal_magnitudes lifts to: the smallest normal of fp16 and bf16, else 0.
+double subnormal_lift(DType dtype);
 
 inline double floor_weight_a(const RefContext& ctx) { return (2.0 + ctx.operand_roundoff) * 0x1.0p24; }
 inline double floor_weight_b(const RefContext& ctx) { return (1.0 + ctx.operand_roundoff) * 0x1.0p24; }

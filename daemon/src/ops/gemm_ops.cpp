@@ -8,8 +8,10 @@
 // is smaller when they cancel. linear adds |bias| (an fp32 add) to c_acc and, with a bias, c_in =
 // |x·Wᵀ|: PyTorch's unfused path rounds the product to the input dtype before adding the bias.
 // Under a precision policy (TF32 operands, ...) c_acc's factor sqrt(K) gains policy_weight().
+#include "core/parallel.hpp"
 #include "ops/gemm_blas.hpp"
 #include "ops/gemm_emulation.hpp"
+#include "ops/gpu_oracle.hpp"
 #include "ops/lowp_emu.hpp"
 #include "ops/op_util.hpp"
 #include "ops/register.hpp"
@@ -158,26 +160,35 @@ void scale_by_growth(const GemmProblem& p, RefVec& c_acc, double weight) {
     const double* a = p.a + t * p.M * p.K;
     const double* b = b_of(p, t);
     const auto b_at = [&](std::int64_t k, std::int64_t j) { return std::fabs(p.b_transposed ? b[j * p.K + k] : b[k * p.N + j]); };
-    for (std::int64_t i = 0; i < p.M; ++i) {
-      rows[i] = Extremes{};
-      for (std::int64_t k = 0; k < p.K; ++k) rows[i].add(std::fabs(a[i * p.K + k]), k);
-    }
-    for (auto& c : cols) c = Extremes{};
-    for (std::int64_t k = 0; k < p.K; ++k)
-      for (std::int64_t j = 0; j < p.N; ++j) cols[j].add(b_at(k, j), k);
-    double* acc = c_acc.data() + t * p.M * p.N;
-    for (std::int64_t i = 0; i < p.M; ++i) {
-      const Extremes& r = rows[i];
-      for (std::int64_t j = 0; j < p.N; ++j) {
-        const Extremes& c = cols[j];
-        const double by_row = r.hi * b_at(r.at_hi, j) - r.lo * b_at(r.at_lo, j);
-        const double by_col = std::fabs(a[i * p.K + c.at_hi]) * c.hi - std::fabs(a[i * p.K + c.at_lo]) * c.lo;
-        const double spread = std::max({0.0, by_row, by_col});
-        double& x = acc[i * p.N + j];
-        const double g = SumGrowth::growth(n, x / n, spread);
-        x *= std::max(root_k, g) + weight;
+    // Rows, columns and outputs in parallel; each scans its k in order, as one thread would, so
+    // the extremes (first occurrences on ties) and every output are the same bits.
+    const std::int64_t grain = std::max<std::int64_t>(1, (1 << 16) / std::max<std::int64_t>(p.K, 1));
+    parallel_for(p.M, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        rows[i] = Extremes{};
+        for (std::int64_t k = 0; k < p.K; ++k) rows[i].add(std::fabs(a[i * p.K + k]), k);
       }
-    }
+    }, grain);
+    parallel_for(p.N, [&](std::int64_t j0, std::int64_t j1) {
+      for (std::int64_t j = j0; j < j1; ++j) cols[j] = Extremes{};
+      for (std::int64_t k = 0; k < p.K; ++k)
+        for (std::int64_t j = j0; j < j1; ++j) cols[j].add(b_at(k, j), k);
+    }, grain);
+    double* acc = c_acc.data() + t * p.M * p.N;
+    parallel_for(p.M, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const Extremes& r = rows[i];
+        for (std::int64_t j = 0; j < p.N; ++j) {
+          const Extremes& c = cols[j];
+          const double by_row = r.hi * b_at(r.at_hi, j) - r.lo * b_at(r.at_lo, j);
+          const double by_col = std::fabs(a[i * p.K + c.at_hi]) * c.hi - std::fabs(a[i * p.K + c.at_lo]) * c.lo;
+          const double spread = std::max({0.0, by_row, by_col});
+          double& x = acc[i * p.N + j];
+          const double g = SumGrowth::growth(n, x / n, spread);
+          x *= std::max(root_k, g) + weight;
+        }
+      }
+    }, std::max<std::int64_t>(1, (1 << 16) / std::max<std::int64_t>(p.N, 1)));
   }
 }
 
@@ -197,11 +208,18 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, std::string_view
     return single_output(ctx.output_dtype(), p.out_shape, std::move(value), RefVec{}, RefVec{});
   }
   RefVec c_acc = uninit_output(p.batches * mn), c_in;
-  RefVec abs_b = abs_copy(p.b, (p.b_shared ? 1 : p.batches) * p.K * p.N);
   const DType in_dtype = ctx.input(op == "linear" ? "x" : "a").dtype;
-  lift_subnormal_magnitudes(abs_b, in_dtype);
+  RefVec abs_b;  // |b| lifted (lift_subnormal_magnitudes), built for the first batch the CPU computes
   for (std::int64_t t = 0; t < p.batches; ++t) {
     const double* a = p.a + t * p.M * p.K;
+    // The value and |a|·|b| from one copy of the operands on the GPU, where the oracle runs there.
+    if (gpu_oracle::gemm_abs(p.b_transposed, p.M, p.N, p.K, a, b_of(p, t), subnormal_lift(in_dtype),
+                             value.data() + t * mn, c_acc.data() + t * mn))
+      continue;
+    if (abs_b.empty()) {
+      abs_b = abs_copy(p.b, (p.b_shared ? 1 : p.batches) * p.K * p.N);
+      lift_subnormal_magnitudes(abs_b, in_dtype);
+    }
     dgemm_rm(false, p.b_transposed, p.M, p.N, p.K, a, p.K, b_of(p, t), ldb, value.data() + t * mn,
              p.N);
     RefVec abs_a = abs_copy(a, p.M * p.K);

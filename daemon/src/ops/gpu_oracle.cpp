@@ -137,23 +137,6 @@ bool large(std::int64_t a, std::int64_t b, std::int64_t c) {
          static_cast<double>(oracle_backend::min_macs());
 }
 
-// The largest |x_i| of x[0..n), or -1 where one is not finite.
-double max_abs_finite(const double* x, std::int64_t n) {
-  double m = 0.0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(x[i])) return -1.0;
-    m = std::max(m, std::fabs(x[i]));
-  }
-  return m;
-}
-
-// Whether the rows x cols matrix stored with leading dimension ld holds only finite values.
-bool finite_matrix(const double* x, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
-  for (std::int64_t r = 0; r < rows; ++r)
-    if (!all_finite(x + r * ld, cols)) return false;
-  return true;
-}
-
 }  // namespace
 }  // namespace gpuemu::ops::gpu_oracle
 
@@ -204,46 +187,48 @@ Counters counters() {
 
 namespace gpuemu::ops::gpu_oracle {
 
+// 0: done on the GPU; GPUEMU_ORACLE_DECLINED: inputs the GPU path does not take (the CPU's, not
+// a failure); anything else: a failure, reported once and counted.
+bool outcome(int rc, const char* what, const char* err, std::atomic<std::int64_t>& done) {
+  if (rc == 0) {
+    done.fetch_add(1);
+    return true;
+  }
+  if (rc != GPUEMU_ORACLE_DECLINED) report_failure(what, err);
+  return false;
+}
+
 bool dgemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
            const double* A, std::int64_t lda, const double* B, std::int64_t ldb, double* C,
            std::int64_t ldc, double beta) {
   const gpuemu_oracle_backend* api = active();
-  if (!api || M <= 0 || N <= 0 || K <= 0 || !large(M, N, K)) return false;
-  if (!finite_matrix(A, trans_a ? K : M, trans_a ? M : K, lda) ||
-      !finite_matrix(B, trans_b ? N : K, trans_b ? K : N, ldb) || !std::isfinite(beta))
-    return false;
+  if (!api || M <= 0 || N <= 0 || K <= 0 || !large(M, N, K) || !std::isfinite(beta)) return false;
   char err[512] = {0};
-  if (api->dgemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, beta, err, sizeof err) != 0) {
-    report_failure("GEMM", err);
-    return false;
-  }
-  g_gemms.fetch_add(1);
-  return true;
+  return outcome(api->dgemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, beta, err, sizeof err),
+                 "GEMM", err, g_gemms);
+}
+
+bool gemm_abs(bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, const double* A,
+              const double* B, double lift_below, double* C, double* C_abs) {
+  const gpuemu_oracle_backend* api = active();
+  if (!api || M <= 0 || N <= 0 || K <= 0 || !large(M, N, K)) return false;
+  char err[512] = {0};
+  return outcome(api->gemm_abs(trans_b, M, N, K, A, K, B, trans_b ? K : N, lift_below, C, N, C_abs,
+                               N, err, sizeof err),
+                 "GEMM", err, g_gemms);
 }
 
 bool attention(const AttentionBlock& blk) {
   const gpuemu_oracle_backend* api = active();
   if (!api || blk.lq <= 0 || blk.lk <= 0 || blk.d <= 0 || !large(blk.lq, blk.lk, blk.d) ||
-      !std::isfinite(blk.scale) || !all_finite(blk.v, blk.lk * blk.d))
-    return false;
-  // Finite inputs whose scores stay far inside fp64's range: the special-value paths of
-  // attention_block_reference (NaN or -Inf scores, non-finite values) stay on the CPU.
-  const double q_max = max_abs_finite(blk.q, blk.lq * blk.d),
-               k_max = max_abs_finite(blk.k, blk.lk * blk.d);
-  if (q_max < 0.0 || k_max < 0.0 ||
-      !(q_max * k_max * static_cast<double>(blk.d) * std::max(1.0, std::fabs(blk.scale)) < 1e300))
+      !std::isfinite(blk.scale))
     return false;
   const gpuemu_attention_block b{blk.q,      blk.k,           blk.v,         blk.lq,
                                  blk.lk,     blk.d,           blk.scale,     blk.causal ? 1 : 0,
                                  blk.p_min_normal, blk.p_flush_weight, blk.policy_weight,
                                  blk.out,    blk.c_acc,       blk.c_in,      blk.alt};
   char err[512] = {0};
-  if (api->attention(&b, err, sizeof err) != 0) {
-    report_failure("attention block", err);
-    return false;
-  }
-  g_blocks.fetch_add(1);
-  return true;
+  return outcome(api->attention(&b, err, sizeof err), "attention block", err, g_blocks);
 }
 
 }  // namespace gpuemu::ops::gpu_oracle

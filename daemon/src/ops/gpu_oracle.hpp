@@ -10,9 +10,9 @@
 //
 // What goes to the GPU gives the CPU's results up to the order of fp64 sums (agreement 1e-12 of
 // the magnitudes the verdict judges by, tests/cpp/gpu_oracle_test.cpp). Inputs holding Inf or
-// NaN, empty shapes and small problems stay on the CPU, and so does a call the GPU fails (out of
-// memory, a lost device): the piece is computed on the CPU and the first such failure is
-// reported on stderr. The backend is a speed choice; a verdict never depends on it.
+// NaN (the backend checks them on the device and declines), empty shapes and small problems stay
+// on the CPU, and so does a call the GPU fails (out of memory, a lost device): the piece is
+// computed on the CPU and the first such failure is reported on stderr. The backend is a speed choice; a verdict never depends on it.
 #pragma once
 
 #include "gpuemu/oracle_backend.hpp"
@@ -30,6 +30,11 @@ namespace gpuemu::ops::gpu_oracle {
 bool dgemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
            const double* A, std::int64_t lda, const double* B, std::int64_t ldb, double* C,
            std::int64_t ldc, double beta);
+// A GEMM-shaped reference's value C = A·op(B) and condition C_abs = L(|A|)·L(|op(B)|) from one
+// copy of the operands (A [M,K], B [K,N] or [N,K] when trans_b, all contiguous; C and C_abs
+// [M,N]); L lifts magnitudes in (0, lift_below) to lift_below (lift_subnormal_magnitudes).
+bool gemm_abs(bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, const double* A,
+              const double* B, double lift_below, double* C, double* C_abs);
 bool attention(const AttentionBlock& blk);
 
 }  // namespace gpuemu::ops::gpu_oracle
