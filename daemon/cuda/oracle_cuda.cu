@@ -35,7 +35,6 @@ struct State {
   cudaStream_t stream = nullptr;
   char* arena = nullptr;
   std::size_t arena_bytes = 0;
-  bool pin = false;         // $GPUEMU_ORACLE_CUDA_PIN=1: page-lock large host buffers for the copies
   cudaEvent_t ev[4] = {};   // a call's start, inputs on the device, computed, outputs back
   double seconds[4] = {};   // cumulative: inputs in, compute, outputs out, whole calls (host clock)
 };
@@ -96,13 +95,19 @@ int reserve(std::size_t bytes, char* err, std::size_t err_len) {
   return 0;
 }
 
-// Page-locks large host buffers for one call where $GPUEMU_ORACLE_CUDA_PIN=1 (the copies then run
-// at the link's speed instead of through the driver's staging), and unlocks them once the stream
-// is idle. A buffer that cannot be locked is copied as it is.
+// Whether to page-lock: $GPUEMU_ORACLE_CUDA_PIN, read at each call (0 turns it off; on by default).
+bool pin_enabled() {
+  const char* v = std::getenv("GPUEMU_ORACLE_CUDA_PIN");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
+// Page-locks large host buffers for one call (the copies then run at the link's speed instead of
+// through the driver's pageable staging; docs/gpu.md measured both) and unlocks them once the
+// stream is idle. A buffer that cannot be locked is copied as it is.
 class Pinned {
  public:
   void add(const void* p, std::size_t bytes) {
-    if (!g.pin || bytes < (std::size_t{16} << 20)) return;
+    if (!m_on || bytes < (std::size_t{1} << 20)) return;
     if (cudaHostRegister(const_cast<void*>(p), bytes, cudaHostRegisterDefault) == cudaSuccess)
       m_ptrs.push_back(const_cast<void*>(p));
     else
@@ -115,6 +120,7 @@ class Pinned {
   }
 
  private:
+  bool m_on = pin_enabled();
   std::vector<void*> m_ptrs;
 };
 
@@ -221,15 +227,13 @@ int init(char* desc, std::size_t desc_len, char* err, std::size_t err_len) {
   GPUEMU_BLAS(cublasCreate(&g.blas));
   GPUEMU_BLAS(cublasSetStream(g.blas, g.stream));
   for (cudaEvent_t& e : g.ev) GPUEMU_CU(cudaEventCreate(&e));
-  const char* pin = std::getenv("GPUEMU_ORACLE_CUDA_PIN");
-  g.pin = pin && std::strcmp(pin, "1") == 0;
   int blas_version = 0;
   GPUEMU_BLAS(cublasGetVersion(g.blas, &blas_version));
   if (desc && desc_len)
     std::snprintf(desc, desc_len, "%s, sm_%d%d, %.0f GiB, cuBLAS %d.%d.%d%s", prop.name, prop.major,
                   prop.minor, static_cast<double>(prop.totalGlobalMem) / (1u << 30),
                   blas_version / 10000, blas_version / 100 % 100, blas_version % 100,
-                  g.pin ? ", pinned copies" : "");
+                  pin_enabled() ? ", page-locked copies" : ", pageable copies");
   g.ready = true;
   return 0;
 }

@@ -103,12 +103,6 @@ if [ "$what" = oracle ] || [ "$what" = all ]; then
   done
   cat "$OUT/oracle_e2e_cuda.txt"
   cmp "$OUT/oracle_e2e_cpu.txt" "$OUT/oracle_e2e_cuda.txt" && echo "oracle e2e: the same verdicts" || { echo "oracle e2e: verdicts differ"; status=1; }
-  # ORACLE_PIN_BENCH=1: the race again with the host buffers page-locked for the copies
-  # (GPUEMU_ORACLE_CUDA_PIN=1; docs/gpu.md has what it gave).
-  if [ "${ORACLE_PIN_BENCH:-0}" = 1 ]; then
-    GPUEMU_ORACLE_CUDA_PIN=1 "$GPUEMU_GPU_BUILD/bin/bench_oracle_gpu" ${ORACLE_BENCH_ARGS:-} > "$OUT/oracle_bench_pinned.md" 2>&1 || status=1
-    cat "$OUT/oracle_bench_pinned.md"
-  fi
 fi
 "$GPUEMU_BIN_DIR/gpuemu" daemon stop >/dev/null 2>&1 || true
 exit $status
