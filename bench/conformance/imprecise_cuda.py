@@ -20,7 +20,7 @@ import contextlib
 import math
 import subprocess
 import sys
-from typing import Any, Dict, Iterator, Tuple
+from typing import Any, Callable, Dict, Iterator, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -265,6 +265,56 @@ def _conv1d_fp16_negative_overflow() -> Tuple[str, bool]:
         bool(torch.isinf(pos).all() and (pos > 0).all() and (neg == 0.5).all() and (off[:, 32:] == float("-inf")).all())
 
 
+def _softmax_backward_gy(dtype: torch.dtype) -> Callable[[], Tuple[str, bool]]:
+    """torch._softmax_backward_data in fp16/bf16 on CUDA materialises grad * output in the input dtype
+    (rounded) and computes g*y - y * sum(g*y) from it in fp32: where g ≈ sum(g*y) the rounding of g*y
+    is all that is left. Emulated on the CPU, that formula reproduces the failure messages of the CUDA
+    sweep case for case (bench/conformance/replay_cuda_backward.py, docs/gpu/replay_cuda_backward.txt);
+    here, elementwise against the kernel."""
+    def demo() -> Tuple[str, bool]:
+        gen = torch.Generator(device="cpu").manual_seed(20261203)
+        x = torch.randn(64, 1000, generator=gen)
+        y = torch.softmax(x, -1).to(dtype).to(CUDA)
+        g = torch.randn(64, 1000, generator=gen).to(dtype).to(CUDA)
+        got = torch._softmax_backward_data(g, y, -1, dtype)
+        gy = (g * y).float()
+        emu_gy = (gy - y.float() * gy.sum(-1, keepdim=True)).to(dtype)
+        emu_fp32 = (y.float() * (g.float() - (g.float() * y.float()).sum(-1, keepdim=True))).to(dtype)
+        m_gy = (got == emu_gy).float().mean().item()
+        m_fp32 = (got == emu_fp32).float().mean().item()
+        name = "bfloat16" if dtype == BF16 else "float16"
+        return (f"torch._softmax_backward_data on CUDA in {name}, 64 rows of 1000: {100 * m_gy:.2f}% of the elements "
+                f"equal an emulation that rounds g*y to {name} before g*y - y*sum(g*y), {100 * m_fp32:.2f}% one in fp32 "
+                f"throughout"), m_gy >= 0.99 and m_fp32 <= m_gy - 0.02
+    return demo
+
+
+def _swiglu_backward_fp16_overflow() -> Tuple[str, bool]:
+    """Autograd through F.silu(gate) * up materialises grad_out * up in fp16: 300 * 300 overflows to Inf
+    before silu'(-10) ≈ -4.09e-4 would bring grad_gate back to about -36.8."""
+    gate = torch.tensor([-10.0], dtype=H, device=CUDA, requires_grad=True)
+    up = torch.tensor([300.0], dtype=H, device=CUDA, requires_grad=True)
+    (F.silu(gate) * up).backward(torch.tensor([300.0], dtype=H, device=CUDA))
+    got = gate.grad.item()
+    s = 1.0 / (1.0 + math.exp(10.0))
+    exact = 300.0 * 300.0 * s * (1.0 - 10.0 * (1.0 - s))
+    return (f"autograd through F.silu(gate) * up in float16 on CUDA: grad_gate at gate=-10, up=300, grad_out=300 is "
+            f"{got} (exact {exact:.4g}): grad_out * up is held in float16 and overflows"), math.isinf(got) and abs(exact) < 65504
+
+
+def _swiglu_backward_bf16_underflow() -> Tuple[str, bool]:
+    """Autograd through F.silu(gate) * up saves silu(gate) in bf16: silu(-100) ≈ -3.7e-42 is below
+    bf16's smallest subnormal and becomes -0, so grad_up = grad_out * silu(gate) is -0 for any grad_out."""
+    gate = torch.tensor([-100.0], dtype=BF16, device=CUDA, requires_grad=True)
+    up = torch.tensor([1.0], dtype=BF16, device=CUDA, requires_grad=True)
+    (F.silu(gate) * up).backward(torch.tensor([3.0e38], dtype=BF16, device=CUDA))
+    got = up.grad.item()
+    g = torch.tensor([3.0e38], dtype=BF16).item()
+    exact = g * (-100.0 / (1.0 + math.exp(100.0)))
+    return (f"autograd through F.silu(gate) * up in bfloat16 on CUDA: grad_up at gate=-100, grad_out={g:.4g} is {got} "
+            f"(exact {exact:.4g}): silu(gate) is saved in bfloat16, where it underflows to -0"), got == 0.0 and exact != 0.0
+
+
 def _both(first, second):
     def demo() -> Tuple[str, bool]:
         a, b = first(), second()
@@ -316,6 +366,17 @@ IMPRECISE_CUDA_TORCH2_11: Dict[Tuple[str, ...], Imprecision] = {
     ("conv1d", "native", "float16", "boundary"): Imprecision(
         "cuDNN's fp16 convolution returns 0 (+ bias) for a convolution below -65504 instead of -Inf",
         _conv1d_fp16_negative_overflow),
+    # Backward ops (issue 20; docs/gpu.md, "Backward ops on CUDA"): the CUDA sweep's failures replayed on the
+    # CPU with these emulations give the same messages (bench/conformance/replay_cuda_backward.py).
+    **{("softmax_backward", "native", dt): Imprecision(
+        "grad * output is materialised in the input dtype before g*y - y * sum(g*y)", _softmax_backward_gy(dtype))
+       for dt, dtype in (("float16", H), ("bfloat16", BF16))},
+    ("swiglu_backward", "native", "float16"): Imprecision(
+        "autograd through F.silu(gate) * up holds its intermediates in fp16 (grad_out * up overflows)",
+        _swiglu_backward_fp16_overflow),
+    ("swiglu_backward", "native", "bfloat16"): Imprecision(
+        "autograd through F.silu(gate) * up holds its intermediates in bf16 (the saved silu(gate) underflows)",
+        _swiglu_backward_bf16_underflow),
     **{(op, f"F.{op} (TF32)", "native", "float32", "special"): Imprecision(
         "cuDNN's grouped TF32 convolution reads other groups' inputs: an Inf there meets a zero weight and gives NaN",
         _grouped_conv_inf(dim, torch.float32, tf32=True)) for op, dim in (("conv1d", 1), ("conv2d", 2))},
