@@ -436,7 +436,8 @@ class Client:
                             check_determinism: bool = False, diagnose_limit: int = 3,
                             present: Optional[Dict[str, bool]] = None,
                             precision: Optional[Dict[str, str]] = None,
-                            vary_attrs: Optional[Sequence[str]] = None) -> FuzzResults:
+                            vary_attrs: Optional[Sequence[str]] = None,
+                            backward: bool = False) -> FuzzResults:
         """Fuzzes ``op`` against ``run_op`` run here (docs/python.md). ``run_op`` gets every input by
         its schema name as a ``framework`` tensor on ``device`` with the case's real strides (an
         optional input the case leaves out as ``None``), and every attr by name; it returns a
@@ -446,7 +447,24 @@ class Client:
         ``vary_attrs`` names attrs drawn from their schema values case by case (``["causal"]``:
         without it every attr keeps its default or its ``attrs`` value). The
         first ``diagnose_limit`` failures the daemon judged are diagnosed here, by re-running
-        ``run_op`` on the engine's probes, and stored with that diagnosis."""
+        ``run_op`` on the engine's probes, and stored with that diagnosis.
+
+        ``backward=True`` (torch, the default framework then): ``run_op`` must be differentiable (torch ops, or a
+        ``torch.autograd.Function`` wrapping the kernels under test). After the forward run, the
+        op's backward op (``<op>_backward``) is fuzzed with the same settings: each of its cases
+        gives the forward inputs and a ``grad_out`` drawn for gradients (sparse, one-hot, wide
+        magnitudes under the adversarial strategy), ``run_op`` runs with the inputs requiring grad,
+        autograd runs the backward, and every input gradient is judged by the backward op's fp64
+        reference; ``results.gradients`` holds that run (its failures name the gradient, e.g.
+        ``output 'grad_x'``) and ``results.ok`` covers both. Ops whose backward takes a saved
+        output of the forward (softmax's ``y``, rms_norm's ``rstd``) are refused with the reason:
+        fuzz their backward kernel directly (``fuzz_op_client_side("softmax_backward", ...)``)."""
+        if backward:
+            return self._fuzz_with_gradients(
+                op, run_op, iterations=iterations, value_distribution=value_distribution, dtypes=dtypes,
+                seed=seed, framework=framework, device=device, dims=dims, attrs=attrs, layouts=layouts,
+                fail_fast=fail_fast, progress=progress, check_determinism=check_determinism,
+                diagnose_limit=diagnose_limit, present=present, precision=precision, vary_attrs=vary_attrs)
         fw = self._framework(framework)
         options = self._options(dtypes, value_distribution, dims, attrs, layouts, present, precision, vary_attrs)
         kernel = _kernel_identity(run_op)
@@ -528,6 +546,39 @@ class Client:
                            passed=passed, elapsed=time.perf_counter() - t0, first_failure=first_failure,
                            failures=failures, worst_ratio=worst_ratio if worst_index >= 0 else None,
                            worst_index=worst_index)
+
+    def _fuzz_with_gradients(self, op: str, run_op: Callable[[Dict[str, Any]], Any], **kw: Any) -> FuzzResults:
+        """``fuzz_op_client_side(..., backward=True)``: the forward run, then ``<op>_backward``'s
+        cases through ``run_op``'s autograd (:func:`_autograd_kernel`)."""
+        kw["framework"] = kw.get("framework") or "torch"  # autograd's: the default for backward=True
+        if self._framework(kw["framework"]) != "torch":
+            raise errors.ValidationError("backward=True runs the kernel's autograd: it needs framework='torch'")
+        bop = f"{op}_backward"
+        if bop not in _core.ops():
+            raise errors.ValidationError(f"backward=True: op '{op}' has no backward op in the catalogue "
+                                         f"(no '{bop}'); ops with one: " +
+                                         ", ".join(sorted(o[:-len('_backward')] for o in _core.ops()
+                                                          if o.endswith("_backward"))))
+        fwd_inputs = [i["name"] for i in _core.op_schema(op).get("inputs", [])]
+        bschema = _core.op_schema(bop)
+        saved = [i["name"] for i in bschema.get("inputs", []) if i["name"] != "grad_out" and i["name"] not in fwd_inputs]
+        if saved:
+            raise errors.ValidationError(
+                f"backward=True: {bop} takes the forward's saved {', '.join(saved)} beside its inputs, which "
+                f"autograd keeps inside the kernel; fuzz the backward kernel itself with "
+                f"fuzz_op_client_side('{bop}', ...)")
+        grads = []
+        for out in bschema.get("outputs", []):
+            name = out["name"]
+            if not name.startswith("grad_") or name[len("grad_"):] not in fwd_inputs:
+                raise errors.ValidationError(f"backward=True: {bop}'s output '{name}' is not the gradient of "
+                                             f"an input of {op}")
+            grads.append((name, name[len("grad_"):]))
+        forward = self.fuzz_op_client_side(op, run_op, **kw)
+        if kw.get("fail_fast") and not forward.ok:
+            return forward
+        forward.gradients = self.fuzz_op_client_side(bop, _autograd_kernel(run_op, fwd_inputs, grads), **kw)
+        return forward
 
     def _finish_held(self, params: Dict[str, Any], held_id: Optional[str], diagnoses: List[Dict[str, Any]],
                      tensors: Sequence[tuple]):
@@ -802,3 +853,35 @@ class Client:
         if arch is not None:
             params["arches"] = [arch] if isinstance(arch, str) else list(arch)
         return self.request("lint", params)[0]
+
+
+def _autograd_kernel(run_op: Callable[[Dict[str, Any]], Any], fwd_inputs: Sequence[str],
+                     grads: Sequence[Tuple[str, str]]) -> Callable[[Dict[str, Any]], Any]:
+    """A kernel of ``<op>_backward`` made of ``run_op``'s autograd: the forward inputs (as received,
+    with their strides) become leaves that require grad, ``run_op`` runs on them and the attrs,
+    ``torch.autograd.backward`` takes the case's ``grad_out``, and the leaves' gradients come back
+    in the backward op's output order (``grads``: output name, input name). A gradient autograd
+    never reached is returned as zeros, and judged."""
+    def run(inputs: Dict[str, Any]) -> Any:
+        import torch
+
+        leaves: Dict[str, Any] = {}
+        args: Dict[str, Any] = {}
+        for name, value in inputs.items():
+            if name == "grad_out":
+                continue
+            if name in fwd_inputs and torch.is_tensor(value) and value.is_floating_point():
+                value = value.detach().requires_grad_(True)
+                leaves[name] = value
+            args[name] = value
+        out = run_op(args)
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        torch.autograd.backward(first, inputs["grad_out"])
+        result = []
+        for _out_name, in_name in grads:
+            leaf = leaves[in_name]
+            result.append(leaf.grad if leaf.grad is not None else torch.zeros_like(leaf))
+        return tuple(result) if len(result) > 1 else result[0]
+
+    run.__wrapped__ = run_op  # type: ignore[attr-defined]  # the kernel's identity (file, line) is run_op's
+    return run

@@ -132,6 +132,9 @@ class FuzzResults:
     failures: List[Failure]
     worst_ratio: Optional[float] = None
     worst_index: int = -1
+    # With ``backward=True`` (Client.fuzz_op_client_side): the run of the op's backward op, whose
+    # cases fed the kernel's autograd a fuzzed ``grad_out`` and judged every input gradient.
+    gradients: Optional["FuzzResults"] = None
 
     @property
     def failed(self) -> int:
@@ -139,7 +142,8 @@ class FuzzResults:
 
     @property
     def ok(self) -> bool:
-        return self.failed == 0
+        """Every case passed, the gradients' too when they were judged."""
+        return self.failed == 0 and (self.gradients is None or self.gradients.ok)
 
     def __bool__(self) -> bool:
         return self.ok
@@ -149,7 +153,10 @@ class FuzzResults:
             f"{self.op}: {self.passed}/{self.total} passed ({self.value_distribution}, seed {self.seed}, "
             f"{self.elapsed:.2f}s)"
         )
-        return "\n".join([head] + [f.describe() for f in self.failures[:5]])
+        lines = [head] + [f.describe() for f in self.failures[:5]]
+        if self.gradients is not None:
+            lines.append("gradients: " + self.gradients.summary())
+        return "\n".join(lines)
 
     def __str__(self) -> str:
         return self.summary()

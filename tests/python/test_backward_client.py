@@ -1,0 +1,148 @@
+"""fuzz_op_client_side(..., backward=True) against a real daemon: the forward is judged, then the op's
+backward op feeds the kernel's autograd a fuzzed grad_out and judges every input gradient (issue 20)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from daemon_harness import daemon  # noqa: E402,F401 (the fixture)
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import gpuemu  # noqa: E402
+from gpuemu import Client  # noqa: E402
+
+
+class SiluSigmoidOnly(torch.autograd.Function):
+    """A hand-written SiLU whose backward forgets x·s·(1 − s): the sigmoid_only bug class."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.silu(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.sigmoid(x)
+
+
+class SiluCorrect(torch.autograd.Function):
+    """The same by hand, correct: g·s·(1 + x·(1 − s)) in fp32."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.silu(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        xf = x.float()
+        s = torch.sigmoid(xf)
+        return (g.float() * s * (1 + xf * (1 - s))).to(g.dtype)
+
+
+def silu_correct(inputs):
+    return SiluCorrect.apply(inputs["x"])
+
+
+def silu_sigmoid_only(inputs):
+    return SiluSigmoidOnly.apply(inputs["x"])
+
+
+def test_a_correct_autograd_function_passes_forward_and_gradients(daemon):
+    with Client() as c:
+        r = c.fuzz_op_client_side("silu", silu_correct, iterations=24, dtypes=["float32"], seed=3, backward=True)
+    assert r.ok, str(r)
+    assert r.op == "silu" and r.total == 24
+    assert r.gradients is not None and r.gradients.op == "silu_backward" and r.gradients.total == 24
+    assert r.gradients.passed == 24
+    assert "gradients: silu_backward: 24/24 passed" in r.summary()
+
+
+def test_a_wrong_backward_is_caught_and_the_failure_names_the_gradient(daemon):
+    with Client() as c:
+        r = c.fuzz_op_client_side("silu", silu_sigmoid_only, iterations=16, dtypes=["float32"], seed=3,
+                                  backward=True)
+    assert r.failed == 0, "the forward is correct"
+    assert not r.ok and not r
+    g = r.gradients
+    assert g is not None and g.failed > 0
+    assert g.op == "silu_backward" and "gradients: silu_backward: " in r.summary()
+    assert all("elements over the envelope" in f.message for f in g.failures)  # silu_backward's one output, grad_x
+
+
+def test_torch_autograd_through_two_inputs_passes(daemon):
+    with Client() as c:
+        r = c.fuzz_op_client_side("swiglu", lambda i: F.silu(i["gate"]) * i["up"], iterations=16,
+                                  dtypes=["float32"], seed=5, backward=True)
+        m = c.fuzz_op_client_side("matmul", lambda i: i["a"] @ i["b"], iterations=12, dtypes=["float32"],
+                                  seed=5, backward=True)
+    assert r.ok, str(r)
+    assert r.gradients.total == 16
+    assert m.ok, str(m)
+    assert m.gradients.op == "matmul_backward" and m.gradients.total == 12
+
+
+def test_a_gradient_autograd_never_reaches_is_judged_as_zeros(daemon):
+    # The kernel detaches b: autograd gives a no gradient; zeros are judged, and fail.
+    with Client() as c:
+        r = c.fuzz_op_client_side("matmul", lambda i: i["a"].detach() @ i["b"], iterations=8,
+                                  dtypes=["float32"], seed=5, backward=True)
+    assert r.failed == 0 and r.gradients.failed > 0
+    assert any("grad_a" in f.message for f in r.gradients.failures), [f.message for f in r.gradients.failures]
+
+
+def test_ops_whose_backward_takes_saved_outputs_are_refused_with_the_reason(daemon):
+    with Client() as c:
+        with pytest.raises(gpuemu.ValidationError, match="saved y"):
+            c.fuzz_op_client_side("softmax", lambda i: torch.softmax(i["x"], i["dim"]), iterations=2, backward=True)
+        with pytest.raises(gpuemu.ValidationError, match="no backward op"):
+            c.fuzz_op_client_side("cumsum", lambda i: torch.cumsum(i["x"], i["dim"]), iterations=2, backward=True)
+        with pytest.raises(gpuemu.ValidationError, match="framework='torch'"):
+            c.fuzz_op_client_side("silu", lambda i: i["x"], iterations=2, framework="numpy", backward=True)
+
+
+class SiluRacyBackward(torch.autograd.Function):
+    """A correct SiLU backward whose result depends on the run, as an atomics-based reduction's may:
+    a perturbation far inside the envelope that only check_determinism can see."""
+
+    calls = 0
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.silu(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        SiluRacyBackward.calls += 1
+        out = g * s * (1 + x * (1 - s))
+        if SiluRacyBackward.calls % 2:  # every other run: the last bit of one element moves
+            out = out.clone()
+            flat = out.view(-1) if out.is_contiguous() else out.reshape(-1)
+            if flat.numel():
+                flat[0] = torch.nextafter(flat[0], torch.tensor(float("inf")))
+            out = flat.view_as(out)
+        return out
+
+
+def test_check_determinism_covers_the_gradients(daemon):
+    with Client() as c:
+        steady = c.fuzz_op_client_side("silu", silu_correct, iterations=6, dtypes=["float32"], seed=3,
+                                       backward=True, check_determinism=True)
+        racy = c.fuzz_op_client_side("silu", lambda i: SiluRacyBackward.apply(i["x"]), iterations=6,
+                                     dtypes=["float32"], seed=3, backward=True, check_determinism=True)
+    assert steady.ok, str(steady)
+    assert racy.failed == 0, "the forward is deterministic"
+    assert racy.gradients.failed > 0
+    assert any("nondeterministic" in f.message for f in racy.gradients.failures), \
+        [f.message for f in racy.gradients.failures]
