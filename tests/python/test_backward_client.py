@@ -146,3 +146,21 @@ def test_check_determinism_covers_the_gradients(daemon):
     assert racy.gradients.failed > 0
     assert any("nondeterministic" in f.message for f in racy.gradients.failures), \
         [f.message for f in racy.gradients.failures]
+
+
+def test_gradients_through_get_test_batch_and_submit_output(daemon):
+    # The batch interface by hand: matmul_backward's cases carry a, b and grad_out; autograd's
+    # gradients go back in the op's output order. A wrong grad_b (computed from grad_a) fails.
+    with Client() as c:
+        cases = c.get_test_batch("matmul_backward", count=4, seed=11, dtypes=["float32"], framework="torch")
+        verdicts, wrong = [], []
+        for case in cases:
+            x = case["inputs"]
+            a = x["a"].detach().requires_grad_(True)
+            b = x["b"].detach().requires_grad_(True)
+            (a @ b).backward(x["grad_out"])
+            verdicts.append(c.submit_output("matmul_backward", case["inputs"], (a.grad, b.grad), case["seed"]))
+            bad_b = a.grad.t() @ x["grad_out"]  # grad_b from grad_a instead of a
+            wrong.append(c.submit_output("matmul_backward", case["inputs"], (a.grad, bad_b), case["seed"]))
+    assert all(v.passed for v in verdicts), [v.message for v in verdicts]
+    assert not any(v.passed for v in wrong), [v.message for v in wrong]
