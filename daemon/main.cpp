@@ -437,6 +437,11 @@ int main(int argc, char** argv) {
   return serve(o, paths, [&ready_fd](const std::string& s) {
     if (ready_fd < 0) return;
     (void)!write(ready_fd, s.data(), s.size());
+    // The starter reads until the pipe closes. On success that is now; on a failure it is when
+    // this process has exited, its lock released and its files cleaned up, so a start tried
+    // right after the failed one finds the home free (not "already serves", nor a socket this
+    // process would still unlink).
+    if (s.rfind("ok", 0) != 0) return;
     close(ready_fd);
     ready_fd = -1;
   });

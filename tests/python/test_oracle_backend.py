@@ -42,3 +42,44 @@ def test_cuda_starts_or_says_why_and_the_references_still_run():
     b = np.ones((4, 2), dtype=np.float32)
     out = gpuemu.reference("matmul", {"a": a, "b": b})
     np.testing.assert_array_equal(out, a.astype(np.float64) @ b)
+
+
+def _daemon_env(home):
+    import os
+    env = dict(os.environ, GPUEMU_HOME=str(home))
+    env.pop("GPUEMU_ORACLE", None)
+    return env
+
+
+def test_a_daemon_asked_for_an_unavailable_cuda_oracle_refuses_to_start(tmp_path):
+    """Asked for and unavailable is an error at start, with the reason, never a silent CPU
+    fallback; on a machine with a GPU the same daemon starts and reports its device."""
+    import subprocess
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from daemon_harness import DAEMON, GPUEMU
+
+    env = _daemon_env(tmp_path / "home")
+    started = subprocess.run([DAEMON, "--oracle", "cuda"], env=env, capture_output=True, text=True, timeout=60)
+    try:
+        if started.returncode == 0:  # a GPU machine
+            with gpuemu.Client(home=str(tmp_path / "home")) as c:
+                assert c.stats()["oracle"].startswith("cuda: ")
+            return
+        assert started.returncode == 1
+        assert "CUDA oracle backend" in started.stderr, started.stderr
+        assert not (tmp_path / "home" / "run" / "gpuemu.sock").exists()
+        # The environment variable is the same setting.
+        env_cuda = dict(env, GPUEMU_ORACLE="cuda")
+        again = subprocess.run([DAEMON], env=env_cuda, capture_output=True, text=True, timeout=60)
+        assert again.returncode == 1 and "CUDA oracle backend" in again.stderr, again.stderr
+        # An unknown backend is refused by the command line itself.
+        bad = subprocess.run([DAEMON, "--oracle", "tpu"], env=env, capture_output=True, text=True, timeout=60)
+        assert bad.returncode != 0 and "tpu" in (bad.stderr + bad.stdout)
+        # The CPU oracle starts, and says so.
+        ok = subprocess.run([DAEMON, "--oracle", "cpu"], env=env, capture_output=True, text=True, timeout=60)
+        assert ok.returncode == 0, ok.stderr
+        with gpuemu.Client(home=str(tmp_path / "home")) as c:
+            assert c.stats()["oracle"] == "cpu (OpenBLAS)"
+    finally:
+        subprocess.run([GPUEMU, "daemon", "stop"], env=env, capture_output=True, timeout=60)
