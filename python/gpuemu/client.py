@@ -567,13 +567,26 @@ class Client:
                 f"backward=True: {bop} takes the forward's saved {', '.join(saved)} beside its inputs, which "
                 f"autograd keeps inside the kernel; fuzz the backward kernel itself with "
                 f"fuzz_op_client_side('{bop}', ...)")
+        b_inputs = [i["name"] for i in bschema.get("inputs", [])]
+        absent = [i["name"] for i in _core.op_schema(op).get("inputs", [])
+                  if i["name"] not in b_inputs and not i.get("optional", False)]
+        if absent:
+            raise errors.ValidationError(
+                f"backward=True: {bop}'s cases do not carry {op}'s {', '.join(absent)} (its gradients do not "
+                f"depend on them), so the forward cannot run on them; fuzz the backward kernel itself with "
+                f"fuzz_op_client_side('{bop}', ...)")
         grads = []
         for out in bschema.get("outputs", []):
             name = out["name"]
-            if not name.startswith("grad_") or name[len("grad_"):] not in fwd_inputs:
+            wrt = name[len("grad_"):] if name.startswith("grad_") else ""
+            if wrt not in fwd_inputs:
                 raise errors.ValidationError(f"backward=True: {bop}'s output '{name}' is not the gradient of "
                                              f"an input of {op}")
-            grads.append((name, name[len("grad_"):]))
+            if wrt not in b_inputs:
+                raise errors.ValidationError(
+                    f"backward=True: {bop} judges the gradient of {op}'s '{wrt}', which its cases do not carry; "
+                    f"fuzz the backward kernel itself with fuzz_op_client_side('{bop}', ...)")
+            grads.append((name, wrt))
         forward = self.fuzz_op_client_side(op, run_op, **kw)
         if kw.get("fail_fast") and not forward.ok:
             return forward
