@@ -420,6 +420,10 @@ IMPLS: Tuple[Impl, ...] = (
     Impl("log_softmax_backward", "torch._log_softmax_backward_data (log_softmax's autograd backward)",
          lambda a: torch._log_softmax_backward_data(a["grad_out"], a["y"], a["dim"], a["y"].dtype)),
     Impl("matmul_backward", "autograd through a @ b", matmul_backward_autograd),
+    # grad_out made contiguous: torch 1.13's CPU erf-form kernel reads a transposed grad_out against
+    # a contiguous x wrongly (probe_backward_bf16.py; tests/python/test_backward.py keeps it caught).
+    Impl("gelu_backward", "torch.ops.aten.gelu_backward (F.gelu's autograd backward), grad_out contiguous",
+         lambda a: torch.ops.aten.gelu_backward(a["grad_out"].contiguous(), a["x"], approximate=a["approximate"])),
     Impl("silu_backward", "torch.ops.aten.silu_backward (F.silu's autograd backward)",
          lambda a: torch.ops.aten.silu_backward(a["grad_out"], a["x"])),
     Impl("swiglu_backward", "autograd through F.silu(gate) * up", swiglu_backward_autograd),

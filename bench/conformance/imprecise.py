@@ -245,6 +245,24 @@ def _matmul_grad_b_bf16() -> float:
     return b.grad.item()
 
 
+def _gelu_backward_bf16() -> Tuple[str, bool]:
+    """torch 1.13's bf16 CPU gelu backward, tanh form, rounds every intermediate of
+    0.5(1 + t) + 0.5x(1 - t^2) k(1 + 3c x^2) to bf16 (constants included): that emulation equals
+    its output bit for bit (bench/conformance/probe_backward_bf16.py), and 1 - t^2 cancels. Its erf
+    form does the same on its scalar path (an x in another layout than grad_out's: cdf + x * pdf
+    cancels near x = -0.75), and is the fp32 kernel on the upcast inputs where both are contiguous."""
+    x = torch.tensor([-0.75, -3.0], dtype=BF16)
+    g = torch.ones(2, dtype=BF16)
+    got = torch.ops.aten.gelu_backward(g, x, approximate="tanh").double().tolist()
+    exact = torch.ops.aten.gelu_backward(g.double(), x.double(), approximate="tanh").tolist()
+    held = [torch.tensor(e).to(BF16).item() for e in exact]
+    up32 = torch.ops.aten.gelu_backward(g.float(), x.float(), approximate="tanh").to(BF16).double().tolist()
+    return (f"torch.ops.aten.gelu_backward(approximate='tanh') at x = [-0.75, -3] (grad 1) in bfloat16 gives {got} "
+            f"(exact [{exact[0]:.6g}, {exact[1]:.6g}], which bfloat16 holds as {held}; the upcast gives {up32}): "
+            f"every intermediate rounded to bfloat16, and 1 - t^2 cancels"), \
+        got[0] == 0.0 and up32 == held and not _close(got[1], held[1], 0.1)
+
+
 IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
     ("matmul", "native", "bfloat16"): Imprecision(
         "accumulates in bf16", _bf16_accumulator(
@@ -292,6 +310,9 @@ IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
                                                          _silu_backward_bf16(False)),
     ("swiglu_backward", "native", "bfloat16"): Imprecision(
         "autograd's silu backward rounds every intermediate of the derivative to bf16", _silu_backward_bf16(True)),
+    ("gelu_backward", "native", "bfloat16"): Imprecision(
+        "every intermediate of the derivative rounded to bf16 (the tanh form; the erf form on its scalar path)",
+        _gelu_backward_bf16),
     ("matmul_backward", "native", "bfloat16"): Imprecision(
         "autograd's backward GEMM accumulates in bf16 (grad_b = a^T @ grad_out)", _bf16_accumulator(
             "grad_b of a @ b (a = ones(4096, 1), b = ones(1, 1), grad_out = ones)", lambda: _matmul_grad_b_bf16())),

@@ -1,16 +1,19 @@
 """Mutable controls of the backward ops: softmax_backward, log_softmax_backward, rms_norm_backward,
-silu_backward, swiglu_backward, matmul_backward (its two GEMMs as mutants_gemm's K loop).
+silu_backward, swiglu_backward, gelu_backward, matmul_backward (its two GEMMs as mutants_gemm's K
+loop).
 
 Each is the fp32 backward a Triton kernel writes, with its row sums in accumulate.lane_sum (256
 per-lane fp32 accumulators, then a tree): softmax's sum(g * y) and log_softmax's sum(g)
 (``row_sum``), rms_norm's sum(w * g * x_hat) over the row (``row_sum``) and grad_weight's sum of
 g * x_hat over the rows (``dweight_sum``, the reduction the issue names: a bf16 accumulator there is
 the bug class). The mutation rounds every add of those accumulators. silu's and swiglu's derivative
-s * (1 + x * (1 - s)) is mutated where it is formed (``derivative``: a derivative held in fewer bits).
+s * (1 + x * (1 - s)) is mutated where it is formed (``derivative``: a derivative held in fewer bits),
+and so is gelu's (cdf + x * pdf, or the tanh form's two terms, per ``approximate``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Dict
 
 import torch
@@ -65,6 +68,17 @@ def _swiglu_backward(args: Args, mut: Mutation) -> Outputs:
             ((g * torch.nn.functional.silu(gate))[None], case_dtype(args, "up"))]
 
 
+def _gelu_backward(args: Args, mut: Mutation) -> Outputs:
+    g, x = f32(args["grad_out"]), f32(args["x"])
+    if args["approximate"] == "tanh":
+        k = math.sqrt(2.0 / math.pi)
+        t = torch.tanh(k * (x + 0.044715 * x * x * x))
+        d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (k * (1.0 + 3.0 * 0.044715 * x * x))
+    else:
+        d = 0.5 * (1.0 + torch.erf(x * math.sqrt(0.5))) + x * (torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi))
+    return [(g[None] * mut(d, "derivative", fresh=True), case_dtype(args, "x"))]
+
+
 def _matmul_backward(args: Args, mut: Mutation) -> Outputs:
     """Both gradients as mutants_gemm's K loop (32-wide tiles, ``acc += tile`` rounded)."""
     g, a, b = f32(args["grad_out"]), f32(args["a"]), f32(args["b"])
@@ -86,6 +100,8 @@ KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
     MutableKernel("matmul_backward", "grad_out @ b^T and a^T @ grad_out, each a K loop over 32-wide tiles",
                   {"accumulator": "acc += tile in both backward GEMMs", "operands": "their operands before the products"},
                   _matmul_backward),
+    MutableKernel("gelu_backward", "g * gelu'(x) in fp32, torch's formulas (erf or tanh form per `approximate`)",
+                  {"derivative": "gelu'(x) as formed"}, _gelu_backward),
     MutableKernel("silu_backward", "g * s * (1 + x * (1 - s)) in fp32",
                   {"derivative": "silu'(x) = s * (1 + x * (1 - s)) as formed"}, _silu_backward),
     MutableKernel("swiglu_backward", "grad_gate = g * up * silu'(gate), grad_up = g * silu(gate), in fp32",

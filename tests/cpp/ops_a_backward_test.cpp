@@ -1,4 +1,4 @@
-// Backward ops (softmax_backward, log_softmax_backward): the fp64 reference gradients against
+// Backward ops (softmax_backward, log_softmax_backward, ..., gelu_backward): the fp64 reference gradients against
 // central finite differences of the forward, their special values, and the error model measured on
 // correct fp32 controls and known-buggy kernels (see ops_a_harness.hpp), over the upstream
 // gradients the fuzzer draws (dense, sparse, one-hot, constant rows, wide magnitudes).
@@ -382,6 +382,93 @@ TEST(OpsABackward, MatmulBackward) {
         sc.push_back(std::move(s));
       }
   score_op("matmul_backward", sc);
+}
+
+double gelu64_(double x, bool tanh_approx) {
+  if (tanh_approx) return 0.5 * x * (1.0 + std::tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+  return 0.5 * x * std::erfc(-x * 0.70710678118654752440);
+}
+
+TEST(OpsABackward, GeluGradientsMatchCentralFiniteDifferences) {
+  // Both forms (`approximate` none and tanh): g * gelu'(x) against central differences of the
+  // fp64 forward, over x in [-8, 8] (the derivative's zero near -0.75 and its tails).
+  Rng rng(91);
+  const double h = 1e-6;
+  std::vector<double> x(60), g(60);
+  for (auto& v : x) v = rng.uniform(-8.0, 8.0);
+  for (auto& v : g) v = rng.normal();
+  for (bool tanh_approx : {false, true}) {
+    auto ref = builtin_of("gelu_backward")
+                   .reference(make_ctx("gelu_backward", DType::float32,
+                                       {{"grad_out", arg(DType::float64, {6, 10}, g)}, {"x", arg(DType::float64, {6, 10}, x)}},
+                                       {{"approximate", tanh_approx ? "tanh" : "none"}}));
+    ASSERT_TRUE(ref.ok()) << ref.error().message;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double d = (gelu64_(x[i] + h, tanh_approx) - gelu64_(x[i] - h, tanh_approx)) / (2 * h);
+      EXPECT_NEAR(ref->at(0).value[i], g[i] * d, 1e-8 * (1.0 + std::fabs(g[i] * d))) << tanh_approx << " " << i;
+    }
+  }
+  // The two forms differ (by up to ~2e-3 in the derivative): the attr is read.
+  auto erf = builtin_of("gelu_backward")
+                 .reference(make_ctx("gelu_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float32, {1}, {1.0})}, {"x", arg(DType::float32, {1}, {1.5})}}));
+  auto tnh = builtin_of("gelu_backward")
+                 .reference(make_ctx("gelu_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float32, {1}, {1.0})}, {"x", arg(DType::float32, {1}, {1.5})}},
+                                     {{"approximate", "tanh"}}));
+  ASSERT_TRUE(erf.ok() && tnh.ok());
+  EXPECT_GT(std::fabs(erf->at(0).value[0] - tnh->at(0).value[0]), 1e-4);
+  // Special values follow torch's formula: gelu'(+-Inf) is NaN (x * pdf = Inf * 0). In the tanh
+  // form, x*x overflows fp32 past 1.8e19: indeterminate, NaN accepted. An infinite g on a
+  // derivative that fp32 may round to 0 (x = -12, tanh form: 1 - t^2 is 0): NaN accepted too.
+  auto sp = builtin_of("gelu_backward")
+                .reference(make_ctx("gelu_backward", DType::float32,
+                                    {{"grad_out", arg(DType::float32, {5}, {1.0, 1.0, 1.0, k_inf, 1.0})},
+                                     {"x", arg(DType::float32, {5}, {k_inf, -k_inf, 1e20, -12.0, 1.0})}},
+                                    {{"approximate", "tanh"}}));
+  ASSERT_TRUE(sp.ok());
+  const RefOutput& o = sp->at(0);
+  EXPECT_TRUE(std::isnan(o.value[0]) && std::isnan(o.value[1]));
+  EXPECT_EQ(o.value[2], 1.0);
+  ASSERT_EQ(o.alt_nonfinite.size(), 5u);
+  EXPECT_TRUE(alt_accepts(o.alt_nonfinite[2], k_nan));
+  EXPECT_GE(o.c_acc[2], std::numeric_limits<float>::max() / 4.0);
+  EXPECT_TRUE(std::isinf(o.value[3]) && alt_accepts(o.alt_nonfinite[3], k_nan));
+  EXPECT_FALSE(alt_accepts(o.alt_nonfinite[4], k_nan));  // a plain element: NaN is a bug
+  auto bad = builtin_of("gelu_backward")
+                 .reference(make_ctx("gelu_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float32, {2, 3}, std::vector<double>(6))},
+                                      {"x", arg(DType::float32, {3, 2}, std::vector<double>(6))}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::shape_mismatch);
+}
+
+TEST(OpsABackward, GeluBackward) {
+  // Both forms; x as plain normals, over many octaves, around gelu'(x) = 0 (x ~ -0.75, where
+  // cdf + x * pdf cancels) and in the negative tail (x in [-6, -3]: 1 + erf and 1 + tanh cancel).
+  // tanh_for_erf is right on the tanh form and no_inner_chain on the erf form: each is caught on
+  // the other.
+  std::vector<Scenario> sc;
+  Rng rng(92);
+  const std::pair<Grad, const char*> grads[] = {{Grad::normal, "normal"}, {Grad::sparse, "sparse"},
+                                                {Grad::wide, "wide"}};
+  for (const char* form : {"none", "tanh"})
+    for (DType dt : k_dtypes)
+      for (auto [kind, gname] : grads)
+        for (int xk = 0; xk < 4; ++xk) {
+          const std::int64_t R = 16, N = 257;
+          auto x = xk == 0   ? normal_values(rng, R * N, 0.0, 3.0, dt)
+                   : xk == 1 ? wide_values(rng, R * N, -3, 2, dt)
+                   : xk == 2 ? uniform_values(rng, R * N, -0.9, -0.6, dt)
+                             : uniform_values(rng, R * N, -6.0, -3.0, dt);
+          Scenario s;
+          s.label = std::string(form) + " " + gname + " x" + std::to_string(xk);
+          s.ctx = make_ctx("gelu_backward", dt,
+                           {{"grad_out", arg(dt, {R, N}, grad_values(rng, R, N, kind, dt))}, {"x", arg(dt, {R, N}, std::move(x))}},
+                           {{"approximate", form}});
+          sc.push_back(std::move(s));
+        }
+  score_op("gelu_backward", sc);
 }
 
 }  // namespace

@@ -1,13 +1,14 @@
-"""Backward ops (issue 20): softmax_backward, log_softmax_backward, rms_norm_backward, silu_backward and
-swiglu_backward judged like outputs.
+"""Backward ops (issue 20): softmax_backward, log_softmax_backward, rms_norm_backward, silu_backward,
+swiglu_backward and gelu_backward judged like outputs.
 
 Through the real engine (in process) and the real daemon (the public client): PyTorch's own
 backward kernels and the fp32 formulas Triton kernels use pass with the defaults; the bug classes
 of the issue (a row sum whose last partial tile is not masked, a sum kept in bf16, the other op's
 formula, a grad_weight reduction over rows that drops its last partial block of rows or accumulates
-in bf16) are caught; torch 1.13's defect on an output in another layout than grad_out's stays
-caught. Finite differences and torch's float64 autograd check the references themselves
-(tests/cpp/ops_a_backward_test.cpp, tests/python/test_reference_accuracy.py).
+in bf16) are caught; torch 1.13's defects on an output in another layout than grad_out's (softmax)
+and on a transposed grad_out (gelu, erf form) stay caught. Finite differences and torch's float64
+autograd check the references themselves (tests/cpp/ops_a_backward_test.cpp,
+tests/python/test_reference_accuracy.py).
 """
 
 from __future__ import annotations
@@ -178,6 +179,47 @@ def test_swiglu_backward_through_autograd_in_fp32_passes_and_a_dropped_factor_is
                                     value_distribution=strategy, diagnose=False)
     assert bad.failed > 0
     assert all("grad_gate" in f.message for f in bad.failures), bad.summary()
+
+
+def gelu_backward_autograd_fp32(i):
+    # grad_out made contiguous: torch 1.13's CPU erf-form kernel is wrong for a transposed grad_out
+    # against a contiguous x (test below, docs/evidence.md).
+    x = i["x"].float().detach().requires_grad_(True)
+    torch.nn.functional.gelu(x, approximate=i["approximate"]).backward(i["grad_out"].float().contiguous())
+    return x.grad.to(i["x"].dtype)
+
+
+def gelu_backward_tanh_derivative_for_erf(i):
+    """The tanh approximation's derivative whatever `approximate` says (erf cases are wrong)."""
+    x = i["x"].float().detach().requires_grad_(True)
+    torch.nn.functional.gelu(x, approximate="tanh").backward(i["grad_out"].float())
+    return x.grad.to(i["x"].dtype)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_gelu_backward_through_autograd_in_fp32_passes_and_the_other_forms_derivative_is_caught(strategy):
+    ok = gpuemu.fuzz_op_in_process("gelu_backward", gelu_backward_autograd_fp32, iterations=30, seed=23,
+                                   value_distribution=strategy, vary_attrs=["approximate"], diagnose=False)
+    assert ok.ok, ok.summary()
+    bad = gpuemu.fuzz_op_in_process("gelu_backward", gelu_backward_tanh_derivative_for_erf, iterations=30, seed=23,
+                                    value_distribution=strategy, dtypes=["float32"], diagnose=False)
+    assert bad.failed > 0, bad.summary()
+
+
+def test_torch_1_13s_gelu_backward_on_a_transposed_grad_out_stays_caught():
+    if not torch.__version__.startswith("1.13"):
+        pytest.skip("the defect was shown on torch 1.13's CPU kernel (docs/evidence.md, 'Backward ops')")
+
+    def raw(i):
+        return torch.ops.aten.gelu_backward(i["grad_out"], i["x"], approximate=i["approximate"])
+
+    res = gpuemu.fuzz_op_in_process("gelu_backward", raw, iterations=60, seed=23, dtypes=["float32"],
+                                    attrs={"approximate": "none"}, diagnose=False)
+    assert res.failed > 0
+    # Only a transposed grad_out against an x in another layout; the same cases pass with
+    # grad_out.contiguous() (the test above).
+    assert all(f.layout.get("grad_out") == "transposed" and f.layout.get("x", "contiguous") != "transposed"
+               for f in res.failures), res.summary()
 
 
 def test_a_backward_op_through_the_daemon(daemon):

@@ -426,6 +426,36 @@ def _silu_backward(shape):
     assert_close(got, torch.ops.aten.silu_backward(t64(go), t64(x)), what="silu_backward (aten)")
 
 
+def gelu_prime_terms(x, approximate: str):
+    """|first term| + |second term| of gelu'(x): Phi + |x| phi, or s + |0.5 x (1 - t^2) k (1 + 3c x^2)|;
+    the derivative is their sum, which cancels near its zero (x ~ -0.75) in any float64 evaluation."""
+    if approximate == "tanh":
+        k = math.sqrt(2.0 / math.pi)
+        y = k * (x + 0.044715 * x**3)
+        s = torch.sigmoid(2.0 * y)
+        return s + (2.0 * x * s * (1 - s) * k * (1 + 3 * 0.044715 * x * x)).abs()
+    return 0.5 * torch.erfc(-x / math.sqrt(2.0)) + x.abs() * torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+
+
+@check("gelu_backward", ROW_SHAPES)
+def _gelu_backward(shape):
+    # Both forms: against torch.ops.aten.gelu_backward in float64 (what autograd calls), whose
+    # 0.5(1 + erf) / 0.5(1 + tanh) cancel for x < 0 (scale |g|: an ulp of 1 times g), and against
+    # float64 autograd through the cancellation-free forward (gelu_accurate), scaled by the two terms
+    # whose sum the derivative is (it crosses 0 near x = -0.75).
+    g = rng_for("gelu_backward", shape)
+    x = (normal(g, shape) * np.exp(g.uniform(-5, 2.5, size=shape))).astype(np.float32)
+    go = normal(g, shape)
+    for approx in ("none", "tanh"):
+        got = gpuemu.reference("gelu_backward", {"grad_out": go, "x": x}, approximate=approx)
+        assert_close(got, torch.ops.aten.gelu_backward(t64(go), t64(x), approximate=approx), t64(go).abs(),
+                     what=f"gelu_backward {approx} (aten)")
+        xd = t64(x).requires_grad_(True)
+        gelu_accurate(xd, approx).backward(t64(go))
+        assert_close(got, xd.grad, t64(go).abs() * gelu_prime_terms(t64(x), approx),
+                     what=f"gelu_backward {approx} vs autograd of the cancellation-free form")
+
+
 @check("swiglu_backward", ROW_SHAPES)
 def _swiglu_backward(shape):
     g = rng_for("swiglu_backward", shape)
