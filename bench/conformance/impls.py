@@ -322,6 +322,16 @@ def matmul_backward_autograd(args: Args) -> Tuple[torch.Tensor, torch.Tensor]:
     return a.grad, b.grad
 
 
+def linear_backward_autograd(args: Args) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PyTorch's autograd through F.linear(x, weight, bias), in the case dtype (native) or upcast;
+    the bias's values do not enter the gradients (zeros)."""
+    x = args["x"].detach().requires_grad_(True)
+    w = args["weight"].detach().requires_grad_(True)
+    b = torch.zeros(w.shape[0], dtype=w.dtype, requires_grad=True)
+    F.linear(x, w, b).backward(args["grad_out"])
+    return x.grad, w.grad, b.grad
+
+
 def swiglu_backward_autograd(args: Args) -> Tuple[torch.Tensor, torch.Tensor]:
     """PyTorch's autograd through F.silu(gate) * up, in the case dtype (native) or upcast."""
     gate = args["gate"].detach().requires_grad_(True)
@@ -420,6 +430,7 @@ IMPLS: Tuple[Impl, ...] = (
     Impl("log_softmax_backward", "torch._log_softmax_backward_data (log_softmax's autograd backward)",
          lambda a: torch._log_softmax_backward_data(a["grad_out"], a["y"], a["dim"], a["y"].dtype)),
     Impl("matmul_backward", "autograd through a @ b", matmul_backward_autograd),
+    Impl("linear_backward", "autograd through F.linear(x, weight, bias)", linear_backward_autograd),
     # grad_out made contiguous: torch 1.13's CPU erf-form kernel reads a transposed grad_out against
     # a contiguous x wrongly (probe_backward_bf16.py; tests/python/test_backward.py keeps it caught).
     Impl("gelu_backward", "torch.ops.aten.gelu_backward (F.gelu's autograd backward), grad_out contiguous",

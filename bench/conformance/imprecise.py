@@ -263,6 +263,23 @@ def _gelu_backward_bf16() -> Tuple[str, bool]:
         got[0] == 0.0 and up32 == held and not _close(got[1], held[1], 0.1)
 
 
+def _linear_backward_bf16() -> Tuple[str, bool]:
+    """torch 1.13's bf16 linear backward: its GEMMs accumulate in bf16 where one operand is a vector
+    (grad_x of a [1, 4096] grad_out against weight [4096, 1]; grad_weight of grad_out [4096, 1]
+    against x [4096, 1]); grad_bias = grad_out.sum(0) does not."""
+    def grads(m: int, k: int, n: int) -> Tuple[float, float, float]:
+        x = torch.ones(m, k, dtype=BF16, requires_grad=True)
+        w = torch.ones(n, k, dtype=BF16, requires_grad=True)
+        b = torch.zeros(n, dtype=BF16, requires_grad=True)
+        F.linear(x, w, b).backward(torch.ones(m, n, dtype=BF16))
+        return x.grad.float().max().item(), w.grad.float().max().item(), b.grad.float().max().item()
+    gx = grads(1, 1, K)[0]
+    _, gw, gb = grads(K, 1, 1)
+    return (f"autograd through F.linear in bfloat16, all ones: grad_x over {K} products gives {gx:g}, grad_weight over "
+            f"{K} rows {gw:g} (exact {K}; upcast to fp32 gives {K}), grad_bias over the same rows {gb:g}"), \
+        gx == 256.0 and gw == 256.0 and gb == K
+
+
 IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
     ("matmul", "native", "bfloat16"): Imprecision(
         "accumulates in bf16", _bf16_accumulator(
@@ -313,6 +330,8 @@ IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
     ("gelu_backward", "native", "bfloat16"): Imprecision(
         "every intermediate of the derivative rounded to bf16 (the tanh form; the erf form on its scalar path)",
         _gelu_backward_bf16),
+    ("linear_backward", "native", "bfloat16"): Imprecision(
+        "autograd's backward GEMMs accumulate in bf16 (grad_x, grad_weight; matrix-vector shapes)", _linear_backward_bf16),
     ("matmul_backward", "native", "bfloat16"): Imprecision(
         "autograd's backward GEMM accumulates in bf16 (grad_b = a^T @ grad_out)", _bf16_accumulator(
             "grad_b of a @ b (a = ones(4096, 1), b = ones(1, 1), grad_out = ones)", lambda: _matmul_grad_b_bf16())),

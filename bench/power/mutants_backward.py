@@ -1,6 +1,6 @@
 """Mutable controls of the backward ops: softmax_backward, log_softmax_backward, rms_norm_backward,
-silu_backward, swiglu_backward, gelu_backward, matmul_backward (its two GEMMs as mutants_gemm's K
-loop).
+silu_backward, swiglu_backward, gelu_backward, matmul_backward and linear_backward (their GEMMs as
+mutants_gemm's K loop; linear's grad_bias a lane sum over the rows).
 
 Each is the fp32 backward a Triton kernel writes, with its row sums in accumulate.lane_sum (256
 per-lane fp32 accumulators, then a tree): softmax's sum(g * y) and log_softmax's sum(g)
@@ -87,6 +87,17 @@ def _matmul_backward(args: Args, mut: Mutation) -> Outputs:
     return [(ga, case_dtype(args, "a")), (gb, case_dtype(args, "b"))]
 
 
+def _linear_backward(args: Args, mut: Mutation) -> Outputs:
+    """grad_x = g @ W and grad_weight = g^T @ x as K loops, grad_bias = g summed over the rows in
+    lane accumulators (``bias_sum``: the reduction the issue names, a bf16 accumulator there is the
+    bug class)."""
+    g, x, w = f32(args["grad_out"]), f32(args["x"]), f32(args["weight"])
+    gx = k_loop(g, w, mut, "accumulator", "operands")
+    gw = k_loop(g.t(), x, mut, "accumulator", "operands")
+    gb = lane_sum(mut.lift(g.t()), mut, "bias_sum")
+    return [(gx, case_dtype(args, "x")), (gw, case_dtype(args, "weight")), (gb, case_dtype(args, "x"))]
+
+
 KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
     MutableKernel("softmax_backward", "y * (g - s), s = sum(g * y) in lane accumulators", {"row_sum": ROW_SUM},
                   _softmax_backward),
@@ -102,6 +113,10 @@ KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
                   _matmul_backward),
     MutableKernel("gelu_backward", "g * gelu'(x) in fp32, torch's formulas (erf or tanh form per `approximate`)",
                   {"derivative": "gelu'(x) as formed"}, _gelu_backward),
+    MutableKernel("linear_backward", "g @ W and g^T @ x as K loops over 32-wide tiles, grad_bias in lane accumulators",
+                  {"accumulator": "acc += tile in both GEMMs", "operands": "their operands before the products",
+                   "bias_sum": "grad_bias's sum over the rows: every add of its per-lane accumulators and of the tree"},
+                  _linear_backward),
     MutableKernel("silu_backward", "g * s * (1 + x * (1 - s)) in fp32",
                   {"derivative": "silu'(x) = s * (1 + x * (1 - s)) as formed"}, _silu_backward),
     MutableKernel("swiglu_backward", "grad_gate = g * up * silu'(gate), grad_up = g * silu(gate), in fp32",

@@ -1,4 +1,4 @@
-// Backward ops (softmax_backward, log_softmax_backward, ..., gelu_backward): the fp64 reference gradients against
+// Backward ops (softmax_backward, log_softmax_backward, ..., gelu_backward, linear_backward): the fp64 reference gradients against
 // central finite differences of the forward, their special values, and the error model measured on
 // correct fp32 controls and known-buggy kernels (see ops_a_harness.hpp), over the upstream
 // gradients the fuzzer draws (dense, sparse, one-hot, constant rows, wide magnitudes).
@@ -469,6 +469,86 @@ TEST(OpsABackward, GeluBackward) {
           sc.push_back(std::move(s));
         }
   score_op("gelu_backward", sc);
+}
+
+TEST(OpsABackward, LinearGradientsMatchCentralFiniteDifferences) {
+  // L(x, W, b) = sum g * (x @ W^T + b) is bilinear in (x, W) and linear in b: central differences
+  // are exact up to rounding. grad_bias is d/db.
+  Rng rng(101);
+  const std::int64_t M = 5, K = 3, N = 4;
+  std::vector<double> x(M * K), w(N * K), g(M * N), bias(N);
+  for (auto& v : x) v = rng.normal();
+  for (auto& v : w) v = rng.normal();
+  for (auto& v : g) v = rng.normal();
+  for (auto& v : bias) v = rng.normal();
+  auto ref = builtin_of("linear_backward")
+                 .reference(make_ctx("linear_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float64, {M, N}, g)},
+                                      {"x", arg(DType::float64, {M, K}, x)},
+                                      {"weight", arg(DType::float64, {N, K}, w)}}));
+  ASSERT_TRUE(ref.ok()) << ref.error().message;
+  ASSERT_EQ(ref->size(), 3u);
+  EXPECT_EQ(ref->at(0).shape, (Shape{M, K}));
+  EXPECT_EQ(ref->at(1).shape, (Shape{N, K}));
+  EXPECT_EQ(ref->at(2).shape, (Shape{N}));
+  EXPECT_EQ(ref->at(2).name, "grad_bias");
+  auto loss = [&](const std::vector<double>& xx, const std::vector<double>& ww, const std::vector<double>& bb) {
+    double l = 0.0;
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t j = 0; j < N; ++j) {
+        double y = bb[j];
+        for (std::int64_t k = 0; k < K; ++k) y += xx[i * K + k] * ww[j * K + k];
+        l += g[i * N + j] * y;
+      }
+    return l;
+  };
+  const double h = 1e-4;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    auto p = x, m = x;
+    p[i] += h, m[i] -= h;
+    EXPECT_NEAR(ref->at(0).value[i], (loss(p, w, bias) - loss(m, w, bias)) / (2 * h), 1e-9) << "grad_x " << i;
+  }
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    auto p = w, m = w;
+    p[i] += h, m[i] -= h;
+    EXPECT_NEAR(ref->at(1).value[i], (loss(x, p, bias) - loss(x, m, bias)) / (2 * h), 1e-9) << "grad_weight " << i;
+  }
+  for (std::size_t i = 0; i < bias.size(); ++i) {
+    auto p = bias, m = bias;
+    p[i] += h, m[i] -= h;
+    EXPECT_NEAR(ref->at(2).value[i], (loss(x, w, p) - loss(x, w, m)) / (2 * h), 1e-9) << "grad_bias " << i;
+  }
+  auto bad = builtin_of("linear_backward")
+                 .reference(make_ctx("linear_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float32, {M, N}, g)},
+                                      {"x", arg(DType::float32, {M, K}, x)},
+                                      {"weight", arg(DType::float32, {N, K + 1}, std::vector<double>(N * (K + 1)))}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::shape_mismatch);
+}
+
+TEST(OpsABackward, LinearBackward) {
+  // M (the rows grad_weight and grad_bias sum over) across the 64-row blocks of grad_bias and the
+  // 32-wide K tiles: 1, 63, 64, 65, 200, 257; N (grad_x's dot products) 1 to 100; the fuzzer's
+  // upstream gradients, constant ones included (grad_bias a sum of equal terms).
+  std::vector<Scenario> sc;
+  Rng rng(102);
+  const std::int64_t mkn[][3] = {{1, 8, 3}, {63, 16, 33}, {64, 40, 64}, {65, 7, 100}, {200, 33, 17}, {257, 5, 1}};
+  const std::pair<Grad, const char*> grads[] = {{Grad::normal, "normal"}, {Grad::sparse, "sparse"},
+                                                {Grad::constant, "constant"}, {Grad::wide, "wide"}};
+  for (DType dt : k_dtypes)
+    for (const auto& d : mkn)
+      for (auto [kind, gname] : grads) {
+        const std::int64_t M = d[0], K = d[1], N = d[2];
+        Scenario s;
+        s.label = std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N) + " " + gname;
+        s.ctx = make_ctx("linear_backward", dt,
+                         {{"grad_out", arg(dt, {M, N}, grad_values(rng, M, N, kind, dt))},
+                          {"x", arg(dt, {M, K}, normal_values(rng, M * K, 0.0, 1.0, dt))},
+                          {"weight", arg(dt, {N, K}, normal_values(rng, N * K, 0.0, 0.5, dt))}});
+        sc.push_back(std::move(s));
+      }
+  score_op("linear_backward", sc);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 """Backward ops (issue 20): softmax_backward, log_softmax_backward, rms_norm_backward, silu_backward,
-swiglu_backward and gelu_backward judged like outputs.
+swiglu_backward, gelu_backward and linear_backward judged like outputs.
 
 Through the real engine (in process) and the real daemon (the public client): PyTorch's own
 backward kernels and the fp32 formulas Triton kernels use pass with the defaults; the bug classes
@@ -204,6 +204,34 @@ def test_gelu_backward_through_autograd_in_fp32_passes_and_the_other_forms_deriv
     bad = gpuemu.fuzz_op_in_process("gelu_backward", gelu_backward_tanh_derivative_for_erf, iterations=30, seed=23,
                                     value_distribution=strategy, dtypes=["float32"], diagnose=False)
     assert bad.failed > 0, bad.summary()
+
+
+def linear_backward_autograd_fp32(i):
+    x = i["x"].float().detach().requires_grad_(True)
+    w = i["weight"].float().detach().requires_grad_(True)
+    b = torch.zeros(w.shape[0], requires_grad=True)
+    torch.nn.functional.linear(x, w, b).backward(i["grad_out"].float())
+    dt = i["x"].dtype
+    return x.grad.to(dt), w.grad.to(dt), b.grad.to(dt)
+
+
+def linear_backward_bias_drops_last_rows(i):
+    """grad_bias summed over the rows in blocks of 64, the partial last block lost."""
+    gx, gw, _ = linear_backward_autograd_fp32(i)
+    g = i["grad_out"].float()
+    m = g.shape[0] // 64 * 64
+    return gx, gw, g[:m].sum(0).to(i["x"].dtype)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_linear_backward_through_autograd_in_fp32_passes_and_a_dropped_row_block_of_grad_bias_is_caught(strategy):
+    ok = gpuemu.fuzz_op_in_process("linear_backward", linear_backward_autograd_fp32, iterations=30, seed=29,
+                                   value_distribution=strategy, diagnose=False)
+    assert ok.ok, ok.summary()
+    bad = gpuemu.fuzz_op_in_process("linear_backward", linear_backward_bias_drops_last_rows, iterations=30, seed=29,
+                                    value_distribution=strategy, dims={"M": [1, 63, 65, 200]}, diagnose=False)
+    assert bad.failed > 0, bad.summary()
+    assert all("grad_bias" in f.message for f in bad.failures), bad.summary()
 
 
 def test_torch_1_13s_gelu_backward_on_a_transposed_grad_out_stays_caught():

@@ -480,6 +480,22 @@ def _matmul_backward(mkn):
     assert_close(got_b, bd.grad, scale=t64(a).abs().T @ t64(go).abs(), what="matmul_backward grad_b")
 
 
+@check("linear_backward", [(3, 5, 4), (65, 17, 33), (7, 129, 2)])
+def _linear_backward(mkn):
+    # Against torch's float64 autograd through F.linear(x, weight, bias); scale |g| @ |W|, |g|^T @ |x|
+    # and sum|g| over the rows (dot products and a column sum).
+    m, k, n = mkn
+    g = rng_for("linear_backward", mkn)
+    x, w, go = normal(g, (m, k)), normal(g, (n, k)), normal(g, (m, n))
+    xd, wd = t64(x).requires_grad_(True), t64(w).requires_grad_(True)
+    bd = torch.zeros(n, dtype=torch.float64, requires_grad=True)
+    F.linear(xd, wd, bd).backward(t64(go))
+    got_x, got_w, got_b = gpuemu.reference("linear_backward", {"grad_out": go, "x": x, "weight": w})
+    assert_close(got_x, xd.grad, scale=t64(go).abs() @ t64(w).abs(), what="linear_backward grad_x")
+    assert_close(got_w, wd.grad, scale=t64(go).abs().T @ t64(x).abs(), what="linear_backward grad_weight")
+    assert_close(got_b, bd.grad, scale=t64(go).abs().sum(0), what="linear_backward grad_bias")
+
+
 @check("log_softmax", ROW_SHAPES)
 def _log_softmax(shape):
     # scale |x| + |max| + 1: log_softmax = (x - max) - log(sum), a difference of larger terms that
