@@ -332,6 +332,15 @@ def linear_backward_autograd(args: Args) -> Tuple[torch.Tensor, torch.Tensor, to
     return x.grad, w.grad, b.grad
 
 
+def embedding_backward_autograd(args: Args) -> torch.Tensor:
+    """PyTorch's autograd through F.embedding(indices, weight) (embedding_dense_backward), in the case
+    dtype (native) or upcast; the weight's values do not enter the gradient (zeros)."""
+    g = args["grad_out"]
+    w = torch.zeros(args["num_weights"], g.shape[-1], dtype=g.dtype, requires_grad=True)
+    F.embedding(args["indices"], w).backward(g)
+    return w.grad
+
+
 def swiglu_backward_autograd(args: Args) -> Tuple[torch.Tensor, torch.Tensor]:
     """PyTorch's autograd through F.silu(gate) * up, in the case dtype (native) or upcast."""
     gate = args["gate"].detach().requires_grad_(True)
@@ -433,6 +442,7 @@ IMPLS: Tuple[Impl, ...] = (
     Impl("linear_backward", "autograd through F.linear(x, weight, bias)", linear_backward_autograd),
     # grad_out made contiguous: torch 1.13's CPU erf-form kernel reads a transposed grad_out against
     # a contiguous x wrongly (probe_backward_bf16.py; tests/python/test_backward.py keeps it caught).
+    Impl("embedding_backward", "autograd through F.embedding(indices, weight)", embedding_backward_autograd),
     Impl("gelu_backward", "torch.ops.aten.gelu_backward (F.gelu's autograd backward), grad_out contiguous",
          lambda a: torch.ops.aten.gelu_backward(a["grad_out"].contiguous(), a["x"], approximate=a["approximate"])),
     Impl("silu_backward", "torch.ops.aten.silu_backward (F.silu's autograd backward)",

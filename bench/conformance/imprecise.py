@@ -280,6 +280,18 @@ def _linear_backward_bf16() -> Tuple[str, bool]:
         gx == 256.0 and gw == 256.0 and gb == K
 
 
+def _embedding_backward_lowp(dtype: torch.dtype, stop: float) -> Callable[[], Tuple[str, bool]]:
+    """torch 1.13's CPU embedding backward accumulates grad_weight in its own dtype: 4096 ones at one
+    row stop where the running sum + 1 rounds back (bf16 256, fp16 2048)."""
+    def demo() -> Tuple[str, bool]:
+        w = torch.zeros(1, 1, dtype=dtype, requires_grad=True)
+        F.embedding(torch.zeros(K, dtype=torch.long), w).backward(torch.ones(K, 1, dtype=dtype))
+        got = w.grad.item()
+        return (f"autograd through F.embedding, {K} positions of index 0 with grad 1, in {str(dtype)[6:]}: "
+                f"grad_weight[0] = {got:g} (exact {K}; upcast to fp32 gives {K})"), got == stop
+    return demo
+
+
 IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
     ("matmul", "native", "bfloat16"): Imprecision(
         "accumulates in bf16", _bf16_accumulator(
@@ -327,6 +339,10 @@ IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
                                                          _silu_backward_bf16(False)),
     ("swiglu_backward", "native", "bfloat16"): Imprecision(
         "autograd's silu backward rounds every intermediate of the derivative to bf16", _silu_backward_bf16(True)),
+    ("embedding_backward", "native", "bfloat16"): Imprecision(
+        "grad_weight accumulated in bf16", _embedding_backward_lowp(BF16, 256.0)),
+    ("embedding_backward", "native", "float16"): Imprecision(
+        "grad_weight accumulated in fp16", _embedding_backward_lowp(torch.float16, 2048.0)),
     ("gelu_backward", "native", "bfloat16"): Imprecision(
         "every intermediate of the derivative rounded to bf16 (the tanh form; the erf form on its scalar path)",
         _gelu_backward_bf16),

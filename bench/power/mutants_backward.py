@@ -1,6 +1,7 @@
 """Mutable controls of the backward ops: softmax_backward, log_softmax_backward, rms_norm_backward,
 silu_backward, swiglu_backward, gelu_backward, matmul_backward and linear_backward (their GEMMs as
-mutants_gemm's K loop; linear's grad_bias a lane sum over the rows).
+mutants_gemm's K loop; linear's grad_bias a lane sum over the rows), embedding_backward (grad_weight's
+sums over the positions naming each row, in tiles of sorted positions).
 
 Each is the fp32 backward a Triton kernel writes, with its row sums in accumulate.lane_sum (256
 per-lane fp32 accumulators, then a tree): softmax's sum(g * y) and log_softmax's sum(g)
@@ -98,6 +99,24 @@ def _linear_backward(args: Args, mut: Mutation) -> Outputs:
     return [(gx, case_dtype(args, "x")), (gw, case_dtype(args, "weight")), (gb, case_dtype(args, "x"))]
 
 
+def _embedding_backward(args: Args, mut: Mutation) -> Outputs:
+    """Positions sorted by index, in tiles of 1024: each tile's per-row partials summed in fp32
+    (index_add_) and added to grad_weight's accumulator (``accumulator``: every such add)."""
+    g = f32(args["grad_out"])
+    d = g.shape[-1]
+    idx = args["indices"].reshape(-1).long()
+    order = torch.argsort(idx, stable=True)
+    rows, inv = torch.unique(idx, return_inverse=True)
+    gs, ins = g.reshape(-1, d)[order], inv[order]
+    acc = None
+    for s in range(0, idx.numel(), 1024):
+        part = mut.lift(torch.zeros(rows.numel(), d).index_add_(0, ins[s:s + 1024], gs[s:s + 1024]))
+        acc = mut(part, "accumulator") if acc is None else mut(acc + part, "accumulator", temporary=True)
+    out = torch.zeros((acc.shape[0], args["num_weights"], d))
+    out[:, rows] = acc
+    return [(out, case_dtype(args, "grad_out"))]
+
+
 KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
     MutableKernel("softmax_backward", "y * (g - s), s = sum(g * y) in lane accumulators", {"row_sum": ROW_SUM},
                   _softmax_backward),
@@ -111,6 +130,8 @@ KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
     MutableKernel("matmul_backward", "grad_out @ b^T and a^T @ grad_out, each a K loop over 32-wide tiles",
                   {"accumulator": "acc += tile in both backward GEMMs", "operands": "their operands before the products"},
                   _matmul_backward),
+    MutableKernel("embedding_backward", "grad_weight[v] = sum of grad_out over the positions naming v, sorted, in tiles",
+                  {"accumulator": "grad_weight's accumulator: every add of a tile's partials"}, _embedding_backward),
     MutableKernel("gelu_backward", "g * gelu'(x) in fp32, torch's formulas (erf or tanh form per `approximate`)",
                   {"derivative": "gelu'(x) as formed"}, _gelu_backward),
     MutableKernel("linear_backward", "g @ W and g^T @ x as K loops over 32-wide tiles, grad_bias in lane accumulators",

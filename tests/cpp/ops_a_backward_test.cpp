@@ -1,4 +1,4 @@
-// Backward ops (softmax_backward, log_softmax_backward, ..., gelu_backward, linear_backward): the fp64 reference gradients against
+// Backward ops (softmax_backward, log_softmax_backward, ..., linear_backward, embedding_backward): the fp64 reference gradients against
 // central finite differences of the forward, their special values, and the error model measured on
 // correct fp32 controls and known-buggy kernels (see ops_a_harness.hpp), over the upstream
 // gradients the fuzzer draws (dense, sparse, one-hot, constant rows, wide magnitudes).
@@ -549,6 +549,99 @@ TEST(OpsABackward, LinearBackward) {
         sc.push_back(std::move(s));
       }
   score_op("linear_backward", sc);
+}
+
+TEST(OpsABackward, EmbeddingGradientMatchesCentralFiniteDifferences) {
+  // L(W) = sum g * W[indices] is linear in W: d/dW by central differences, with repeated indices
+  // (they accumulate) and a row no index names (0).
+  Rng rng(111);
+  const std::int64_t B = 2, L = 5, D = 3, V = 4;
+  const std::vector<double> idx = {0, 2, 2, 3, 0, 2, 0, 3, 2, 2};  // row 1 never named
+  std::vector<double> g(B * L * D), w(V * D);
+  for (auto& v : g) v = rng.normal();
+  for (auto& v : w) v = rng.normal();
+  auto ref = builtin_of("embedding_backward")
+                 .reference(make_ctx("embedding_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float64, {B, L, D}, g)},
+                                      {"indices", arg(DType::int64, {B, L}, idx)}},
+                                     {{"num_weights", V}}));
+  ASSERT_TRUE(ref.ok()) << ref.error().message;
+  ASSERT_EQ(ref->at(0).shape, (Shape{V, D}));
+  auto loss = [&](const std::vector<double>& ww) {
+    double l = 0.0;
+    for (std::size_t p = 0; p < idx.size(); ++p)
+      for (std::int64_t d = 0; d < D; ++d) l += g[p * D + d] * ww[static_cast<std::size_t>(idx[p]) * D + d];
+    return l;
+  };
+  const double h = 1e-4;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    auto wp = w, wm = w;
+    wp[i] += h, wm[i] -= h;
+    EXPECT_NEAR(ref->at(0).value[i], (loss(wp) - loss(wm)) / (2 * h), 1e-9) << i;
+  }
+  for (std::int64_t d = 0; d < D; ++d) {
+    EXPECT_EQ(ref->at(0).value[D + d], 0.0);  // row 1
+    EXPECT_EQ(ref->at(0).c_acc[D + d], 0.0);  // and exactly so
+  }
+  // An index outside [0, num_weights) and a grad_out of the wrong shape are errors, not crashes.
+  auto out_of_range = builtin_of("embedding_backward")
+                          .reference(make_ctx("embedding_backward", DType::float32,
+                                              {{"grad_out", arg(DType::float32, {1, 2, D}, std::vector<double>(2 * D))},
+                                               {"indices", arg(DType::int64, {1, 2}, {0, 4})}},
+                                              {{"num_weights", V}}));
+  ASSERT_FALSE(out_of_range.ok());
+  EXPECT_EQ(out_of_range.error().code, ErrorCode::invalid_argument);
+  auto bad = builtin_of("embedding_backward")
+                 .reference(make_ctx("embedding_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float32, {1, 3, D}, std::vector<double>(3 * D))},
+                                      {"indices", arg(DType::int64, {1, 2}, {0, 1})}},
+                                     {{"num_weights", V}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::shape_mismatch);
+}
+
+TEST(OpsABackward, EmbeddingBackward) {
+  // Few rows (many repeats: lost updates and 16-bit accumulators show), D across the 128-wide
+  // tiles (1, 127, 129, 300), indices uniform or concentrated on one row, the fuzzer's upstream
+  // gradients (a constant one repeated at one row: a sum of equal terms).
+  std::vector<Scenario> sc;
+  Rng rng(112);
+  const std::int64_t shapes[][4] = {{4, 64, 1, 3}, {2, 500, 127, 1}, {8, 100, 129, 64}, {1, 1000, 300, 7}, {3, 33, 40, 1000}};
+  const std::pair<Grad, const char*> grads[] = {{Grad::normal, "normal"}, {Grad::sparse, "sparse"},
+                                                {Grad::constant, "constant"}, {Grad::wide, "wide"}};
+  for (DType dt : k_dtypes)
+    for (const auto& sh : shapes)
+      for (auto [kind, gname] : grads)
+        for (bool hot : {false, true}) {
+          const std::int64_t B = sh[0], L = sh[1], D = sh[2], V = sh[3];
+          std::vector<double> idx(static_cast<std::size_t>(B * L));
+          for (auto& v : idx)
+            v = static_cast<double>(hot && rng.chance(3, 4) ? 0 : static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(V))));
+          Scenario s;
+          s.label = std::to_string(B) + "x" + std::to_string(L) + "x" + std::to_string(D) + " V=" + std::to_string(V) +
+                    " " + gname + (hot ? " hot" : "");
+          s.ctx = make_ctx("embedding_backward", dt,
+                           {{"grad_out", arg(dt, {B, L, D}, grad_values(rng, B * L, D, kind, dt))},
+                            {"indices", arg(DType::int64, {B, L}, std::move(idx))}},
+                           {{"num_weights", V}});
+          sc.push_back(std::move(s));
+        }
+  // An expanded grad_out (stride 0 along B): 5 values repeated 49 times at one row, summed in
+  // order (the roundings of a running sum repeat with its terms).
+  for (DType dt : k_dtypes) {
+    const std::int64_t B = 49, L = 5, D = 300;
+    auto row = normal_values(rng, L * D, 0.0, 1.0, dt);
+    std::vector<double> g;
+    for (std::int64_t b = 0; b < B; ++b) g.insert(g.end(), row.begin(), row.end());
+    Scenario s;
+    s.label = "expanded grad_out, V=1";
+    s.ctx = make_ctx("embedding_backward", dt,
+                     {{"grad_out", arg(dt, {B, L, D}, std::move(g))},
+                      {"indices", arg(DType::int64, {B, L}, std::vector<double>(static_cast<std::size_t>(B * L), 0.0))}},
+                     {{"num_weights", 1}});
+    sc.push_back(std::move(s));
+  }
+  score_op("embedding_backward", sc);
 }
 
 }  // namespace

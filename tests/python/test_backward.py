@@ -1,5 +1,5 @@
 """Backward ops (issue 20): softmax_backward, log_softmax_backward, rms_norm_backward, silu_backward,
-swiglu_backward, gelu_backward and linear_backward judged like outputs.
+swiglu_backward, gelu_backward, linear_backward and embedding_backward judged like outputs.
 
 Through the real engine (in process) and the real daemon (the public client): PyTorch's own
 backward kernels and the fp32 formulas Triton kernels use pass with the defaults; the bug classes
@@ -232,6 +232,31 @@ def test_linear_backward_through_autograd_in_fp32_passes_and_a_dropped_row_block
                                     value_distribution=strategy, dims={"M": [1, 63, 65, 200]}, diagnose=False)
     assert bad.failed > 0, bad.summary()
     assert all("grad_bias" in f.message for f in bad.failures), bad.summary()
+
+
+def embedding_backward_autograd_fp32(i):
+    g = i["grad_out"].float()
+    w = torch.zeros(i["num_weights"], g.shape[-1], requires_grad=True)
+    torch.nn.functional.embedding(i["indices"], w).backward(g)
+    return w.grad.to(i["grad_out"].dtype)
+
+
+def embedding_backward_last_write_wins(i):
+    """grad_weight[idx] = g, a store where an atomic add belongs: repeated indices lose updates."""
+    g = i["grad_out"].float()
+    w = torch.zeros(i["num_weights"], g.shape[-1])
+    w[i["indices"].flatten()] = g.reshape(-1, g.shape[-1])
+    return w.to(i["grad_out"].dtype)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_embedding_backward_through_autograd_in_fp32_passes_and_lost_updates_are_caught(strategy):
+    ok = gpuemu.fuzz_op_in_process("embedding_backward", embedding_backward_autograd_fp32, iterations=30, seed=31,
+                                   value_distribution=strategy, diagnose=False)
+    assert ok.ok, ok.summary()
+    bad = gpuemu.fuzz_op_in_process("embedding_backward", embedding_backward_last_write_wins, iterations=30, seed=31,
+                                    value_distribution=strategy, diagnose=False)
+    assert bad.failed > 0, bad.summary()
 
 
 def test_torch_1_13s_gelu_backward_on_a_transposed_grad_out_stays_caught():

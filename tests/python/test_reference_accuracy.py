@@ -496,6 +496,21 @@ def _linear_backward(mkn):
     assert_close(got_b, bd.grad, scale=t64(go).abs().sum(0), what="linear_backward grad_bias")
 
 
+@check("embedding_backward", [(2, 5, 3, 4), (4, 100, 33, 7), (1, 300, 8, 1000)])
+def _embedding_backward(blvd):
+    # Against torch's float64 autograd through F.embedding: repeated indices accumulate (scale sum|g|
+    # over the positions that name a row), rows no index names are 0.
+    b, l, v, d = blvd
+    g = rng_for("embedding_backward", blvd)
+    go = normal(g, (b, l, d))
+    idx = g.integers(0, v, size=(b, l)).astype(np.int64)
+    w = torch.zeros(v, d, dtype=torch.float64, requires_grad=True)
+    F.embedding(torch.from_numpy(idx), w).backward(t64(go))
+    got = gpuemu.reference("embedding_backward", {"grad_out": go, "indices": idx}, num_weights=v)
+    scale = torch.zeros(v, d, dtype=torch.float64).index_add_(0, torch.from_numpy(idx).flatten(), t64(go).abs().reshape(-1, d))
+    assert_close(got, w.grad, scale=scale, what="embedding_backward")
+
+
 @check("log_softmax", ROW_SHAPES)
 def _log_softmax(shape):
     # scale |x| + |max| + 1: log_softmax = (x - max) - log(sum), a difference of larger terms that
