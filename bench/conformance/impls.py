@@ -193,6 +193,16 @@ def rope_fp32(args: Args) -> torch.Tensor:
     return out.to(x.dtype)
 
 
+def _rope_backward(rope: Callable[[Args], torch.Tensor]) -> Callable[[Args], torch.Tensor]:
+    """PyTorch's autograd through a rope composition (x's values do not enter the gradient: zeros)."""
+    def fn(args: Args) -> torch.Tensor:
+        g = args["grad_out"]
+        x = torch.zeros(g.shape, dtype=g.dtype, device=g.device, requires_grad=True)
+        rope({**args, "x": x}).backward(g)
+        return x.grad
+    return fn
+
+
 def fp8_quantize_fp32(args: Args) -> Any:
     """clamp(x / scale, -448, 448) in fp32, then the cast to float8_e4m3fn (round to nearest even;
     torch 1.13 has no fp8 dtype, so the cast is gpuemu.dtypes.to_bits, docs/dtypes.md)."""
@@ -424,6 +434,9 @@ IMPLS: Tuple[Impl, ...] = (
     Impl("rms_norm", "x * rsqrt(mean(x^2) + eps) * weight in fp32", rms_norm_fp32, COMPOSITION),
     Impl("rope", "HF apply_rotary_pos_emb (cos/sin in the input dtype)", rope_hf, COMPOSITION),
     Impl("rope", "rotation in fp32, cast back once", rope_fp32, COMPOSITION),
+    Impl("rope_backward", "autograd through HF apply_rotary_pos_emb (cos/sin in the input dtype)", _rope_backward(rope_hf),
+         COMPOSITION),
+    Impl("rope_backward", "autograd through the rotation in fp32, cast back once", _rope_backward(rope_fp32), COMPOSITION),
     Impl("rsqrt", "torch.rsqrt", lambda a: torch.rsqrt(a["x"])),
     Impl("scaled_fp8_matmul", "(a @ b) * scale_a * scale_b in fp32", scaled_fp8_matmul_fp32, COMPOSITION,
          ("float8_e4m3fn",)),

@@ -1,7 +1,9 @@
 """Mutable controls of the backward ops: softmax_backward, log_softmax_backward, rms_norm_backward,
 silu_backward, swiglu_backward, gelu_backward, matmul_backward and linear_backward (their GEMMs as
 mutants_gemm's K loop; linear's grad_bias a lane sum over the rows), embedding_backward (grad_weight's
-sums over the positions naming each row, in tiles of sorted positions).
+sums over the positions naming each row, in tiles of sorted positions), rope_backward (rope's own
+mutable control on the gradient with each pair's second member negated before and after: the
+inverse rotation).
 
 Each is the fp32 backward a Triton kernel writes, with its row sums in accumulate.lane_sum (256
 per-lane fp32 accumulators, then a tree): softmax's sum(g * y) and log_softmax's sum(g)
@@ -19,6 +21,7 @@ from typing import Dict
 
 import torch
 
+import mutants_elementwise
 from accumulate import k_loop, lane_sum, move_back, move_last
 from kernel import Args, MutableKernel, Outputs, case_dtype, f32
 from rounding import Mutation
@@ -117,6 +120,15 @@ def _embedding_backward(args: Args, mut: Mutation) -> Outputs:
     return [(out, case_dtype(args, "grad_out"))]
 
 
+def _rope_backward(args: Args, mut: Mutation) -> Outputs:
+    g = args["grad_out"]
+    d = g.shape[-1]
+    sign = torch.ones(d)
+    sign[slice(1, None, 2) if args["style"] == "interleaved" else slice(d // 2, d)] = -1.0
+    [(out, dt)] = mutants_elementwise._rope({**args, "x": (f32(g) * sign).to(g.dtype)}, mut)
+    return [(out * sign, dt)]
+
+
 KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
     MutableKernel("softmax_backward", "y * (g - s), s = sum(g * y) in lane accumulators", {"row_sum": ROW_SUM},
                   _softmax_backward),
@@ -132,6 +144,9 @@ KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
                   _matmul_backward),
     MutableKernel("embedding_backward", "grad_weight[v] = sum of grad_out over the positions naming v, sorted, in tiles",
                   {"accumulator": "grad_weight's accumulator: every add of a tile's partials"}, _embedding_backward),
+    MutableKernel("rope_backward", "S rope(S grad_out), S negating each pair's second member: rope's fp32 control",
+                  {"angles": "the fp32 angles (positions x inv_freq) before cos/sin",
+                   "result": "the rotated fp32 values before the cast"}, _rope_backward),
     MutableKernel("gelu_backward", "g * gelu'(x) in fp32, torch's formulas (erf or tanh form per `approximate`)",
                   {"derivative": "gelu'(x) as formed"}, _gelu_backward),
     MutableKernel("linear_backward", "g @ W and g^T @ x as K loops over 32-wide tiles, grad_bias in lane accumulators",

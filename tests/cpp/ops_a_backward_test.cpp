@@ -1,4 +1,4 @@
-// Backward ops (softmax_backward, log_softmax_backward, ..., linear_backward, embedding_backward): the fp64 reference gradients against
+// Backward ops (softmax_backward, log_softmax_backward, ..., embedding_backward, rope_backward): the fp64 reference gradients against
 // central finite differences of the forward, their special values, and the error model measured on
 // correct fp32 controls and known-buggy kernels (see ops_a_harness.hpp), over the upstream
 // gradients the fuzzer draws (dense, sparse, one-hot, constant rows, wide magnitudes).
@@ -642,6 +642,57 @@ TEST(OpsABackward, EmbeddingBackward) {
     sc.push_back(std::move(s));
   }
   score_op("embedding_backward", sc);
+}
+
+TEST(OpsABackward, RopeGradientMatchesCentralFiniteDifferences) {
+  // L(x) = sum g * rope(x) is linear in x: d/dx by central differences through rope's own fp64
+  // reference, against rope_backward's (the inverse rotation), for both styles and an offset.
+  Rng rng(121);
+  const std::int64_t B = 1, L = 3, H = 2, D = 6;
+  std::vector<double> x(B * L * H * D), g(x.size());
+  for (auto& v : x) v = rng.normal();
+  for (auto& v : g) v = rng.normal();
+  for (const char* style : {"half", "interleaved"}) {
+    const Json attrs = {{"style", style}, {"offset", 5}, {"theta", 100.0}};
+    auto ref = builtin_of("rope_backward")
+                   .reference(make_ctx("rope_backward", DType::float32, {{"grad_out", arg(DType::float64, {B, L, H, D}, g)}}, attrs));
+    ASSERT_TRUE(ref.ok()) << ref.error().message;
+    auto loss = [&](const std::vector<double>& xs) {
+      auto y = builtin_of("rope").reference(make_ctx("rope", DType::float32, {{"x", arg(DType::float64, {B, L, H, D}, xs)}}, attrs));
+      double l = 0.0;
+      for (std::size_t k = 0; k < xs.size(); ++k) l += g[k] * y->at(0).value[k];
+      return l;
+    };
+    const double h = 1e-4;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      auto xp = x, xm = x;
+      xp[i] += h, xm[i] -= h;
+      EXPECT_NEAR(ref->at(0).value[i], (loss(xp) - loss(xm)) / (2 * h), 1e-9) << style << " " << i;
+    }
+  }
+}
+
+TEST(OpsABackward, RopeBackward) {
+  // Both styles, rope's thetas and offsets (positions up to ~1e5: the angle's error grows with it),
+  // D across 2..128, the fuzzer's upstream gradients.
+  std::vector<Scenario> sc;
+  Rng rng(122);
+  const std::int64_t shapes[][4] = {{1, 7, 2, 2}, {2, 33, 3, 64}, {1, 129, 1, 128}, {1, 5, 4, 10}};
+  const std::pair<double, std::int64_t> angles[] = {{10000.0, 0}, {500000.0, 4095}, {1e6, 100000}};
+  const std::pair<Grad, const char*> grads[] = {{Grad::normal, "normal"}, {Grad::sparse, "sparse"}, {Grad::wide, "wide"}};
+  for (DType dt : k_dtypes)
+    for (const char* style : {"half", "interleaved"})
+      for (const auto& sh : shapes)
+        for (auto [theta, offset] : angles)
+          for (auto [kind, gname] : grads) {
+            const std::int64_t B = sh[0], L = sh[1], H = sh[2], D = sh[3];
+            Scenario s;
+            s.label = std::string(style) + " D=" + std::to_string(D) + " offset=" + std::to_string(offset) + " " + gname;
+            s.ctx = make_ctx("rope_backward", dt, {{"grad_out", arg(dt, {B, L, H, D}, grad_values(rng, B * L * H, D, kind, dt))}},
+                             {{"style", style}, {"theta", theta}, {"offset", offset}});
+            sc.push_back(std::move(s));
+          }
+  score_op("rope_backward", sc);
 }
 
 }  // namespace

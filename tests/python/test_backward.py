@@ -1,5 +1,6 @@
 """Backward ops (issue 20): softmax_backward, log_softmax_backward, rms_norm_backward, silu_backward,
-swiglu_backward, gelu_backward, linear_backward and embedding_backward judged like outputs.
+swiglu_backward, gelu_backward, linear_backward, embedding_backward and rope_backward judged like
+outputs.
 
 Through the real engine (in process) and the real daemon (the public client): PyTorch's own
 backward kernels and the fp32 formulas Triton kernels use pass with the defaults; the bug classes
@@ -256,6 +257,39 @@ def test_embedding_backward_through_autograd_in_fp32_passes_and_lost_updates_are
     assert ok.ok, ok.summary()
     bad = gpuemu.fuzz_op_in_process("embedding_backward", embedding_backward_last_write_wins, iterations=30, seed=31,
                                     value_distribution=strategy, diagnose=False)
+    assert bad.failed > 0, bad.summary()
+
+
+def _rope_fp32(x, i):
+    d = x.shape[-1]
+    inv_freq = 1.0 / (i["theta"] ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    t = torch.arange(x.shape[1], dtype=torch.float32) + float(i["offset"])
+    ang = torch.outer(t, inv_freq)
+    c, s = ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]
+    x1, x2 = (x[..., 0::2], x[..., 1::2]) if i["style"] == "interleaved" else (x[..., : d // 2], x[..., d // 2:])
+    o1, o2 = x1 * c - x2 * s, x2 * c + x1 * s
+    return torch.stack((o1, o2), -1).flatten(-2) if i["style"] == "interleaved" else torch.cat((o1, o2), -1)
+
+
+def rope_backward_autograd_fp32(i):
+    g = i["grad_out"].float()
+    x = torch.zeros(g.shape, requires_grad=True)
+    _rope_fp32(x, i).backward(g)
+    return x.grad.to(i["grad_out"].dtype)
+
+
+def rope_backward_forward_rotation(i):
+    """The forward rotation applied to the gradient (turns by +phi where -phi belongs)."""
+    return _rope_fp32(i["grad_out"].float(), i).to(i["grad_out"].dtype)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_rope_backward_through_autograd_in_fp32_passes_and_the_forward_rotation_is_caught(strategy):
+    ok = gpuemu.fuzz_op_in_process("rope_backward", rope_backward_autograd_fp32, iterations=30, seed=37,
+                                   value_distribution=strategy, vary_attrs=["style", "offset", "theta"], diagnose=False)
+    assert ok.ok, ok.summary()
+    bad = gpuemu.fuzz_op_in_process("rope_backward", rope_backward_forward_rotation, iterations=30, seed=37,
+                                    value_distribution=strategy, vary_attrs=["style", "offset", "theta"], diagnose=False)
     assert bad.failed > 0, bad.summary()
 
 

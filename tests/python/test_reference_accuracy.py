@@ -762,6 +762,20 @@ def _rope(p):
     assert_close(gpuemu.reference("rope", {"x": x}), want, scale, what="rope defaults")
 
 
+@check("rope_backward", [(1, 3, 2, 4), (2, 17, 3, 24), (1, 129, 1, 2)])
+def _rope_backward(p):
+    # Against torch's float64 autograd through torch_rope (the gradient of a rotation), scale as rope's.
+    g = rng_for("rope_backward", p)
+    go = normal(g, p)
+    for style in ("half", "interleaved"):
+        for theta, offset in ((10000.0, 0), (500000.0, 4095), (1e6, 100000)):
+            x = torch.zeros(p, dtype=torch.float64, requires_grad=True)
+            torch_rope(x, theta, style, offset)[0].backward(t64(go))
+            got = gpuemu.reference("rope_backward", {"grad_out": go}, theta=theta, style=style, offset=offset)
+            _, scale = torch_rope(t64(go), theta, style, offset)
+            assert_close(got, x.grad, scale, what=f"rope_backward {style} theta={theta} offset={offset}")
+
+
 # ---- convolution: scale |x| (*) |w| + |bias| ----
 
 

@@ -15,7 +15,7 @@ void register_elementwise_backward_ops(BuiltinRegistry& r);  // silu_backward sw
 void register_loss_ops(BuiltinRegistry& r);         // cross_entropy embedding (embedding_backward)
 void register_gemm_ops(BuiltinRegistry& r);         // matmul bmm linear (matmul_backward linear_backward)
 void register_attention_ops(BuiltinRegistry& r);    // flash_attention decode_attention
-void register_rope_ops(BuiltinRegistry& r);         // rope
+void register_rope_ops(BuiltinRegistry& r);         // rope (rope_backward)
 void register_conv_ops(BuiltinRegistry& r);         // conv1d conv2d
 void register_quant_ops(BuiltinRegistry& r);        // fp8_quantize scaled_fp8_matmul
 
