@@ -193,6 +193,16 @@ def rope_fp32(args: Args) -> torch.Tensor:
     return out.to(x.dtype)
 
 
+def _rope_backward(rope: Callable[[Args], torch.Tensor]) -> Callable[[Args], torch.Tensor]:
+    """PyTorch's autograd through a rope composition (x's values do not enter the gradient: zeros)."""
+    def fn(args: Args) -> torch.Tensor:
+        g = args["grad_out"]
+        x = torch.zeros(g.shape, dtype=g.dtype, device=g.device, requires_grad=True)
+        rope({**args, "x": x}).backward(g)
+        return x.grad
+    return fn
+
+
 def fp8_quantize_fp32(args: Args) -> Any:
     """clamp(x / scale, -448, 448) in fp32, then the cast to float8_e4m3fn (round to nearest even;
     torch 1.13 has no fp8 dtype, so the cast is gpuemu.dtypes.to_bits, docs/dtypes.md)."""
@@ -322,6 +332,25 @@ def matmul_backward_autograd(args: Args) -> Tuple[torch.Tensor, torch.Tensor]:
     return a.grad, b.grad
 
 
+def linear_backward_autograd(args: Args) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PyTorch's autograd through F.linear(x, weight, bias), in the case dtype (native) or upcast;
+    the bias's values do not enter the gradients (zeros)."""
+    x = args["x"].detach().requires_grad_(True)
+    w = args["weight"].detach().requires_grad_(True)
+    b = torch.zeros(w.shape[0], dtype=w.dtype, requires_grad=True)
+    F.linear(x, w, b).backward(args["grad_out"])
+    return x.grad, w.grad, b.grad
+
+
+def embedding_backward_autograd(args: Args) -> torch.Tensor:
+    """PyTorch's autograd through F.embedding(indices, weight) (embedding_dense_backward), in the case
+    dtype (native) or upcast; the weight's values do not enter the gradient (zeros)."""
+    g = args["grad_out"]
+    w = torch.zeros(args["num_weights"], g.shape[-1], dtype=g.dtype, requires_grad=True)
+    F.embedding(args["indices"], w).backward(g)
+    return w.grad
+
+
 def swiglu_backward_autograd(args: Args) -> Tuple[torch.Tensor, torch.Tensor]:
     """PyTorch's autograd through F.silu(gate) * up, in the case dtype (native) or upcast."""
     gate = args["gate"].detach().requires_grad_(True)
@@ -405,6 +434,9 @@ IMPLS: Tuple[Impl, ...] = (
     Impl("rms_norm", "x * rsqrt(mean(x^2) + eps) * weight in fp32", rms_norm_fp32, COMPOSITION),
     Impl("rope", "HF apply_rotary_pos_emb (cos/sin in the input dtype)", rope_hf, COMPOSITION),
     Impl("rope", "rotation in fp32, cast back once", rope_fp32, COMPOSITION),
+    Impl("rope_backward", "autograd through HF apply_rotary_pos_emb (cos/sin in the input dtype)", _rope_backward(rope_hf),
+         COMPOSITION),
+    Impl("rope_backward", "autograd through the rotation in fp32, cast back once", _rope_backward(rope_fp32), COMPOSITION),
     Impl("rsqrt", "torch.rsqrt", lambda a: torch.rsqrt(a["x"])),
     Impl("scaled_fp8_matmul", "(a @ b) * scale_a * scale_b in fp32", scaled_fp8_matmul_fp32, COMPOSITION,
          ("float8_e4m3fn",)),
@@ -420,6 +452,12 @@ IMPLS: Tuple[Impl, ...] = (
     Impl("log_softmax_backward", "torch._log_softmax_backward_data (log_softmax's autograd backward)",
          lambda a: torch._log_softmax_backward_data(a["grad_out"], a["y"], a["dim"], a["y"].dtype)),
     Impl("matmul_backward", "autograd through a @ b", matmul_backward_autograd),
+    Impl("linear_backward", "autograd through F.linear(x, weight, bias)", linear_backward_autograd),
+    # grad_out made contiguous: torch 1.13's CPU erf-form kernel reads a transposed grad_out against
+    # a contiguous x wrongly (probe_backward_bf16.py; tests/python/test_backward.py keeps it caught).
+    Impl("embedding_backward", "autograd through F.embedding(indices, weight)", embedding_backward_autograd),
+    Impl("gelu_backward", "torch.ops.aten.gelu_backward (F.gelu's autograd backward), grad_out contiguous",
+         lambda a: torch.ops.aten.gelu_backward(a["grad_out"].contiguous(), a["x"], approximate=a["approximate"])),
     Impl("silu_backward", "torch.ops.aten.silu_backward (F.silu's autograd backward)",
          lambda a: torch.ops.aten.silu_backward(a["grad_out"], a["x"])),
     Impl("swiglu_backward", "autograd through F.silu(gate) * up", swiglu_backward_autograd),

@@ -245,6 +245,53 @@ def _matmul_grad_b_bf16() -> float:
     return b.grad.item()
 
 
+def _gelu_backward_bf16() -> Tuple[str, bool]:
+    """torch 1.13's bf16 CPU gelu backward, tanh form, rounds every intermediate of
+    0.5(1 + t) + 0.5x(1 - t^2) k(1 + 3c x^2) to bf16 (constants included): that emulation equals
+    its output bit for bit (bench/conformance/probe_backward_bf16.py), and 1 - t^2 cancels. Its erf
+    form does the same on its scalar path (an x in another layout than grad_out's: cdf + x * pdf
+    cancels near x = -0.75), and is the fp32 kernel on the upcast inputs where both are contiguous."""
+    x = torch.tensor([-0.75, -3.0], dtype=BF16)
+    g = torch.ones(2, dtype=BF16)
+    got = torch.ops.aten.gelu_backward(g, x, approximate="tanh").double().tolist()
+    exact = torch.ops.aten.gelu_backward(g.double(), x.double(), approximate="tanh").tolist()
+    held = [torch.tensor(e).to(BF16).item() for e in exact]
+    up32 = torch.ops.aten.gelu_backward(g.float(), x.float(), approximate="tanh").to(BF16).double().tolist()
+    return (f"torch.ops.aten.gelu_backward(approximate='tanh') at x = [-0.75, -3] (grad 1) in bfloat16 gives {got} "
+            f"(exact [{exact[0]:.6g}, {exact[1]:.6g}], which bfloat16 holds as {held}; the upcast gives {up32}): "
+            f"every intermediate rounded to bfloat16, and 1 - t^2 cancels"), \
+        got[0] == 0.0 and up32 == held and not _close(got[1], held[1], 0.1)
+
+
+def _linear_backward_bf16() -> Tuple[str, bool]:
+    """torch 1.13's bf16 linear backward: its GEMMs accumulate in bf16 where one operand is a vector
+    (grad_x of a [1, 4096] grad_out against weight [4096, 1]; grad_weight of grad_out [4096, 1]
+    against x [4096, 1]); grad_bias = grad_out.sum(0) does not."""
+    def grads(m: int, k: int, n: int) -> Tuple[float, float, float]:
+        x = torch.ones(m, k, dtype=BF16, requires_grad=True)
+        w = torch.ones(n, k, dtype=BF16, requires_grad=True)
+        b = torch.zeros(n, dtype=BF16, requires_grad=True)
+        F.linear(x, w, b).backward(torch.ones(m, n, dtype=BF16))
+        return x.grad.float().max().item(), w.grad.float().max().item(), b.grad.float().max().item()
+    gx = grads(1, 1, K)[0]
+    _, gw, gb = grads(K, 1, 1)
+    return (f"autograd through F.linear in bfloat16, all ones: grad_x over {K} products gives {gx:g}, grad_weight over "
+            f"{K} rows {gw:g} (exact {K}; upcast to fp32 gives {K}), grad_bias over the same rows {gb:g}"), \
+        gx == 256.0 and gw == 256.0 and gb == K
+
+
+def _embedding_backward_lowp(dtype: torch.dtype, stop: float) -> Callable[[], Tuple[str, bool]]:
+    """torch 1.13's CPU embedding backward accumulates grad_weight in its own dtype: 4096 ones at one
+    row stop where the running sum + 1 rounds back (bf16 256, fp16 2048)."""
+    def demo() -> Tuple[str, bool]:
+        w = torch.zeros(1, 1, dtype=dtype, requires_grad=True)
+        F.embedding(torch.zeros(K, dtype=torch.long), w).backward(torch.ones(K, 1, dtype=dtype))
+        got = w.grad.item()
+        return (f"autograd through F.embedding, {K} positions of index 0 with grad 1, in {str(dtype)[6:]}: "
+                f"grad_weight[0] = {got:g} (exact {K}; upcast to fp32 gives {K})"), got == stop
+    return demo
+
+
 IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
     ("matmul", "native", "bfloat16"): Imprecision(
         "accumulates in bf16", _bf16_accumulator(
@@ -292,6 +339,15 @@ IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
                                                          _silu_backward_bf16(False)),
     ("swiglu_backward", "native", "bfloat16"): Imprecision(
         "autograd's silu backward rounds every intermediate of the derivative to bf16", _silu_backward_bf16(True)),
+    ("embedding_backward", "native", "bfloat16"): Imprecision(
+        "grad_weight accumulated in bf16", _embedding_backward_lowp(BF16, 256.0)),
+    ("embedding_backward", "native", "float16"): Imprecision(
+        "grad_weight accumulated in fp16", _embedding_backward_lowp(torch.float16, 2048.0)),
+    ("gelu_backward", "native", "bfloat16"): Imprecision(
+        "every intermediate of the derivative rounded to bf16 (the tanh form; the erf form on its scalar path)",
+        _gelu_backward_bf16),
+    ("linear_backward", "native", "bfloat16"): Imprecision(
+        "autograd's backward GEMMs accumulate in bf16 (grad_x, grad_weight; matrix-vector shapes)", _linear_backward_bf16),
     ("matmul_backward", "native", "bfloat16"): Imprecision(
         "autograd's backward GEMM accumulates in bf16 (grad_b = a^T @ grad_out)", _bf16_accumulator(
             "grad_b of a @ b (a = ones(4096, 1), b = ones(1, 1), grad_out = ones)", lambda: _matmul_grad_b_bf16())),

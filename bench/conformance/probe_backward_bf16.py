@@ -9,11 +9,20 @@
    y.contiguous(), agree with each other, not with it). Autograd never passes such a y (softmax's
    saved output is contiguous), so the Conformance sweep calls it as autograd does
    (bench/conformance/impls.py) and tests/python/test_backward.py keeps the raw call failing.
+3. silu and gelu backward in bfloat16: silu's and gelu's tanh form round every intermediate to
+   bfloat16; gelu's erf form is the fp32 kernel on the upcast inputs where x and grad_out are both
+   contiguous, and rounds every intermediate to bfloat16 where x is in another layout (its scalar
+   path). gelu's erf form (fp32, bf16) on
+   a transposed grad_out against a contiguous x returns wrong values (garbage, NaN); on
+   grad_out.contiguous(), or with both transposed, it is right. The Conformance sweep passes
+   grad_out contiguous and tests/python/test_backward.py keeps the raw call failing.
 
     python bench/conformance/probe_backward_bf16.py > docs/conformance/probe_backward_bf16.txt
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -90,3 +99,53 @@ upt = ups.clone().requires_grad_(True)
 (torch.nn.functional.silu(gate) * upt).backward(gs)
 same = (torch.ops.aten.silu_backward(gs * ups, xs) == gate.grad).float().mean().item()
 print(f"  swiglu's autograd grad_gate equals silu_backward(grad_out * up in bf16, gate) on {same:.2%} of 4096 elements")
+
+print("gelu backward, bfloat16 (torch.ops.aten.gelu_backward, F.gelu's autograd backward):")
+xg = (torch.randn(4096) * 3).to(B)
+gg = torch.randn(4096).to(B)
+xgf, ggf = xg.float(), gg.float()
+
+
+def c(v: float) -> torch.Tensor:
+    return r(torch.tensor(v))
+
+
+kb, kk = c(math.sqrt(2.0 / math.pi)), c(0.044715)
+xsq = r(xgf * xgf)
+t = r(torch.tanh(r(kb * r(xgf + r(kk * r(xsq * xgf))))))
+tanh_bf16 = r(ggf * r(r(0.5 * r(1 + t)) + r(r(r(0.5 * xgf) * r(1 - r(t * t))) * r(kb * r(1 + r(r(3 * kk) * xsq))))))
+show("  tanh form:", torch.ops.aten.gelu_backward(gg, xg, approximate="tanh").float(), {
+    "fp32 throughout, rounded once": torch.ops.aten.gelu_backward(ggf, xgf, approximate="tanh"),
+    "every intermediate rounded to bf16": tanh_bf16,
+})
+show("  erf form:", torch.ops.aten.gelu_backward(gg, xg).float(), {
+    "fp32 kernel on the upcast inputs, rounded once": torch.ops.aten.gelu_backward(ggf, xgf),
+})
+
+
+def erf_bf16(gf: torch.Tensor, xf: torch.Tensor) -> torch.Tensor:
+    cdf = r(c(0.5) * r(1 + r(torch.erf(r(xf * c(math.sqrt(0.5)))))))
+    pdf = r(c(1 / math.sqrt(2 * math.pi)) * r(torch.exp(r(r(xf * xf) * c(-0.5)))))
+    return r(gf * r(cdf + r(xf * pdf)))
+
+
+xgt = (torch.randn(64, 64) * 3).to(B).t()
+ggt = torch.randn(64, 64).to(B)
+show("  erf form, x transposed against a contiguous grad_out (its scalar path):",
+     torch.ops.aten.gelu_backward(ggt, xgt).float(), {
+         "fp32 kernel on the upcast inputs, rounded once": torch.ops.aten.gelu_backward(ggt.float(), xgt.float()),
+         "every intermediate rounded to bf16": erf_bf16(ggt.float(), xgt.float()),
+     })
+print("gelu backward, a grad_out in another layout than x's ([32, 24], |raw - float64| max):")
+for dt in (torch.float32, B):
+    for approx in ("none", "tanh"):
+        xl = torch.randn(32, 24).to(dt)
+        gt = torch.randn(24, 32).to(dt).t()
+        want = torch.ops.aten.gelu_backward(gt.double(), xl.double(), approximate=approx)
+        raw = (torch.ops.aten.gelu_backward(gt, xl, approximate=approx).double() - want).abs().max().item()
+        fixed = (torch.ops.aten.gelu_backward(gt.contiguous(), xl, approximate=approx).double() - want).abs().max().item()
+        xt = torch.randn(24, 32).to(dt).t()
+        both = (torch.ops.aten.gelu_backward(gt, xt, approximate=approx).double() -
+                torch.ops.aten.gelu_backward(gt.double(), xt.double(), approximate=approx)).abs().max().item()
+        print(f"  {str(dt)[6:]:8s} {approx:4s}: grad_out transposed, x contiguous {raw:.3g}; "
+              f"grad_out.contiguous() {fixed:.3g}; both transposed {both:.3g}")

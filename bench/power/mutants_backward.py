@@ -1,20 +1,27 @@
 """Mutable controls of the backward ops: softmax_backward, log_softmax_backward, rms_norm_backward,
-silu_backward, swiglu_backward, matmul_backward (its two GEMMs as mutants_gemm's K loop).
+silu_backward, swiglu_backward, gelu_backward, matmul_backward and linear_backward (their GEMMs as
+mutants_gemm's K loop; linear's grad_bias a lane sum over the rows), embedding_backward (grad_weight's
+sums over the positions naming each row, in tiles of sorted positions), rope_backward (rope's own
+mutable control on the gradient with each pair's second member negated before and after: the
+inverse rotation).
 
 Each is the fp32 backward a Triton kernel writes, with its row sums in accumulate.lane_sum (256
 per-lane fp32 accumulators, then a tree): softmax's sum(g * y) and log_softmax's sum(g)
 (``row_sum``), rms_norm's sum(w * g * x_hat) over the row (``row_sum``) and grad_weight's sum of
 g * x_hat over the rows (``dweight_sum``, the reduction the issue names: a bf16 accumulator there is
 the bug class). The mutation rounds every add of those accumulators. silu's and swiglu's derivative
-s * (1 + x * (1 - s)) is mutated where it is formed (``derivative``: a derivative held in fewer bits).
+s * (1 + x * (1 - s)) is mutated where it is formed (``derivative``: a derivative held in fewer bits),
+and so is gelu's (cdf + x * pdf, or the tanh form's two terms, per ``approximate``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Dict
 
 import torch
 
+import mutants_elementwise
 from accumulate import k_loop, lane_sum, move_back, move_last
 from kernel import Args, MutableKernel, Outputs, case_dtype, f32
 from rounding import Mutation
@@ -65,12 +72,61 @@ def _swiglu_backward(args: Args, mut: Mutation) -> Outputs:
             ((g * torch.nn.functional.silu(gate))[None], case_dtype(args, "up"))]
 
 
+def _gelu_backward(args: Args, mut: Mutation) -> Outputs:
+    g, x = f32(args["grad_out"]), f32(args["x"])
+    if args["approximate"] == "tanh":
+        k = math.sqrt(2.0 / math.pi)
+        t = torch.tanh(k * (x + 0.044715 * x * x * x))
+        d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (k * (1.0 + 3.0 * 0.044715 * x * x))
+    else:
+        d = 0.5 * (1.0 + torch.erf(x * math.sqrt(0.5))) + x * (torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi))
+    return [(g[None] * mut(d, "derivative", fresh=True), case_dtype(args, "x"))]
+
+
 def _matmul_backward(args: Args, mut: Mutation) -> Outputs:
     """Both gradients as mutants_gemm's K loop (32-wide tiles, ``acc += tile`` rounded)."""
     g, a, b = f32(args["grad_out"]), f32(args["a"]), f32(args["b"])
     ga = k_loop(g, b.t(), mut, "accumulator", "operands")
     gb = k_loop(a.t(), g, mut, "accumulator", "operands")
     return [(ga, case_dtype(args, "a")), (gb, case_dtype(args, "b"))]
+
+
+def _linear_backward(args: Args, mut: Mutation) -> Outputs:
+    """grad_x = g @ W and grad_weight = g^T @ x as K loops, grad_bias = g summed over the rows in
+    lane accumulators (``bias_sum``: the reduction the issue names, a bf16 accumulator there is the
+    bug class)."""
+    g, x, w = f32(args["grad_out"]), f32(args["x"]), f32(args["weight"])
+    gx = k_loop(g, w, mut, "accumulator", "operands")
+    gw = k_loop(g.t(), x, mut, "accumulator", "operands")
+    gb = lane_sum(mut.lift(g.t()), mut, "bias_sum")
+    return [(gx, case_dtype(args, "x")), (gw, case_dtype(args, "weight")), (gb, case_dtype(args, "x"))]
+
+
+def _embedding_backward(args: Args, mut: Mutation) -> Outputs:
+    """Positions sorted by index, in tiles of 1024: each tile's per-row partials summed in fp32
+    (index_add_) and added to grad_weight's accumulator (``accumulator``: every such add)."""
+    g = f32(args["grad_out"])
+    d = g.shape[-1]
+    idx = args["indices"].reshape(-1).long()
+    order = torch.argsort(idx, stable=True)
+    rows, inv = torch.unique(idx, return_inverse=True)
+    gs, ins = g.reshape(-1, d)[order], inv[order]
+    acc = None
+    for s in range(0, idx.numel(), 1024):
+        part = mut.lift(torch.zeros(rows.numel(), d).index_add_(0, ins[s:s + 1024], gs[s:s + 1024]))
+        acc = mut(part, "accumulator") if acc is None else mut(acc + part, "accumulator", temporary=True)
+    out = torch.zeros((acc.shape[0], args["num_weights"], d))
+    out[:, rows] = acc
+    return [(out, case_dtype(args, "grad_out"))]
+
+
+def _rope_backward(args: Args, mut: Mutation) -> Outputs:
+    g = args["grad_out"]
+    d = g.shape[-1]
+    sign = torch.ones(d)
+    sign[slice(1, None, 2) if args["style"] == "interleaved" else slice(d // 2, d)] = -1.0
+    [(out, dt)] = mutants_elementwise._rope({**args, "x": (f32(g) * sign).to(g.dtype)}, mut)
+    return [(out * sign, dt)]
 
 
 KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
@@ -86,6 +142,17 @@ KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
     MutableKernel("matmul_backward", "grad_out @ b^T and a^T @ grad_out, each a K loop over 32-wide tiles",
                   {"accumulator": "acc += tile in both backward GEMMs", "operands": "their operands before the products"},
                   _matmul_backward),
+    MutableKernel("embedding_backward", "grad_weight[v] = sum of grad_out over the positions naming v, sorted, in tiles",
+                  {"accumulator": "grad_weight's accumulator: every add of a tile's partials"}, _embedding_backward),
+    MutableKernel("rope_backward", "S rope(S grad_out), S negating each pair's second member: rope's fp32 control",
+                  {"angles": "the fp32 angles (positions x inv_freq) before cos/sin",
+                   "result": "the rotated fp32 values before the cast"}, _rope_backward),
+    MutableKernel("gelu_backward", "g * gelu'(x) in fp32, torch's formulas (erf or tanh form per `approximate`)",
+                  {"derivative": "gelu'(x) as formed"}, _gelu_backward),
+    MutableKernel("linear_backward", "g @ W and g^T @ x as K loops over 32-wide tiles, grad_bias in lane accumulators",
+                  {"accumulator": "acc += tile in both GEMMs", "operands": "their operands before the products",
+                   "bias_sum": "grad_bias's sum over the rows: every add of its per-lane accumulators and of the tree"},
+                  _linear_backward),
     MutableKernel("silu_backward", "g * s * (1 + x * (1 - s)) in fp32",
                   {"derivative": "silu'(x) = s * (1 + x * (1 - s)) as formed"}, _silu_backward),
     MutableKernel("swiglu_backward", "grad_gate = g * up * silu'(gate), grad_up = g * silu(gate), in fp32",

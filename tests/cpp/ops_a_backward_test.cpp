@@ -1,4 +1,4 @@
-// Backward ops (softmax_backward, log_softmax_backward): the fp64 reference gradients against
+// Backward ops (softmax_backward, log_softmax_backward, ..., embedding_backward, rope_backward): the fp64 reference gradients against
 // central finite differences of the forward, their special values, and the error model measured on
 // correct fp32 controls and known-buggy kernels (see ops_a_harness.hpp), over the upstream
 // gradients the fuzzer draws (dense, sparse, one-hot, constant rows, wide magnitudes).
@@ -382,6 +382,317 @@ TEST(OpsABackward, MatmulBackward) {
         sc.push_back(std::move(s));
       }
   score_op("matmul_backward", sc);
+}
+
+double gelu64_(double x, bool tanh_approx) {
+  if (tanh_approx) return 0.5 * x * (1.0 + std::tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+  return 0.5 * x * std::erfc(-x * 0.70710678118654752440);
+}
+
+TEST(OpsABackward, GeluGradientsMatchCentralFiniteDifferences) {
+  // Both forms (`approximate` none and tanh): g * gelu'(x) against central differences of the
+  // fp64 forward, over x in [-8, 8] (the derivative's zero near -0.75 and its tails).
+  Rng rng(91);
+  const double h = 1e-6;
+  std::vector<double> x(60), g(60);
+  for (auto& v : x) v = rng.uniform(-8.0, 8.0);
+  for (auto& v : g) v = rng.normal();
+  for (bool tanh_approx : {false, true}) {
+    auto ref = builtin_of("gelu_backward")
+                   .reference(make_ctx("gelu_backward", DType::float32,
+                                       {{"grad_out", arg(DType::float64, {6, 10}, g)}, {"x", arg(DType::float64, {6, 10}, x)}},
+                                       {{"approximate", tanh_approx ? "tanh" : "none"}}));
+    ASSERT_TRUE(ref.ok()) << ref.error().message;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double d = (gelu64_(x[i] + h, tanh_approx) - gelu64_(x[i] - h, tanh_approx)) / (2 * h);
+      EXPECT_NEAR(ref->at(0).value[i], g[i] * d, 1e-8 * (1.0 + std::fabs(g[i] * d))) << tanh_approx << " " << i;
+    }
+  }
+  // The two forms differ (by up to ~2e-3 in the derivative): the attr is read.
+  auto erf = builtin_of("gelu_backward")
+                 .reference(make_ctx("gelu_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float32, {1}, {1.0})}, {"x", arg(DType::float32, {1}, {1.5})}}));
+  auto tnh = builtin_of("gelu_backward")
+                 .reference(make_ctx("gelu_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float32, {1}, {1.0})}, {"x", arg(DType::float32, {1}, {1.5})}},
+                                     {{"approximate", "tanh"}}));
+  ASSERT_TRUE(erf.ok() && tnh.ok());
+  EXPECT_GT(std::fabs(erf->at(0).value[0] - tnh->at(0).value[0]), 1e-4);
+  // Special values follow torch's formula: gelu'(+-Inf) is NaN (x * pdf = Inf * 0). In the tanh
+  // form, x*x overflows fp32 past 1.8e19: indeterminate, NaN accepted. An infinite g on a
+  // derivative that fp32 may round to 0 (x = -12, tanh form: 1 - t^2 is 0): NaN accepted too.
+  auto sp = builtin_of("gelu_backward")
+                .reference(make_ctx("gelu_backward", DType::float32,
+                                    {{"grad_out", arg(DType::float32, {5}, {1.0, 1.0, 1.0, k_inf, 1.0})},
+                                     {"x", arg(DType::float32, {5}, {k_inf, -k_inf, 1e20, -12.0, 1.0})}},
+                                    {{"approximate", "tanh"}}));
+  ASSERT_TRUE(sp.ok());
+  const RefOutput& o = sp->at(0);
+  EXPECT_TRUE(std::isnan(o.value[0]) && std::isnan(o.value[1]));
+  EXPECT_EQ(o.value[2], 1.0);
+  ASSERT_EQ(o.alt_nonfinite.size(), 5u);
+  EXPECT_TRUE(alt_accepts(o.alt_nonfinite[2], k_nan));
+  EXPECT_GE(o.c_acc[2], std::numeric_limits<float>::max() / 4.0);
+  EXPECT_TRUE(std::isinf(o.value[3]) && alt_accepts(o.alt_nonfinite[3], k_nan));
+  EXPECT_FALSE(alt_accepts(o.alt_nonfinite[4], k_nan));  // a plain element: NaN is a bug
+  auto bad = builtin_of("gelu_backward")
+                 .reference(make_ctx("gelu_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float32, {2, 3}, std::vector<double>(6))},
+                                      {"x", arg(DType::float32, {3, 2}, std::vector<double>(6))}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::shape_mismatch);
+}
+
+TEST(OpsABackward, GeluBackward) {
+  // Both forms; x as plain normals, over many octaves, around gelu'(x) = 0 (x ~ -0.75, where
+  // cdf + x * pdf cancels) and in the negative tail (x in [-6, -3]: 1 + erf and 1 + tanh cancel).
+  // tanh_for_erf is right on the tanh form and no_inner_chain on the erf form: each is caught on
+  // the other.
+  std::vector<Scenario> sc;
+  Rng rng(92);
+  const std::pair<Grad, const char*> grads[] = {{Grad::normal, "normal"}, {Grad::sparse, "sparse"},
+                                                {Grad::wide, "wide"}};
+  for (const char* form : {"none", "tanh"})
+    for (DType dt : k_dtypes)
+      for (auto [kind, gname] : grads)
+        for (int xk = 0; xk < 4; ++xk) {
+          const std::int64_t R = 16, N = 257;
+          auto x = xk == 0   ? normal_values(rng, R * N, 0.0, 3.0, dt)
+                   : xk == 1 ? wide_values(rng, R * N, -3, 2, dt)
+                   : xk == 2 ? uniform_values(rng, R * N, -0.9, -0.6, dt)
+                             : uniform_values(rng, R * N, -6.0, -3.0, dt);
+          Scenario s;
+          s.label = std::string(form) + " " + gname + " x" + std::to_string(xk);
+          s.ctx = make_ctx("gelu_backward", dt,
+                           {{"grad_out", arg(dt, {R, N}, grad_values(rng, R, N, kind, dt))}, {"x", arg(dt, {R, N}, std::move(x))}},
+                           {{"approximate", form}});
+          sc.push_back(std::move(s));
+        }
+  score_op("gelu_backward", sc);
+}
+
+TEST(OpsABackward, LinearGradientsMatchCentralFiniteDifferences) {
+  // L(x, W, b) = sum g * (x @ W^T + b) is bilinear in (x, W) and linear in b: central differences
+  // are exact up to rounding. grad_bias is d/db.
+  Rng rng(101);
+  const std::int64_t M = 5, K = 3, N = 4;
+  std::vector<double> x(M * K), w(N * K), g(M * N), bias(N);
+  for (auto& v : x) v = rng.normal();
+  for (auto& v : w) v = rng.normal();
+  for (auto& v : g) v = rng.normal();
+  for (auto& v : bias) v = rng.normal();
+  auto ref = builtin_of("linear_backward")
+                 .reference(make_ctx("linear_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float64, {M, N}, g)},
+                                      {"x", arg(DType::float64, {M, K}, x)},
+                                      {"weight", arg(DType::float64, {N, K}, w)}}));
+  ASSERT_TRUE(ref.ok()) << ref.error().message;
+  ASSERT_EQ(ref->size(), 3u);
+  EXPECT_EQ(ref->at(0).shape, (Shape{M, K}));
+  EXPECT_EQ(ref->at(1).shape, (Shape{N, K}));
+  EXPECT_EQ(ref->at(2).shape, (Shape{N}));
+  EXPECT_EQ(ref->at(2).name, "grad_bias");
+  auto loss = [&](const std::vector<double>& xx, const std::vector<double>& ww, const std::vector<double>& bb) {
+    double l = 0.0;
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t j = 0; j < N; ++j) {
+        double y = bb[j];
+        for (std::int64_t k = 0; k < K; ++k) y += xx[i * K + k] * ww[j * K + k];
+        l += g[i * N + j] * y;
+      }
+    return l;
+  };
+  const double h = 1e-4;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    auto p = x, m = x;
+    p[i] += h, m[i] -= h;
+    EXPECT_NEAR(ref->at(0).value[i], (loss(p, w, bias) - loss(m, w, bias)) / (2 * h), 1e-9) << "grad_x " << i;
+  }
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    auto p = w, m = w;
+    p[i] += h, m[i] -= h;
+    EXPECT_NEAR(ref->at(1).value[i], (loss(x, p, bias) - loss(x, m, bias)) / (2 * h), 1e-9) << "grad_weight " << i;
+  }
+  for (std::size_t i = 0; i < bias.size(); ++i) {
+    auto p = bias, m = bias;
+    p[i] += h, m[i] -= h;
+    EXPECT_NEAR(ref->at(2).value[i], (loss(x, w, p) - loss(x, w, m)) / (2 * h), 1e-9) << "grad_bias " << i;
+  }
+  auto bad = builtin_of("linear_backward")
+                 .reference(make_ctx("linear_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float32, {M, N}, g)},
+                                      {"x", arg(DType::float32, {M, K}, x)},
+                                      {"weight", arg(DType::float32, {N, K + 1}, std::vector<double>(N * (K + 1)))}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::shape_mismatch);
+}
+
+TEST(OpsABackward, LinearBackward) {
+  // M (the rows grad_weight and grad_bias sum over) across the 64-row blocks of grad_bias and the
+  // 32-wide K tiles: 1, 63, 64, 65, 200, 257; N (grad_x's dot products) 1 to 100; the fuzzer's
+  // upstream gradients, constant ones included (grad_bias a sum of equal terms).
+  std::vector<Scenario> sc;
+  Rng rng(102);
+  const std::int64_t mkn[][3] = {{1, 8, 3}, {63, 16, 33}, {64, 40, 64}, {65, 7, 100}, {200, 33, 17}, {257, 5, 1}};
+  const std::pair<Grad, const char*> grads[] = {{Grad::normal, "normal"}, {Grad::sparse, "sparse"},
+                                                {Grad::constant, "constant"}, {Grad::wide, "wide"}};
+  for (DType dt : k_dtypes)
+    for (const auto& d : mkn)
+      for (auto [kind, gname] : grads) {
+        const std::int64_t M = d[0], K = d[1], N = d[2];
+        Scenario s;
+        s.label = std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N) + " " + gname;
+        s.ctx = make_ctx("linear_backward", dt,
+                         {{"grad_out", arg(dt, {M, N}, grad_values(rng, M, N, kind, dt))},
+                          {"x", arg(dt, {M, K}, normal_values(rng, M * K, 0.0, 1.0, dt))},
+                          {"weight", arg(dt, {N, K}, normal_values(rng, N * K, 0.0, 0.5, dt))}});
+        sc.push_back(std::move(s));
+      }
+  score_op("linear_backward", sc);
+}
+
+TEST(OpsABackward, EmbeddingGradientMatchesCentralFiniteDifferences) {
+  // L(W) = sum g * W[indices] is linear in W: d/dW by central differences, with repeated indices
+  // (they accumulate) and a row no index names (0).
+  Rng rng(111);
+  const std::int64_t B = 2, L = 5, D = 3, V = 4;
+  const std::vector<double> idx = {0, 2, 2, 3, 0, 2, 0, 3, 2, 2};  // row 1 never named
+  std::vector<double> g(B * L * D), w(V * D);
+  for (auto& v : g) v = rng.normal();
+  for (auto& v : w) v = rng.normal();
+  auto ref = builtin_of("embedding_backward")
+                 .reference(make_ctx("embedding_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float64, {B, L, D}, g)},
+                                      {"indices", arg(DType::int64, {B, L}, idx)}},
+                                     {{"num_weights", V}}));
+  ASSERT_TRUE(ref.ok()) << ref.error().message;
+  ASSERT_EQ(ref->at(0).shape, (Shape{V, D}));
+  auto loss = [&](const std::vector<double>& ww) {
+    double l = 0.0;
+    for (std::size_t p = 0; p < idx.size(); ++p)
+      for (std::int64_t d = 0; d < D; ++d) l += g[p * D + d] * ww[static_cast<std::size_t>(idx[p]) * D + d];
+    return l;
+  };
+  const double h = 1e-4;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    auto wp = w, wm = w;
+    wp[i] += h, wm[i] -= h;
+    EXPECT_NEAR(ref->at(0).value[i], (loss(wp) - loss(wm)) / (2 * h), 1e-9) << i;
+  }
+  for (std::int64_t d = 0; d < D; ++d) {
+    EXPECT_EQ(ref->at(0).value[D + d], 0.0);  // row 1
+    EXPECT_EQ(ref->at(0).c_acc[D + d], 0.0);  // and exactly so
+  }
+  // An index outside [0, num_weights) and a grad_out of the wrong shape are errors, not crashes.
+  auto out_of_range = builtin_of("embedding_backward")
+                          .reference(make_ctx("embedding_backward", DType::float32,
+                                              {{"grad_out", arg(DType::float32, {1, 2, D}, std::vector<double>(2 * D))},
+                                               {"indices", arg(DType::int64, {1, 2}, {0, 4})}},
+                                              {{"num_weights", V}}));
+  ASSERT_FALSE(out_of_range.ok());
+  EXPECT_EQ(out_of_range.error().code, ErrorCode::invalid_argument);
+  auto bad = builtin_of("embedding_backward")
+                 .reference(make_ctx("embedding_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float32, {1, 3, D}, std::vector<double>(3 * D))},
+                                      {"indices", arg(DType::int64, {1, 2}, {0, 1})}},
+                                     {{"num_weights", V}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::shape_mismatch);
+}
+
+TEST(OpsABackward, EmbeddingBackward) {
+  // Few rows (many repeats: lost updates and 16-bit accumulators show), D across the 128-wide
+  // tiles (1, 127, 129, 300), indices uniform or concentrated on one row, the fuzzer's upstream
+  // gradients (a constant one repeated at one row: a sum of equal terms).
+  std::vector<Scenario> sc;
+  Rng rng(112);
+  const std::int64_t shapes[][4] = {{4, 64, 1, 3}, {2, 500, 127, 1}, {8, 100, 129, 64}, {1, 1000, 300, 7}, {3, 33, 40, 1000}};
+  const std::pair<Grad, const char*> grads[] = {{Grad::normal, "normal"}, {Grad::sparse, "sparse"},
+                                                {Grad::constant, "constant"}, {Grad::wide, "wide"}};
+  for (DType dt : k_dtypes)
+    for (const auto& sh : shapes)
+      for (auto [kind, gname] : grads)
+        for (bool hot : {false, true}) {
+          const std::int64_t B = sh[0], L = sh[1], D = sh[2], V = sh[3];
+          std::vector<double> idx(static_cast<std::size_t>(B * L));
+          for (auto& v : idx)
+            v = static_cast<double>(hot && rng.chance(3, 4) ? 0 : static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(V))));
+          Scenario s;
+          s.label = std::to_string(B) + "x" + std::to_string(L) + "x" + std::to_string(D) + " V=" + std::to_string(V) +
+                    " " + gname + (hot ? " hot" : "");
+          s.ctx = make_ctx("embedding_backward", dt,
+                           {{"grad_out", arg(dt, {B, L, D}, grad_values(rng, B * L, D, kind, dt))},
+                            {"indices", arg(DType::int64, {B, L}, std::move(idx))}},
+                           {{"num_weights", V}});
+          sc.push_back(std::move(s));
+        }
+  // An expanded grad_out (stride 0 along B): 5 values repeated 49 times at one row, summed in
+  // order (the roundings of a running sum repeat with its terms).
+  for (DType dt : k_dtypes) {
+    const std::int64_t B = 49, L = 5, D = 300;
+    auto row = normal_values(rng, L * D, 0.0, 1.0, dt);
+    std::vector<double> g;
+    for (std::int64_t b = 0; b < B; ++b) g.insert(g.end(), row.begin(), row.end());
+    Scenario s;
+    s.label = "expanded grad_out, V=1";
+    s.ctx = make_ctx("embedding_backward", dt,
+                     {{"grad_out", arg(dt, {B, L, D}, std::move(g))},
+                      {"indices", arg(DType::int64, {B, L}, std::vector<double>(static_cast<std::size_t>(B * L), 0.0))}},
+                     {{"num_weights", 1}});
+    sc.push_back(std::move(s));
+  }
+  score_op("embedding_backward", sc);
+}
+
+TEST(OpsABackward, RopeGradientMatchesCentralFiniteDifferences) {
+  // L(x) = sum g * rope(x) is linear in x: d/dx by central differences through rope's own fp64
+  // reference, against rope_backward's (the inverse rotation), for both styles and an offset.
+  Rng rng(121);
+  const std::int64_t B = 1, L = 3, H = 2, D = 6;
+  std::vector<double> x(B * L * H * D), g(x.size());
+  for (auto& v : x) v = rng.normal();
+  for (auto& v : g) v = rng.normal();
+  for (const char* style : {"half", "interleaved"}) {
+    const Json attrs = {{"style", style}, {"offset", 5}, {"theta", 100.0}};
+    auto ref = builtin_of("rope_backward")
+                   .reference(make_ctx("rope_backward", DType::float32, {{"grad_out", arg(DType::float64, {B, L, H, D}, g)}}, attrs));
+    ASSERT_TRUE(ref.ok()) << ref.error().message;
+    auto loss = [&](const std::vector<double>& xs) {
+      auto y = builtin_of("rope").reference(make_ctx("rope", DType::float32, {{"x", arg(DType::float64, {B, L, H, D}, xs)}}, attrs));
+      double l = 0.0;
+      for (std::size_t k = 0; k < xs.size(); ++k) l += g[k] * y->at(0).value[k];
+      return l;
+    };
+    const double h = 1e-4;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      auto xp = x, xm = x;
+      xp[i] += h, xm[i] -= h;
+      EXPECT_NEAR(ref->at(0).value[i], (loss(xp) - loss(xm)) / (2 * h), 1e-9) << style << " " << i;
+    }
+  }
+}
+
+TEST(OpsABackward, RopeBackward) {
+  // Both styles, rope's thetas and offsets (positions up to ~1e5: the angle's error grows with it),
+  // D across 2..128, the fuzzer's upstream gradients.
+  std::vector<Scenario> sc;
+  Rng rng(122);
+  const std::int64_t shapes[][4] = {{1, 7, 2, 2}, {2, 33, 3, 64}, {1, 129, 1, 128}, {1, 5, 4, 10}};
+  const std::pair<double, std::int64_t> angles[] = {{10000.0, 0}, {500000.0, 4095}, {1e6, 100000}};
+  const std::pair<Grad, const char*> grads[] = {{Grad::normal, "normal"}, {Grad::sparse, "sparse"}, {Grad::wide, "wide"}};
+  for (DType dt : k_dtypes)
+    for (const char* style : {"half", "interleaved"})
+      for (const auto& sh : shapes)
+        for (auto [theta, offset] : angles)
+          for (auto [kind, gname] : grads) {
+            const std::int64_t B = sh[0], L = sh[1], H = sh[2], D = sh[3];
+            Scenario s;
+            s.label = std::string(style) + " D=" + std::to_string(D) + " offset=" + std::to_string(offset) + " " + gname;
+            s.ctx = make_ctx("rope_backward", dt, {{"grad_out", arg(dt, {B, L, H, D}, grad_values(rng, B * L * H, D, kind, dt))}},
+                             {{"style", style}, {"theta", theta}, {"offset", offset}});
+            sc.push_back(std::move(s));
+          }
+  score_op("rope_backward", sc);
 }
 
 }  // namespace

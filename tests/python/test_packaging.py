@@ -94,8 +94,11 @@ def test_wheel_carries_module_binaries_schemas_and_entry_points(wheel):
 def venv(wheel, tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("venv") / "v"
     subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(d)], check=True)
+    # Without PYTHONPATH: a source tree on it (python/, with the egg-info `pip wheel` leaves there)
+    # makes pip take gpuemu as installed already and install nothing into the fresh venv.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([str(d / "bin" / "python"), "-m", "pip", "install", "--no-index", "--no-deps", str(wheel)],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return d
 

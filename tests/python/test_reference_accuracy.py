@@ -426,6 +426,36 @@ def _silu_backward(shape):
     assert_close(got, torch.ops.aten.silu_backward(t64(go), t64(x)), what="silu_backward (aten)")
 
 
+def gelu_prime_terms(x, approximate: str):
+    """|first term| + |second term| of gelu'(x): Phi + |x| phi, or s + |0.5 x (1 - t^2) k (1 + 3c x^2)|;
+    the derivative is their sum, which cancels near its zero (x ~ -0.75) in any float64 evaluation."""
+    if approximate == "tanh":
+        k = math.sqrt(2.0 / math.pi)
+        y = k * (x + 0.044715 * x**3)
+        s = torch.sigmoid(2.0 * y)
+        return s + (2.0 * x * s * (1 - s) * k * (1 + 3 * 0.044715 * x * x)).abs()
+    return 0.5 * torch.erfc(-x / math.sqrt(2.0)) + x.abs() * torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+
+
+@check("gelu_backward", ROW_SHAPES)
+def _gelu_backward(shape):
+    # Both forms: against torch.ops.aten.gelu_backward in float64 (what autograd calls), whose
+    # 0.5(1 + erf) / 0.5(1 + tanh) cancel for x < 0 (scale |g|: an ulp of 1 times g), and against
+    # float64 autograd through the cancellation-free forward (gelu_accurate), scaled by the two terms
+    # whose sum the derivative is (it crosses 0 near x = -0.75).
+    g = rng_for("gelu_backward", shape)
+    x = (normal(g, shape) * np.exp(g.uniform(-5, 2.5, size=shape))).astype(np.float32)
+    go = normal(g, shape)
+    for approx in ("none", "tanh"):
+        got = gpuemu.reference("gelu_backward", {"grad_out": go, "x": x}, approximate=approx)
+        assert_close(got, torch.ops.aten.gelu_backward(t64(go), t64(x), approximate=approx), t64(go).abs(),
+                     what=f"gelu_backward {approx} (aten)")
+        xd = t64(x).requires_grad_(True)
+        gelu_accurate(xd, approx).backward(t64(go))
+        assert_close(got, xd.grad, t64(go).abs() * gelu_prime_terms(t64(x), approx),
+                     what=f"gelu_backward {approx} vs autograd of the cancellation-free form")
+
+
 @check("swiglu_backward", ROW_SHAPES)
 def _swiglu_backward(shape):
     g = rng_for("swiglu_backward", shape)
@@ -448,6 +478,37 @@ def _matmul_backward(mkn):
     got_a, got_b = gpuemu.reference("matmul_backward", {"grad_out": go, "a": a, "b": b})
     assert_close(got_a, ad.grad, scale=t64(go).abs() @ t64(b).abs().T, what="matmul_backward grad_a")
     assert_close(got_b, bd.grad, scale=t64(a).abs().T @ t64(go).abs(), what="matmul_backward grad_b")
+
+
+@check("linear_backward", [(3, 5, 4), (65, 17, 33), (7, 129, 2)])
+def _linear_backward(mkn):
+    # Against torch's float64 autograd through F.linear(x, weight, bias); scale |g| @ |W|, |g|^T @ |x|
+    # and sum|g| over the rows (dot products and a column sum).
+    m, k, n = mkn
+    g = rng_for("linear_backward", mkn)
+    x, w, go = normal(g, (m, k)), normal(g, (n, k)), normal(g, (m, n))
+    xd, wd = t64(x).requires_grad_(True), t64(w).requires_grad_(True)
+    bd = torch.zeros(n, dtype=torch.float64, requires_grad=True)
+    F.linear(xd, wd, bd).backward(t64(go))
+    got_x, got_w, got_b = gpuemu.reference("linear_backward", {"grad_out": go, "x": x, "weight": w})
+    assert_close(got_x, xd.grad, scale=t64(go).abs() @ t64(w).abs(), what="linear_backward grad_x")
+    assert_close(got_w, wd.grad, scale=t64(go).abs().T @ t64(x).abs(), what="linear_backward grad_weight")
+    assert_close(got_b, bd.grad, scale=t64(go).abs().sum(0), what="linear_backward grad_bias")
+
+
+@check("embedding_backward", [(2, 5, 3, 4), (4, 100, 33, 7), (1, 300, 8, 1000)])
+def _embedding_backward(blvd):
+    # Against torch's float64 autograd through F.embedding: repeated indices accumulate (scale sum|g|
+    # over the positions that name a row), rows no index names are 0.
+    b, l, v, d = blvd
+    g = rng_for("embedding_backward", blvd)
+    go = normal(g, (b, l, d))
+    idx = g.integers(0, v, size=(b, l)).astype(np.int64)
+    w = torch.zeros(v, d, dtype=torch.float64, requires_grad=True)
+    F.embedding(torch.from_numpy(idx), w).backward(t64(go))
+    got = gpuemu.reference("embedding_backward", {"grad_out": go, "indices": idx}, num_weights=v)
+    scale = torch.zeros(v, d, dtype=torch.float64).index_add_(0, torch.from_numpy(idx).flatten(), t64(go).abs().reshape(-1, d))
+    assert_close(got, w.grad, scale=scale, what="embedding_backward")
 
 
 @check("log_softmax", ROW_SHAPES)
@@ -699,6 +760,20 @@ def _rope(p):
             assert_close(got, want, scale, what=f"rope {style} theta={theta} offset={offset}")
     want, scale = torch_rope(t64(x), 10000.0, "half", 0)
     assert_close(gpuemu.reference("rope", {"x": x}), want, scale, what="rope defaults")
+
+
+@check("rope_backward", [(1, 3, 2, 4), (2, 17, 3, 24), (1, 129, 1, 2)])
+def _rope_backward(p):
+    # Against torch's float64 autograd through torch_rope (the gradient of a rotation), scale as rope's.
+    g = rng_for("rope_backward", p)
+    go = normal(g, p)
+    for style in ("half", "interleaved"):
+        for theta, offset in ((10000.0, 0), (500000.0, 4095), (1e6, 100000)):
+            x = torch.zeros(p, dtype=torch.float64, requires_grad=True)
+            torch_rope(x, theta, style, offset)[0].backward(t64(go))
+            got = gpuemu.reference("rope_backward", {"grad_out": go}, theta=theta, style=style, offset=offset)
+            _, scale = torch_rope(t64(go), theta, style, offset)
+            assert_close(got, x.grad, scale, what=f"rope_backward {style} theta={theta} offset={offset}")
 
 
 # ---- convolution: scale |x| (*) |w| + |bias| ----

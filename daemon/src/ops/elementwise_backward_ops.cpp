@@ -1,11 +1,15 @@
-// silu_backward and swiglu_backward: the gradients of silu(x) and silu(gate) * up.
+// silu_backward, swiglu_backward and gelu_backward: the gradients of silu(x), silu(gate) * up and
+// gelu(x) (erf form or tanh approximation).
 //   silu'(x) = s * (1 + x * (1 - s)),  s = sigmoid(x)
 //   silu_backward:   grad_x    = g * silu'(x)
 //   swiglu_backward: grad_gate = g * up * silu'(gate),  grad_up = g * silu(gate)
+//   gelu_backward:   grad_x    = g * gelu'(x), gelu'(x) = Phi(x) + x * phi(x) (erf form), or
+//                    0.5(1 + t) + 0.5x(1 - t^2) * k(1 + 3c x^2), t = tanh(k(x + c x^3)) (tanh form)
 // fp64 references with the condition terms of their fp32 evaluation (docs/error-model.md),
 // correct fp32 controls (PyTorch's order, and s + silu(x) * (1 - s)), and known-buggy kernels (the
 // derivative without its second term, i.e. sigmoid alone; silu(x) in place of silu'(x);
-// swiglu's grad_up computed from the gradient of the gate).
+// swiglu's grad_up computed from the gradient of the gate; gelu's derivative of the tanh form used
+// for the erf form, without its x * phi(x) term, or without the inner derivative's 1 + 3c x^2).
 #include "core/parallel.hpp"
 #include "ops/elementwise_math.hpp"
 #include "ops/lowp_emu.hpp"
@@ -13,12 +17,18 @@
 #include "ops/register.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
 namespace gpuemu::ops {
 namespace {
 
+using ew::k_gelu_cubic;
+using ew::k_gelu_erf_abs_error;
+using ew::k_inv_sqrt_2pi;
+using ew::k_sqrt1_2;
+using ew::k_sqrt_2_over_pi;
 using ew::RefPoint;
 using ew::sigmoid64;
 using ew::silu64;
@@ -100,6 +110,86 @@ Result<std::vector<RefOutput>> swiglu_backward_reference(const RefContext& ctx) 
   return out;
 }
 
+// gelu'(x) in fp64 and its fp32 evaluation's error, in units of u_fp32, per unit of |grad| (the
+// same shape as SiluPrime). erf and tanh are accurate to an absolute error (E = 8 u, as in gelu's
+// forward), not a relative one.
+//   erf form, torch's cdf + x * pdf with cdf = 0.5(1 + erf(x/sqrt2)), pdf = exp(-x^2/2)/sqrt(2 pi):
+//     cdf errs by E/2, by its argument's two roundings (x/sqrt2 and the constant) times pdf * |x|,
+//     and by 1 + erf's rounding; pdf relatively by x^2 (x*x's rounding through exp, doubled where
+//     exp goes through exp2) and three roundings (exp, the constant, the product); x * pdf and the
+//     sum round once each. The sum cancels near x = -0.75 and for x << 0 (cdf ~ -x * pdf).
+//   tanh form, torch's 0.5(1 + t) + (0.5x * (1 - t^2)) * k(1 + 3c x^2), t = tanh(k(x + c x^3)):
+//     c x^3 rounds four times, the add once, k * () twice; t errs by (1 - t^2) times that argument
+//     error plus E; 1 - t*t cancels where |t| -> 1 (absolutely 2|t| dt, the square's and the
+//     subtraction's roundings); 1 + 3c x^2 rounds four times, k * () twice; the products and the
+//     sum once each. x*x overflows fp32 past 1.8e19 (0 * Inf in the second term): indeterminate.
+// Underflow: pdf and 1 - t^2 are known to half a subnormal spacing, times |x| (k_fp32_min_normal).
+struct GeluPrime {
+  double value = 0.0, cond = 0.0;
+  bool overflow = false;  // x*x may overflow fp32 (tanh form): the element is indeterminate, NaN accepted
+};
+
+GeluPrime gelu_prime(double x, bool tanh_approx) {
+  const double ax = std::fabs(x), e_fn = k_gelu_erf_abs_error;
+  const double underflow = (1.0 + ax) * k_fp32_min_normal;
+  if (!tanh_approx) {
+    const double cdf = 0.5 * std::erfc(-x * k_sqrt1_2);
+    const double pdf = k_inv_sqrt_2pi * std::exp(-0.5 * x * x);
+    const double xp = x * pdf, d = cdf + xp;
+    const double e_cdf = 0.5 * e_fn + 2.0 * ax * pdf + cdf;
+    const double e_pdf = x * x + 3.0;  // relative
+    return {d, e_cdf + std::fabs(xp) * (e_pdf + 1.0) + std::fabs(d) + underflow};
+  }
+  const double c = k_gelu_cubic, k = k_sqrt_2_over_pi;
+  const double x2 = x * x, cube = c * x2 * x, a = x + cube, inner = k * a;
+  // 0.5(1 + t) and 1 - t^2 through sigmoids, without their cancellations in double
+  const double t = std::tanh(inner), ld = sigmoid64(2.0 * inner);
+  const double om = 4.0 * ld * sigmoid64(-2.0 * inner);
+  const double id3 = 3.0 * c * x2, id = k * (1.0 + id3);
+  const double rd = 0.5 * x * om * id, d = ld + rd;
+  const double e_inner = k * (4.0 * std::fabs(cube) + std::fabs(a)) + 2.0 * std::fabs(inner);
+  const double e_t = om * e_inner + e_fn;
+  const double e_ld = 0.5 * (e_t + std::fabs(1.0 + t));
+  const double e_om = 2.0 * std::fabs(t) * e_t + t * t + om;
+  const double e_id = k * (4.0 * id3 + 1.0 + id3) + 2.0 * id;
+  const double e_rd = 0.5 * ax * (e_om * id + om * e_id) + 2.0 * std::fabs(rd);
+  const double cond = e_ld + e_rd + std::fabs(d) + underflow;
+  return {d, std::isfinite(cond) ? cond : 0.0, std::isfinite(x2) && x2 >= k_fp32_max / 4};
+}
+
+Result<std::vector<RefOutput>> gelu_backward_reference(const RefContext& ctx) {
+  const RefArg& g = ctx.input("grad_out");
+  const RefArg& x = ctx.input("x");
+  if (g.shape != x.shape)
+    return make_error(ErrorCode::shape_mismatch, "gelu_backward: grad_out " + shape_to_string(g.shape) +
+                                                     " and x " + shape_to_string(x.shape) + " must have one shape");
+  const bool tanh_approx = ew::read_params(ctx).tanh_approx;
+  const std::int64_t n = x.numel();
+  RefVec out = uninit_output(n), c_acc = uninit_output(n);
+  std::vector<std::uint8_t> alt(static_cast<std::size_t>(n), 0);
+  std::atomic<bool> any_alt{false};
+  parallel_for(n, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) {
+      const GeluPrime p = gelu_prime(x.data[i], tanh_approx);
+      const double v = g.data[i] * p.value;
+      out[i] = v;
+      double c = std::fabs(g.data[i]) * p.cond + std::fabs(v);
+      c = std::isfinite(v) && std::isfinite(c) ? c : 0.0;
+      // An infinite g times a derivative whose fp32 evaluation may be 0 (underflowed, or
+      // 1 - t^2 rounded to 0): Inf * 0 = NaN is as correct as the reference's +-Inf.
+      const bool zero_ok = std::fabs(p.value) <= 0x1p-24 * p.cond;
+      if (p.overflow || (std::isinf(g.data[i]) && zero_ok)) {
+        if (p.overflow) c = std::isfinite(v) ? std::max(c, k_fp32_max) : 0.0;  // fp32 may form 0 * Inf
+        alt[static_cast<std::size_t>(i)] = k_alt_nan;
+        any_alt = true;
+      }
+      c_acc[i] = c;
+    }
+  });
+  if (!any_alt) alt.clear();
+  return single_output(ctx.output_dtype(), x.shape, std::move(out), std::move(c_acc), {}, std::move(alt));
+}
+
 enum class Variant {
   torch_order,    // g * (s * (1 + x * (1 - s))), s = 1/(1 + exp(-x)) in fp32
   sum_form,       // g * (s + silu(x) * (1 - s)), exp through exp2
@@ -150,6 +240,53 @@ KernelFn swiglu_backward_kernel(Variant v) {
   };
 }
 
+enum class GeluVariant {
+  torch_order,   // torch's formulas (erf: cdf + x * pdf; tanh: left' + left * (1 - t^2) * inner') in fp32
+  fast,          // erf through erfc and exp2; the tanh form as s + 2x s(1 - s) k(1 + 3c x^2), s = sigmoid(2y)
+  tanh_for_erf,  // the tanh approximation's derivative whatever `approximate` says
+  no_pdf_term,   // erf: cdf alone (the x * pdf term dropped); tanh: 0.5(1 + t) alone
+  no_inner_chain,  // tanh: the inner derivative's 1 + 3c x^2 dropped (k alone)
+};
+
+float gelu_prime32(float x, bool tanh_approx, GeluVariant v) {
+  constexpr float k_beta = 0.797884561f, k_kappa = 0.044715f;
+  if (v == GeluVariant::tanh_for_erf) tanh_approx = true;
+  if (v == GeluVariant::fast) {
+    if (tanh_approx) {
+      const float y = k_beta * (x + k_kappa * x * x * x);
+      const float s = 1.0f / (1.0f + std::exp2(-2.0f * y * ew::k_log2e_f));
+      return s + 2.0f * x * (s * (1.0f - s)) * (k_beta * (1.0f + 3.0f * k_kappa * x * x));
+    }
+    const float cdf = 0.5f * std::erfc(-x * 0.707106781f);
+    const float pdf = 0.398942280f * std::exp2(-0.5f * x * x * ew::k_log2e_f);
+    return cdf + x * pdf;
+  }
+  if (tanh_approx) {
+    const float x_sq = x * x, x_cube = x_sq * x;
+    const float t = std::tanh(k_beta * (x + k_kappa * x_cube));
+    const float left = 0.5f * x, left_d = 0.5f * (1.0f + t);
+    if (v == GeluVariant::no_pdf_term) return left_d;
+    const float inner_d = v == GeluVariant::no_inner_chain ? k_beta : k_beta * (1.0f + 3.0f * k_kappa * x_sq);
+    return left_d + left * (1.0f - t * t) * inner_d;
+  }
+  const float cdf = 0.5f * (1.0f + std::erf(x * 0.707106781f));
+  if (v == GeluVariant::no_pdf_term) return cdf;
+  const float pdf = 0.398942280f * std::exp(-0.5f * x * x);
+  return cdf + x * pdf;
+}
+
+KernelFn gelu_backward_kernel(GeluVariant v) {
+  return [=](const RefContext& ctx) -> Result<std::vector<std::vector<double>>> {
+    const RefArg& g = ctx.input("grad_out");
+    const RefArg& x = ctx.input("x");
+    const bool tanh_approx = ew::read_params(ctx).tanh_approx;
+    std::vector<double> out(static_cast<std::size_t>(x.numel()));
+    for (std::size_t i = 0; i < out.size(); ++i)
+      out[i] = static_cast<double>(f32(g.data[i]) * gelu_prime32(f32(x.data[i]), tanh_approx, v));
+    return std::vector<std::vector<double>>{round_all(ctx.output_dtype(), std::move(out))};
+  };
+}
+
 }  // namespace
 
 void register_elementwise_backward_ops(BuiltinRegistry& r) {
@@ -186,6 +323,26 @@ void register_elementwise_backward_ops(BuiltinRegistry& r) {
        swiglu_backward_kernel(Variant::up_from_gate)},
   };
   r.add(std::move(sw));
+
+  BuiltinOp gelu;
+  gelu.name = "gelu_backward";
+  gelu.reference = gelu_backward_reference;
+  gelu.controls = {
+      {"fp32_torch_order",
+       "g * (cdf + x * pdf), or g * (0.5(1 + t) + 0.5x (1 - t^2) k(1 + 3c x^2)), torch's formulas in fp32",
+       gelu_backward_kernel(GeluVariant::torch_order)},
+      {"fp32_fast", "erf form through erfc and exp2; tanh form as s + 2x s(1 - s) k(1 + 3c x^2), s = sigmoid(2y)",
+       gelu_backward_kernel(GeluVariant::fast)},
+  };
+  gelu.buggy = {
+      {"tanh_for_erf", "the tanh approximation's derivative whatever `approximate` says",
+       gelu_backward_kernel(GeluVariant::tanh_for_erf)},
+      {"no_pdf_term", "g * Phi(x) (or g * 0.5(1 + t)): the x * phi(x) term of the product rule dropped",
+       gelu_backward_kernel(GeluVariant::no_pdf_term)},
+      {"no_inner_chain", "tanh form: the inner derivative k(1 + 3c x^2) taken as k (the chain rule stopped at x)",
+       gelu_backward_kernel(GeluVariant::no_inner_chain)},
+  };
+  r.add(std::move(gelu));
 }
 
 }  // namespace gpuemu::ops

@@ -1,4 +1,5 @@
-// matmul [a[M,K], b[K,N]], bmm [a[B,M,K], b[B,K,N]] and linear [x[...,K], weight[N,K], bias[N]]:
+// matmul [a[M,K], b[K,N]], bmm [a[B,M,K], b[B,K,N]] and linear [x[...,K], weight[N,K], bias[N]]
+// (and matmul_backward, linear_backward below):
 // fp64 references through OpenBLAS with the dot-product condition term, fp32-tiled controls (K
 // tiles of 32 / 64, one fp32 chain, split-K, linear's unfused bias add) and known-buggy kernels.
 //
@@ -448,6 +449,117 @@ BuiltinOp make_backward_op() {
   return op;
 }
 
+// ---- linear_backward: grad_x = grad_out @ W, grad_weight = grad_out^T @ x, grad_bias = sum_rows g --
+// The two GEMMs judged as matmul_backward's are (matmul's reference on those operands); grad_bias,
+// a column reduction of grad_out over the M rows, by sum's own reference and error model.
+
+Result<std::pair<RefContext, RefContext>> linear_backward_problems(const RefContext& ctx) {
+  const RefArg &g = ctx.input("grad_out"), &x = ctx.input("x"), &w = ctx.input("weight");
+  if (g.shape.size() != 2 || x.shape.size() != 2 || w.shape.size() != 2 || g.shape[0] != x.shape[0] ||
+      g.shape[1] != w.shape[0] || x.shape[1] != w.shape[1])
+    return shape_error("linear_backward: grad_out " + shape_to_string(g.shape) + ", x " + shape_to_string(x.shape) +
+                       " and weight " + shape_to_string(w.shape) + " must be [M, N], [M, K] and [N, K]");
+  auto sub = [&](RefArg a, RefArg b) {
+    RefContext c;
+    c.case_dtype = ctx.case_dtype;
+    c.attrs = Json::object();
+    c.operand_roundoff = ctx.operand_roundoff;
+    c.operand_overflow = ctx.operand_overflow;
+    c.operand_floor = ctx.operand_floor;
+    c.value_only = ctx.value_only;
+    c.inputs["a"] = std::move(a);
+    c.inputs["b"] = std::move(b);
+    return c;
+  };
+  return std::make_pair(sub(g, w), sub(transposed(g), x));
+}
+
+Result<std::vector<RefOutput>> linear_backward_reference(const RefContext& ctx) {
+  GPUEMU_TRY(auto problems, linear_backward_problems(ctx));
+  GPUEMU_TRY(std::vector<RefOutput> gx, reference(problems.first, "matmul"));
+  GPUEMU_TRY(std::vector<RefOutput> gw, reference(problems.second, "matmul"));
+  const BuiltinOp* sum = BuiltinRegistry::instance().find("sum");
+  if (!sum) return make_error(ErrorCode::internal, "linear_backward: no built-in sum");
+  RefContext sc;
+  sc.case_dtype = ctx.case_dtype;
+  sc.attrs = Json{{"dim", 0}, {"keepdim", false}};
+  sc.value_only = ctx.value_only;
+  sc.inputs["x"] = ctx.input("grad_out");
+  GPUEMU_TRY(std::vector<RefOutput> gb, sum->reference(sc));
+  std::vector<RefOutput> out = {std::move(gx.front()), std::move(gw.front()), std::move(gb.front())};
+  const char* names[] = {"grad_x", "grad_weight", "grad_bias"};
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i].name = names[i];
+    out[i].dtype = ctx.output_dtype(static_cast<int>(i));
+  }
+  return out;
+}
+
+// How an emulated grad_bias sums grad_out's rows: fp32 partials over blocks of `block` rows (0:
+// one chain over all rows), added to an fp32 total; bugs: the partial last block dropped, or the
+// accumulator a 16-bit variable (the case dtype, bf16 for fp32 cases) rounded after every add.
+enum class BiasBug { none, tail_dropped, lowp_acc };
+
+std::vector<double> bias_sum(const RefContext& ctx, std::int64_t block, BiasBug bug) {
+  const RefArg& g = ctx.input("grad_out");
+  const std::int64_t M = g.shape[0], N = g.shape[1];
+  const std::int64_t bm = block > 0 ? block : std::max<std::int64_t>(M, 1);
+  const std::int64_t rows = bug == BiasBug::tail_dropped ? M / bm * bm : M;
+  const DType low = ctx.case_dtype == DType::float16 || ctx.case_dtype == DType::bfloat16 ? ctx.case_dtype : DType::bfloat16;
+  std::vector<double> out(static_cast<std::size_t>(N));
+  for (std::int64_t j = 0; j < N; ++j) {
+    float total = 0.0f;
+    for (std::int64_t b = 0; b < rows; b += bm) {
+      float part = 0.0f;
+      for (std::int64_t i = b; i < std::min(rows, b + bm); ++i) {
+        part += f32(g.data[static_cast<std::size_t>(i * N + j)]);
+        if (bug == BiasBug::lowp_acc) part = store_as(low, part);
+      }
+      total += part;
+      if (bug == BiasBug::lowp_acc) total = store_as(low, total);
+    }
+    out[static_cast<std::size_t>(j)] = static_cast<double>(total);
+  }
+  return round_all(ctx.output_dtype(2), std::move(out));
+}
+
+KernelFn linear_backward_emulated(GemmEmulation cfg, std::int64_t bias_block, BiasBug bias_bug = BiasBug::none) {
+  const KernelFn fwd = emulated("matmul", cfg);
+  return [fwd, bias_block, bias_bug](const RefContext& ctx) -> KernelOut {
+    GPUEMU_TRY(auto problems, linear_backward_problems(ctx));
+    GPUEMU_TRY(auto gx, fwd(problems.first));
+    GPUEMU_TRY(auto gw, fwd(problems.second));
+    return std::vector<std::vector<double>>{round_all(ctx.output_dtype(0), std::move(gx.front())),
+                                            round_all(ctx.output_dtype(1), std::move(gw.front())),
+                                            bias_sum(ctx, bias_block, bias_bug)};
+  };
+}
+
+BuiltinOp make_linear_backward_op() {
+  BuiltinOp op;
+  op.name = "linear_backward";
+  op.reference = linear_backward_reference;
+  op.controls = {
+      {"fp32_tiled_k32", "both GEMMs over BLOCK_K=32 tiles in fp32; grad_bias in fp32 partials of 64 rows",
+       linear_backward_emulated(tiled(32), 64)},
+      {"fp32_sequential", "both GEMMs and grad_bias as one fp32 chain over the reduced dim",
+       linear_backward_emulated(tiled(0), 0)},
+      {"fp32_split_k4", "split-K GEMMs (four chunks of BLOCK_K=64 tiles); grad_bias in partials of 128 rows",
+       linear_backward_emulated(tiled(64, 4), 128)},
+  };
+  op.buggy = {
+      {"bias_tail_dropped", "grad_bias over M // 64 blocks of 64 rows: the partial last block lost (M % 64 != 0)",
+       linear_backward_emulated(tiled(32), 64, BiasBug::tail_dropped)},
+      {"bias_lowp_acc", "grad_bias accumulated in a 16-bit variable (the case dtype, bf16 for fp32)",
+       linear_backward_emulated(tiled(32), 64, BiasBug::lowp_acc)},
+      {"acc_overwrite", "`acc = dot(...)` instead of `acc +=` in both GEMMs (reduced dim > 32)",
+       linear_backward_emulated(tiled(32, 1, GemmBug::acc_overwrite), 64)},
+      {"dropped_tail_k", "the partial last tile of the GEMMs' reduced dim lost (its length % 32 != 0)",
+       linear_backward_emulated(tiled(32, 1, GemmBug::dropped_tail_k), 64)},
+  };
+  return op;
+}
+
 }  // namespace
 
 void register_gemm_ops(BuiltinRegistry& r) {
@@ -455,6 +567,7 @@ void register_gemm_ops(BuiltinRegistry& r) {
   r.add(make_op("bmm"));
   r.add(make_op("linear"));
   r.add(make_backward_op());
+  r.add(make_linear_backward_op());
 }
 
 }  // namespace gpuemu::ops

@@ -15,7 +15,10 @@
 #include "ops/op_util.hpp"
 #include "ops/register.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <vector>
 
 namespace gpuemu::ops {
 namespace {
@@ -393,11 +396,174 @@ BuiltinOp embedding_op() {
   return op;
 }
 
+// ---- embedding_backward ------------------------------------------------------------------------
+// The gradient of F.embedding(indices, weight), a scatter-add of grad_out's
+// rows into grad_weight[num_weights, D]: grad_weight[v] = sum of grad_out[p] over the positions p
+// whose index is v. Repeated indices accumulate; rows no index names are 0.
+//
+// Error model (docs/error-model.md): each element is an fp32 sum over the positions naming its
+// row, in whatever order a kernel adds them (a sorted segment sum, per-block partials, atomics in
+// any order): sum's own term, c_acc = sum|g| * (G(count) + absorbed) with SumGrowth's correlated
+// growth for equal terms (a constant or one-hot upstream gradient repeated at one index), G at
+// least the growth of repeated values (repeat_growth: an expanded grad_out repeats its values
+// along a dim, and a running sum's roundings repeat with them), and overflow_guard where sum|g|
+// may leave fp32's range.
+// Controls: a sorted segment sum (PyTorch's CPU kernel sorts the indices), per-block partials of
+// 128 positions added in reverse block order (atomics of block partials), one atomic add per
+// position in a scrambled order. Bugs: the last write wins for repeated indices (a store where an
+// atomic add belongs: lost updates), the accumulator a 16-bit variable (atomics on a bf16/fp16
+// grad_weight; bf16 for fp32 cases), D copied in 128-wide tiles with the partial last tile lost.
+
+
+// The scatter's geometry: positions p in [0, P) with their row index, D features each.
+struct EmbBackArgs {
+  std::int64_t vocab = 0, dim = 0, positions = 0;
+  std::vector<std::int64_t> index;
+  std::vector<std::vector<std::int64_t>> rows;  // per row v, the positions naming it, ascending
+};
+
+Result<EmbBackArgs> emb_back_args(const RefContext& ctx) {
+  const RefArg& g = ctx.input("grad_out");
+  const RefArg& idx = ctx.input("indices");
+  if (!ctx.attrs.contains("num_weights") || !ctx.attrs["num_weights"].is_number_integer())
+    return make_error(ErrorCode::invalid_argument, "embedding_backward: num_weights (an int) is required");
+  EmbBackArgs a;
+  a.vocab = ctx.attr_int("num_weights");
+  if (a.vocab < 1) return make_error(ErrorCode::invalid_argument, "embedding_backward: num_weights must be >= 1");
+  Shape lead(g.shape.begin(), g.shape.end() - (g.shape.empty() ? 0 : 1));
+  if (g.shape.empty() || lead != idx.shape)
+    return make_error(ErrorCode::shape_mismatch, "embedding_backward: grad_out " + shape_to_string(g.shape) +
+                                                     " must be indices' shape " + shape_to_string(idx.shape) + " + [D]");
+  a.dim = g.shape.back();
+  a.positions = static_cast<std::int64_t>(idx.data.size());
+  a.index.resize(idx.data.size());
+  a.rows.resize(static_cast<std::size_t>(a.vocab));
+  for (std::size_t p = 0; p < idx.data.size(); ++p) {
+    const double v = idx.data[p];
+    const auto vi = static_cast<std::int64_t>(v);
+    if (static_cast<double>(vi) != v || vi < 0 || vi >= a.vocab)
+      return make_error(ErrorCode::invalid_argument,
+                        "index " + std::to_string(v) + " is outside [0, " + std::to_string(a.vocab) + ")");
+    a.index[p] = vi;
+    a.rows[static_cast<std::size_t>(vi)].push_back(static_cast<std::int64_t>(p));
+  }
+  return a;
+}
+
+Result<std::vector<RefOutput>> embedding_backward_reference(const RefContext& ctx) {
+  GPUEMU_TRY(EmbBackArgs a, emb_back_args(ctx));
+  const RefArg& g = ctx.input("grad_out");
+  const std::int64_t n = a.vocab * a.dim;
+  RefVec out = output_buffer(n), c_acc = output_buffer(n);
+  parallel_for(a.vocab, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t v = b; v < e; ++v) {
+      const auto& ps = a.rows[static_cast<std::size_t>(v)];
+      if (ps.empty()) continue;  // 0, exactly
+      const auto count = static_cast<std::int64_t>(ps.size());
+      for (std::int64_t d = 0; d < a.dim; ++d) {
+        auto term = [&](std::int64_t k) { return g.data[static_cast<std::size_t>(ps[static_cast<std::size_t>(k)] * a.dim + d)]; };
+        double s = 0.0;
+        SumGrowth grow;
+        for (std::int64_t k = 0; k < count; ++k) s += term(k), grow.add(term(k));
+        const double m = grow.abs_sum();
+        // grad_out's values repeat (an expanded layout, a constant upstream gradient): a running
+        // sum's roundings repeat with them (repeat_growth, as logsumexp's sum counts them)
+        const double growth = std::max(grow.growth(static_cast<double>(count)), SumGrowth::repeat_growth(count, term));
+        const double c = m * (growth + SumGrowth::absorbed(count, m, term));
+        const auto i = static_cast<std::size_t>(v * a.dim + d);
+        out[i] = s;
+        c_acc[i] = std::isfinite(s) && std::isfinite(c) ? overflow_guard(c, m) : 0.0;
+      }
+    }
+  });
+  return single_output(ctx.output_dtype(), {a.vocab, a.dim}, std::move(out), std::move(c_acc));
+}
+
+enum class ScatterVariant {
+  sorted_segments,  // indices sorted (stable), each row's segment summed in fp32 in position order
+  block_partials,   // per-block partials of 128 positions in fp32, added in reverse block order
+  atomic_scrambled,  // one fp32 atomic add per position, in a scrambled order
+  last_write_wins,  // bug: a store where an atomic add belongs: a repeated index keeps one position
+  lowp_acc,         // bug: the accumulator a 16-bit variable (the case dtype, bf16 for fp32)
+  tail_dropped,     // bug: D in 128-wide tiles, D / 128 of them: the partial last tile never added
+};
+
+KernelFn embedding_backward_kernel(ScatterVariant v) {
+  return [v](const RefContext& ctx) -> Result<KernelOutputs> {
+    GPUEMU_TRY(EmbBackArgs a, emb_back_args(ctx));
+    const RefArg& g = ctx.input("grad_out");
+    const DType low = ctx.case_dtype == DType::float16 || ctx.case_dtype == DType::bfloat16 ? ctx.case_dtype : DType::bfloat16;
+    std::vector<float> acc(static_cast<std::size_t>(a.vocab * a.dim), 0.0f);
+    const std::int64_t dims = v == ScatterVariant::tail_dropped ? a.dim / 128 * 128 : a.dim;
+    auto add_position = [&](std::int64_t p, std::vector<float>& into) {
+      const std::int64_t row = a.index[static_cast<std::size_t>(p)];
+      for (std::int64_t d = 0; d < dims; ++d) {
+        float& slot = into[static_cast<std::size_t>(row * a.dim + d)];
+        const float t = f32(g.data[static_cast<std::size_t>(p * a.dim + d)]);
+        if (v == ScatterVariant::last_write_wins) slot = t;
+        else if (v == ScatterVariant::lowp_acc) slot = store_as(low, slot + t);
+        else slot += t;
+      }
+    };
+    if (v == ScatterVariant::sorted_segments) {
+      for (std::int64_t row = 0; row < a.vocab; ++row)
+        for (std::int64_t p : a.rows[static_cast<std::size_t>(row)]) add_position(p, acc);
+    } else if (v == ScatterVariant::block_partials) {
+      constexpr std::int64_t block = 128;
+      const std::int64_t blocks = (a.positions + block - 1) / block;
+      std::vector<float> part(acc.size());
+      for (std::int64_t b = blocks - 1; b >= 0; --b) {
+        std::fill(part.begin(), part.end(), 0.0f);
+        std::vector<char> touched(static_cast<std::size_t>(a.vocab), 0);
+        for (std::int64_t p = b * block; p < std::min(a.positions, (b + 1) * block); ++p) {
+          add_position(p, part);
+          touched[static_cast<std::size_t>(a.index[static_cast<std::size_t>(p)])] = 1;
+        }
+        for (std::int64_t row = 0; row < a.vocab; ++row)
+          if (touched[static_cast<std::size_t>(row)])
+            for (std::int64_t d = 0; d < a.dim; ++d)
+              acc[static_cast<std::size_t>(row * a.dim + d)] += part[static_cast<std::size_t>(row * a.dim + d)];
+      }
+    } else {
+      // A fixed scramble of the positions (atomics land in any order): a stride coprime to P.
+      std::int64_t stride = a.positions > 2 ? a.positions / 2 + 1 : 1;
+      while (std::gcd(stride, a.positions) != 1) ++stride;
+      for (std::int64_t k = 0; k < a.positions; ++k) add_position((k * stride) % a.positions, acc);
+    }
+    std::vector<double> out(acc.begin(), acc.end());
+    return KernelOutputs{round_all(ctx.output_dtype(), std::move(out))};
+  };
+}
+
+BuiltinOp embedding_backward_op() {
+  BuiltinOp op;
+  op.name = "embedding_backward";
+  op.reference = embedding_backward_reference;
+  op.controls = {
+      {"sorted_segments", "indices sorted, each row's positions summed in fp32 (PyTorch's CPU kernel's order)",
+       embedding_backward_kernel(ScatterVariant::sorted_segments)},
+      {"block_partials", "fp32 partials per block of 128 positions, added to grad_weight block by block",
+       embedding_backward_kernel(ScatterVariant::block_partials)},
+      {"atomic_scrambled", "one fp32 atomic add per position, in a scrambled order",
+       embedding_backward_kernel(ScatterVariant::atomic_scrambled)},
+  };
+  op.buggy = {
+      {"last_write_wins", "grad_weight[idx] = g (a store where an atomic add belongs): repeated indices lose updates",
+       embedding_backward_kernel(ScatterVariant::last_write_wins)},
+      {"lowp_acc", "grad_weight accumulated in a 16-bit variable (atomics on the case dtype; bf16 for fp32)",
+       embedding_backward_kernel(ScatterVariant::lowp_acc)},
+      {"tail_tile_dropped", "D in 128-wide tiles, D // 128 of them: the partial last tile is never added",
+       embedding_backward_kernel(ScatterVariant::tail_dropped)},
+  };
+  return op;
+}
+
 }  // namespace
 
 void register_loss_ops(BuiltinRegistry& r) {
   r.add(cross_entropy_op());
   r.add(embedding_op());
+  r.add(embedding_backward_op());
 }
 
 }  // namespace gpuemu::ops

@@ -19,6 +19,7 @@
 // is legitimately coarse. The 2 covers fp32 cos/sin and the fp32 multiply-add. c_in covers HF's
 // module, which rounds cos and sin to x's dtype and does each multiply and the add in that dtype
 // (and vLLM's cos/sin cache stored in the model dtype).
+// rope_backward (grad_out -> grad_x, the inverse rotation) at the end, through rope's own parts.
 #include "core/parallel.hpp"
 #include "ops/gemm_emulation.hpp"
 #include "ops/op_util.hpp"
@@ -194,6 +195,66 @@ KernelFn emulated(RopeKind kind) {
   };
 }
 
+// ---- rope_backward: grad_x = R(-phi) grad_out, the inverse rotation ------------------------------
+// With S negating the second member of every pair, R(-phi) g = S R(phi) S g exactly: a negation is
+// exact, and a backward kernel's g_a cos + g_b sin is rope's g_a cos - (-g_b) sin bit for bit. So
+// rope's reference (c_acc, c_in: symmetric in the signs), its controls and its bugs carry over
+// through S; the classic bug is the forward rotation applied to the gradient.
+
+// `values` with the second member of every pair negated, in place (x[B,L,H,D] row-major).
+template <class Vec>
+void negate_second(Vec& values, const RopeProblem& p) {
+  const std::int64_t rows = p.B * p.L * p.H;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t i = 0; i < p.D / 2; ++i) {
+      auto& v = values[static_cast<std::size_t>(r * p.D + p.second(i))];
+      v = -v;
+    }
+}
+
+// ctx with x = S grad_out (and the problem it describes).
+Result<std::pair<RefContext, RopeProblem>> backward_context(const RefContext& ctx) {
+  RefContext c = ctx;
+  c.inputs.clear();
+  c.inputs["x"] = ctx.input("grad_out");
+  GPUEMU_TRY(RopeProblem p, problem_of(c));
+  negate_second(c.inputs["x"].data, p);
+  return std::make_pair(std::move(c), p);
+}
+
+Result<std::vector<RefOutput>> backward_reference(const RefContext& ctx) {
+  GPUEMU_TRY(auto cp, backward_context(ctx));
+  GPUEMU_TRY(std::vector<RefOutput> out, reference(cp.first));
+  RefOutput& o = out.front();
+  negate_second(o.value, cp.second);
+  if (!o.alt_nonfinite.empty()) {  // a negated element's accepted +Inf is -Inf and back
+    std::vector<std::uint8_t> swapped = o.alt_nonfinite;
+    for (auto& b : swapped)
+      b = static_cast<std::uint8_t>((b & ~(k_alt_pos_inf | k_alt_neg_inf)) | ((b & k_alt_pos_inf) ? k_alt_neg_inf : 0) |
+                                    ((b & k_alt_neg_inf) ? k_alt_pos_inf : 0));
+    const RopeProblem& p = cp.second;
+    for (std::int64_t r = 0; r < p.B * p.L * p.H; ++r)
+      for (std::int64_t i = 0; i < p.D / 2; ++i) {
+        const auto k = static_cast<std::size_t>(r * p.D + p.second(i));
+        o.alt_nonfinite[k] = swapped[k];
+      }
+  }
+  o.name = "grad_x";
+  return out;
+}
+
+// A rope kernel as a backward kernel: S kernel(S grad_out); `forward` runs it on grad_out as is
+// (the forward rotation applied to the gradient: a bug).
+KernelFn backward_kernel(KernelFn rope_kernel, bool forward = false) {
+  return [rope_kernel, forward](const RefContext& ctx) -> KernelOut {
+    GPUEMU_TRY(auto cp, backward_context(ctx));
+    if (forward) cp.first.inputs["x"] = ctx.input("grad_out");
+    GPUEMU_TRY(auto out, rope_kernel(cp.first));
+    if (!forward) negate_second(out.front(), cp.second);
+    return out;
+  };
+}
+
 }  // namespace
 
 void register_rope_ops(BuiltinRegistry& r) {
@@ -230,6 +291,30 @@ void register_rope_ops(BuiltinRegistry& r) {
        emulated(RopeKind::offset_ignored)},
   };
   r.add(std::move(op));
+
+  BuiltinOp bw;
+  bw.name = "rope_backward";
+  bw.reference = backward_reference;
+  bw.controls = {
+      {"fp32_hf", "HF's angles in fp32, the inverse rotation in fp32, output rounded once",
+       backward_kernel(emulated(RopeKind::fp32_hf))},
+      {"hf_input_dtype", "autograd through HF's module: cos/sin in x's dtype, every op rounded to it",
+       backward_kernel(emulated(RopeKind::hf_input_dtype))},
+      {"cos_sin_cache_lowp", "vLLM's cos/sin cache stored in the dtype, fp32 inverse rotation",
+       backward_kernel(emulated(RopeKind::cache_lowp))},
+      {"ggml_iterative_theta", "llama.cpp's angles by repeated fp32 products, the inverse rotation",
+       backward_kernel(emulated(RopeKind::ggml_iterative))},
+  };
+  bw.buggy = {
+      {"forward_rotation", "the forward rotation applied to grad_out: every pair turns by +phi, not -phi (pos > 0)",
+       backward_kernel(emulated(RopeKind::fp32_hf), true)},
+      {"style_swapped", "pairs elements by the other style (D >= 4)", backward_kernel(emulated(RopeKind::style_swapped))},
+      {"theta_exponent_halved", "inv_freq = theta^(-i/D) instead of theta^(-2i/D) (D >= 4, pos > 0)",
+       backward_kernel(emulated(RopeKind::exponent_halved))},
+      {"offset_ignored", "positions start at 0 whatever the offset (offset > 0)",
+       backward_kernel(emulated(RopeKind::offset_ignored))},
+  };
+  r.add(std::move(bw));
 }
 
 }  // namespace gpuemu::ops
