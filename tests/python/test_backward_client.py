@@ -164,3 +164,33 @@ def test_gradients_through_get_test_batch_and_submit_output(daemon):
             wrong.append(c.submit_output("matmul_backward", case["inputs"], (a.grad, bad_b), case["seed"]))
     assert all(v.passed for v in verdicts), [v.message for v in verdicts]
     assert not any(v.passed for v in wrong), [v.message for v in wrong]
+
+
+def test_gelu_through_autograd_and_the_backward_ops_it_cannot_drive(daemon):
+    def gelu(i):
+        return F.gelu(i["x"], approximate=i["approximate"])
+
+    with Client() as c:
+        r = c.fuzz_op_client_side("gelu", gelu, iterations=12, dtypes=["float32"], seed=7,
+                                  vary_attrs=["approximate"], layouts=False, backward=True)
+        assert r.ok, str(r)
+        assert r.gradients.op == "gelu_backward" and r.gradients.total == 12
+        # With layouts, torch 1.13's erf-form gelu backward reads garbage when grad_out is transposed
+        # against a contiguous x (docs/evidence.md, "Backward ops"): through autograd too, and the
+        # diagnosis names the layout.
+        laid = c.fuzz_op_client_side("gelu", gelu, iterations=12, dtypes=["float32"], seed=7,
+                                     vary_attrs=["approximate"], backward=True)
+        if torch.__version__.startswith("1.13"):
+            assert laid.failed == 0 and laid.gradients.failed > 0
+            f = laid.gradients.failures[0]
+            assert f.attrs["approximate"] == "none" and f.layout["grad_out"] != "contiguous"
+            assert f.bug_class == "stride_assumption", f.describe()
+        # rope_backward's and embedding_backward's cases carry no x / weight (their gradients do not
+        # depend on them); linear_backward judges grad_bias, and its cases carry no bias.
+        with pytest.raises(gpuemu.ValidationError, match="do not carry rope's x"):
+            c.fuzz_op_client_side("rope", lambda i: i["x"], iterations=2, backward=True)
+        with pytest.raises(gpuemu.ValidationError, match="do not carry embedding's weight"):
+            c.fuzz_op_client_side("embedding", lambda i: i["weight"][i["indices"]], iterations=2, backward=True)
+        with pytest.raises(gpuemu.ValidationError, match="gradient of linear's 'bias'"):
+            c.fuzz_op_client_side("linear", lambda i: F.linear(i["x"], i["weight"], i["bias"]), iterations=2,
+                                  backward=True)
