@@ -373,27 +373,30 @@ RefArg transposed(const RefArg& x) {
   return t;
 }
 
+// a @ b as a matmul context of a backward case `ctx`: its dtype, its precision policy's fields and
+// value_only carried over; no schema, so the outputs are in the case dtype.
+RefContext matmul_subproblem(const RefContext& ctx, RefArg a, RefArg b) {
+  RefContext c;
+  c.case_dtype = ctx.case_dtype;
+  c.attrs = Json::object();
+  c.operand_roundoff = ctx.operand_roundoff;
+  c.operand_overflow = ctx.operand_overflow;
+  c.operand_floor = ctx.operand_floor;
+  c.value_only = ctx.value_only;
+  c.inputs["a"] = std::move(a);
+  c.inputs["b"] = std::move(b);
+  return c;
+}
+
 // The two forward problems of a backward case: grad_out @ b^T and a^T @ grad_out, as matmul
-// contexts (the policy fields carried over; no schema: outputs in the case dtype).
+// contexts.
 Result<std::pair<RefContext, RefContext>> backward_problems(const RefContext& ctx) {
   const RefArg &g = ctx.input("grad_out"), &a = ctx.input("a"), &b = ctx.input("b");
   if (g.shape.size() != 2 || a.shape.size() != 2 || b.shape.size() != 2 || a.shape[1] != b.shape[0] ||
       g.shape[0] != a.shape[0] || g.shape[1] != b.shape[1])
     return shape_error("matmul_backward: grad_out " + shape_to_string(g.shape) + ", a " + shape_to_string(a.shape) +
                        " and b " + shape_to_string(b.shape) + " must be [M, N], [M, K] and [K, N]");
-  auto sub = [&](RefArg x, RefArg y) {
-    RefContext c;
-    c.case_dtype = ctx.case_dtype;
-    c.attrs = Json::object();
-    c.operand_roundoff = ctx.operand_roundoff;
-    c.operand_overflow = ctx.operand_overflow;
-    c.operand_floor = ctx.operand_floor;
-    c.value_only = ctx.value_only;
-    c.inputs["a"] = std::move(x);
-    c.inputs["b"] = std::move(y);
-    return c;
-  };
-  return std::make_pair(sub(g, transposed(b)), sub(transposed(a), g));
+  return std::make_pair(matmul_subproblem(ctx, g, transposed(b)), matmul_subproblem(ctx, transposed(a), g));
 }
 
 Result<std::vector<RefOutput>> backward_reference(const RefContext& ctx) {
@@ -459,19 +462,7 @@ Result<std::pair<RefContext, RefContext>> linear_backward_problems(const RefCont
       g.shape[1] != w.shape[0] || x.shape[1] != w.shape[1])
     return shape_error("linear_backward: grad_out " + shape_to_string(g.shape) + ", x " + shape_to_string(x.shape) +
                        " and weight " + shape_to_string(w.shape) + " must be [M, N], [M, K] and [N, K]");
-  auto sub = [&](RefArg a, RefArg b) {
-    RefContext c;
-    c.case_dtype = ctx.case_dtype;
-    c.attrs = Json::object();
-    c.operand_roundoff = ctx.operand_roundoff;
-    c.operand_overflow = ctx.operand_overflow;
-    c.operand_floor = ctx.operand_floor;
-    c.value_only = ctx.value_only;
-    c.inputs["a"] = std::move(a);
-    c.inputs["b"] = std::move(b);
-    return c;
-  };
-  return std::make_pair(sub(g, w), sub(transposed(g), x));
+  return std::make_pair(matmul_subproblem(ctx, g, w), matmul_subproblem(ctx, transposed(g), x));
 }
 
 Result<std::vector<RefOutput>> linear_backward_reference(const RefContext& ctx) {
