@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define GPUEMU_ORACLE_ABI_VERSION 1
+#define GPUEMU_ORACLE_ABI_VERSION 2
 #define GPUEMU_ORACLE_DECLINED 2
 
 /* One attention block with finite q, k, v and scale (the engine keeps the special-value paths on
@@ -50,17 +50,20 @@ typedef struct gpuemu_oracle_backend {
                int64_t lda, const double* B, int64_t ldb, double* C, int64_t ldc, double beta,
                char* err, size_t err_len);
   /* The value and the accumulation condition of a GEMM-shaped reference from one copy of its
-   * operands: C = A·op(B) and C_abs = L(|A|)·L(|op(B)|), A [M,K] row-major (lda), B [K,N] or, when
-   * trans_b, [N,K] (ldb), L(x) = lift_below for 0 < x < lift_below, else x (lift_subnormal_magnitudes
-   * of gemm_blas.hpp; lift_below 0: none). Host pointers. */
+   * operands: C = A·op(B) and C_abs = L(|A|)·L(|op(B)|) times each output's growth of its fp32
+   * accumulation plus growth_weight (scale_by_growth of gemm_ops.cpp: max(sqrt(K), G) + weight, G
+   * from the spread of the output's products), A [M,K] row-major (lda), B [K,N] or, when trans_b,
+   * [N,K] (ldb), L(x) = lift_below for 0 < x < lift_below, else x (lift_subnormal_magnitudes of
+   * gemm_blas.hpp; lift_below 0: none). Host pointers. */
   int (*gemm_abs)(int trans_b, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
-                  const double* B, int64_t ldb, double lift_below, double* C, int64_t ldc,
-                  double* C_abs, int64_t ldc_abs, char* err, size_t err_len);
+                  const double* B, int64_t ldb, double lift_below, double growth_weight, double* C,
+                  int64_t ldc, double* C_abs, int64_t ldc_abs, char* err, size_t err_len);
   /* attention_block_reference (attention_reference.cpp) for a block of finite inputs. */
   int (*attention)(const gpuemu_attention_block* blk, char* err, size_t err_len);
   /* Seconds spent since init, summed over calls: copying inputs to the device, computing,
-   * copying outputs back (the stream's timeline), and the calls' wall time on the host. */
-  void (*timings)(double* seconds4);
+   * copying outputs back (the stream's timeline), the calls' wall time on the host after their
+   * buffers are page-locked, and page-locking and unlocking the host buffers. */
+  void (*timings)(double* seconds5);
 } gpuemu_oracle_backend;
 
 /* The one symbol the engine looks up. */

@@ -11,9 +11,11 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <math_constants.h>
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -36,7 +38,8 @@ struct State {
   char* arena = nullptr;
   std::size_t arena_bytes = 0;
   cudaEvent_t ev[4] = {};   // a call's start, inputs on the device, computed, outputs back
-  double seconds[4] = {};   // cumulative: inputs in, compute, outputs out, whole calls (host clock)
+  double seconds[5] = {};   // cumulative: inputs in, compute, outputs out, whole calls (host
+                            // clock), page-locking and unlocking host buffers (host clock)
 };
 State g;
 
@@ -108,19 +111,25 @@ class Pinned {
  public:
   void add(const void* p, std::size_t bytes) {
     if (!m_on || bytes < (std::size_t{1} << 20)) return;
+    const auto t0 = std::chrono::steady_clock::now();
     if (cudaHostRegister(const_cast<void*>(p), bytes, cudaHostRegisterDefault) == cudaSuccess)
       m_ptrs.push_back(const_cast<void*>(p));
     else
       cudaGetLastError();
+    m_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   ~Pinned() {
     if (m_ptrs.empty()) return;
     cudaStreamSynchronize(g.stream);
+    const auto t0 = std::chrono::steady_clock::now();
     for (void* p : m_ptrs) cudaHostUnregister(p);
+    m_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    g.seconds[4] += m_seconds;  // the caller still holds g.mu
   }
 
  private:
   bool m_on = pin_enabled();
+  double m_seconds = 0.0;
   std::vector<void*> m_ptrs;
 };
 
@@ -139,9 +148,9 @@ struct Timeline {
   }
 };
 
-void timings(double* seconds4) {
+void timings(double* seconds5) {
   std::lock_guard<std::mutex> lock(g.mu);
-  for (int i = 0; i < 4; ++i) seconds4[i] = g.seconds[i];
+  for (int i = 0; i < 5; ++i) seconds5[i] = g.seconds[i];
 }
 
 // Row-major C[M,N] = op(A)·op(B) + beta·C on device pointers: cuBLAS is column-major, and a
@@ -208,6 +217,78 @@ __global__ void abs_lift_kernel(double* x, std::int64_t n, double lift_below) {
        i += std::int64_t{gridDim.x} * blockDim.x) {
     const double a = fabs(x[i]);
     x[i] = a > 0.0 && a < lift_below ? lift_below : a;
+  }
+}
+
+// ---- the growth of a GEMM's fp32 accumulation (scale_by_growth of gemm_ops.cpp) -------------
+
+// The extremes of |x| along one row or column: the smallest and the largest, each at its first
+// occurrence (the CPU's strict comparisons scanning k upward).
+struct Extremes {
+  double lo, hi;
+  long long at_lo, at_hi;
+};
+
+__device__ Extremes extremes_join(Extremes a, const Extremes& b) {
+  if (b.lo < a.lo || (b.lo == a.lo && b.at_lo < a.at_lo)) a.lo = b.lo, a.at_lo = b.at_lo;
+  if (b.hi > a.hi || (b.hi == a.hi && b.at_hi < a.at_hi)) a.hi = b.hi, a.at_hi = b.at_hi;
+  return a;
+}
+
+// One block per line (grid-stride over lines): line r's element k at x[r * ld + k * step].
+__global__ void extremes_kernel(const double* x, std::int64_t lines, std::int64_t len,
+                                std::int64_t ld, std::int64_t step, Extremes* out) {
+  __shared__ Extremes part[k_threads];
+  for (std::int64_t r = blockIdx.x; r < lines; r += gridDim.x) {
+    Extremes e{CUDART_INF, -1.0, LLONG_MAX, LLONG_MAX};
+    for (std::int64_t k = threadIdx.x; k < len; k += blockDim.x) {
+      const double v = fabs(x[r * ld + k * step]);
+      e = extremes_join(e, Extremes{v, v, k, k});
+    }
+    part[threadIdx.x] = e;
+    __syncthreads();
+    for (int w = k_threads / 2; w > 0; w /= 2) {
+      if (threadIdx.x < w) part[threadIdx.x] = extremes_join(part[threadIdx.x], part[threadIdx.x + w]);
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) out[r] = part[0];
+    __syncthreads();  // part is rewritten for the next line
+  }
+}
+
+// The spread of each output's products, bounded from below from its row's and column's extremes
+// (by_row, by_col of scale_by_growth), from the raw operands. Rounded operations without
+// contraction, as the CPU computes them.
+__global__ void spread_kernel(const double* A, const double* B, int trans_b, std::int64_t M,
+                              std::int64_t N, std::int64_t K, const Extremes* rows,
+                              const Extremes* cols, double* spread) {
+  for (std::int64_t e = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; e < M * N;
+       e += std::int64_t{gridDim.x} * blockDim.x) {
+    const std::int64_t i = e / N, j = e % N;
+    const Extremes r = rows[i], c = cols[j];
+    const auto b_at = [&](long long k) { return fabs(trans_b ? B[j * K + k] : B[k * N + j]); };
+    const double by_row = __dsub_rn(__dmul_rn(r.hi, b_at(r.at_hi)), __dmul_rn(r.lo, b_at(r.at_lo)));
+    const double by_col = __dsub_rn(__dmul_rn(fabs(A[i * K + c.at_hi]), c.hi),
+                                    __dmul_rn(fabs(A[i * K + c.at_lo]), c.lo));
+    spread[e] = fmax(0.0, fmax(by_row, by_col));
+  }
+}
+
+// c_abs *= max(sqrt(K), G) + weight, G = SumGrowth::growth(K, c_abs / K, spread) (lowp_emu.hpp).
+__global__ void growth_kernel(double* c_abs, const double* spread, std::int64_t n_out,
+                              std::int64_t K, double weight) {
+  const double n = static_cast<double>(K), root = sqrt(n);
+  for (std::int64_t e = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; e < n_out;
+       e += std::int64_t{gridDim.x} * blockDim.x) {
+    const double x = c_abs[e], mean_abs = __ddiv_rn(x, n), s = spread[e];
+    double g = root;
+    if (n > 1.0 && mean_abs > 0.0 && isfinite(mean_abs) && isfinite(s)) {
+      const double k_star = __ddiv_rn(s, __dmul_rn(32.0 * 0x1.0p-24, mean_abs));
+      if (k_star < n)
+        g = __dadd_rn(root, __ddiv_rn(__dsub_rn(__dmul_rn(n, n), __dmul_rn(k_star, k_star)),
+                                      __dmul_rn(2.0, n)));
+    }
+    c_abs[e] = __dmul_rn(x, __dadd_rn(fmax(root, g), weight));
   }
 }
 
@@ -295,9 +376,9 @@ int dgemm(int trans_a, int trans_b, std::int64_t M, std::int64_t N, std::int64_t
 }
 
 int gemm_abs(int trans_b, std::int64_t M, std::int64_t N, std::int64_t K, const double* A,
-             std::int64_t lda, const double* B, std::int64_t ldb, double lift_below, double* C,
-             std::int64_t ldc, double* C_abs, std::int64_t ldc_abs, char* err,
-             std::size_t err_len) {
+             std::int64_t lda, const double* B, std::int64_t ldb, double lift_below,
+             double growth_weight, double* C, std::int64_t ldc, double* C_abs,
+             std::int64_t ldc_abs, char* err, std::size_t err_len) {
   std::lock_guard<std::mutex> lock(g.mu);
   if (!g.ready) {
     put(err, err_len, "gemm_abs", "the backend is not initialised");
@@ -308,8 +389,8 @@ int gemm_abs(int trans_b, std::int64_t M, std::int64_t N, std::int64_t K, const 
     return 1;
   }
   const std::int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
-  if (int rc = reserve(aligned(M * K, 8) + aligned(b_rows * b_cols, 8) + aligned(M * N, 8) * 2 +
-                           aligned(8, 8),
+  if (int rc = reserve(aligned(M * K, 8) + aligned(b_rows * b_cols, 8) + aligned(M * N, 8) * 3 +
+                           aligned(M + N, sizeof(Extremes)) + aligned(8, 8),
                        err, err_len))
     return rc;
   Carver c{g.arena};
@@ -317,6 +398,8 @@ int gemm_abs(int trans_b, std::int64_t M, std::int64_t N, std::int64_t K, const 
   double* dB = c.take<double>(b_rows * b_cols);
   double* dC = c.take<double>(M * N);
   double* dC_abs = c.take<double>(M * N);
+  double* dSpread = c.take<double>(M * N);
+  auto* ext = c.take<Extremes>(M + N);
   auto* flags = c.take<unsigned long long>(8);
   const std::size_t d8 = sizeof(double);
   Pinned pinned;
@@ -338,11 +421,23 @@ int gemm_abs(int trans_b, std::int64_t M, std::int64_t N, std::int64_t K, const 
     if (nonfinite) return GPUEMU_ORACLE_DECLINED;
   }
   GPUEMU_BLAS(gemm_rm(false, trans_b, M, N, K, dA, K, dB, b_cols, dC, N, 0.0));
+  // The growth's spreads from the raw operands, before the lift rewrites them: the extremes of
+  // each row of A and each column of op(B), then each output's.
+  const int line_grid = static_cast<int>(std::min<std::int64_t>(std::max(M, N), 65535));
+  extremes_kernel<<<line_grid, k_threads, 0, g.stream>>>(dA, M, K, K, 1, ext);
+  extremes_kernel<<<line_grid, k_threads, 0, g.stream>>>(dB, N, K, trans_b ? K : 1, trans_b ? 1 : N,
+                                                         ext + M);
+  spread_kernel<<<grid_for(M * N), k_threads, 0, g.stream>>>(dA, dB, trans_b, M, N, K, ext, ext + M,
+                                                             dSpread);
+  GPUEMU_CU(cudaGetLastError());
   abs_lift_kernel<<<grid_for(M * K), k_threads, 0, g.stream>>>(dA, M * K, lift_below);
   abs_lift_kernel<<<grid_for(b_rows * b_cols), k_threads, 0, g.stream>>>(dB, b_rows * b_cols,
                                                                          lift_below);
   GPUEMU_CU(cudaGetLastError());
   GPUEMU_BLAS(gemm_rm(false, trans_b, M, N, K, dA, K, dB, b_cols, dC_abs, N, 0.0));
+  growth_kernel<<<grid_for(M * N), k_threads, 0, g.stream>>>(dC_abs, dSpread, M * N, K,
+                                                             growth_weight);
+  GPUEMU_CU(cudaGetLastError());
   tl.computed();
   GPUEMU_CU(cudaMemcpy2DAsync(C, ldc * d8, dC, N * d8, N * d8, M, cudaMemcpyDeviceToHost, g.stream));
   GPUEMU_CU(cudaMemcpy2DAsync(C_abs, ldc_abs * d8, dC_abs, N * d8, N * d8, M,

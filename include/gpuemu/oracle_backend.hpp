@@ -34,8 +34,9 @@ void set_min_macs(std::int64_t macs);
 struct Counters {
   std::int64_t gemms = 0, attention_blocks = 0, failures = 0;
   // Where the GPU's time went, summed over its calls: inputs copied to the device, computing,
-  // outputs copied back, and the calls' wall time on the host (0 on the CPU backend).
-  double seconds_in = 0, seconds_compute = 0, seconds_out = 0, seconds_calls = 0;
+  // outputs copied back, the calls' wall time on the host once their buffers are page-locked,
+  // and page-locking and unlocking those buffers (0 on the CPU backend).
+  double seconds_in = 0, seconds_compute = 0, seconds_out = 0, seconds_calls = 0, seconds_pin = 0;
 };
 Counters counters();
 

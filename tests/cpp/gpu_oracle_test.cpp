@@ -164,5 +164,68 @@ TEST(GpuOracle, AgreesWithTheCpuOnEveryOpAndStrategy) {
   }
 }
 
+// The growth term of a GEMM's accumulation (scale_by_growth) where it matters: near-equal
+// products (rows of a and columns of b constant along K, as expanded inputs give), where G grows
+// far past sqrt(K), beside rows of varied values and bf16 subnormals (the growth reads the raw
+// operands; the lift only |a|·|b|). On the GPU the growth runs on the device (gemm_abs).
+TEST(GpuOracle, TheGrowthOfNearEqualProductsAgreesWithTheCpu) {
+  CpuAfter restore;
+  if (const Status st = oracle_backend::select("cuda"); !st.ok()) {
+    if (cuda_required()) FAIL() << st.error().message;
+    GTEST_SKIP() << "no CUDA oracle here: " << st.error().message;
+  }
+  oracle_backend::set_min_macs(0);
+  constexpr std::int64_t M = 96, K = 1031, N = 80;
+  const auto fill = [](std::int64_t rows, std::int64_t cols, bool constant_rows, unsigned salt) {
+    RefArg x;
+    x.dtype = DType::bfloat16;
+    x.shape = {rows, cols};
+    x.data.resize(static_cast<std::size_t>(rows * cols));
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const unsigned h = static_cast<unsigned>(r * 7919 + (constant_rows && r % 3 ? 0 : c) * 104729) ^ salt;
+        double v = 0.5 + static_cast<double>(h % 1000) / 997.0;
+        if (r % 11 == 5 && c % 17 == 3) v = 0x1p-130;  // a bf16 subnormal
+        x.data[static_cast<std::size_t>(r * cols + c)] = round_to(DType::bfloat16, (h & 1) && !constant_rows ? -v : v);
+      }
+    return x;
+  };
+  for (const std::string op : {"matmul", "linear"}) {
+    const OpSchema* s = engine().catalogue().find(op);
+    ASSERT_NE(s, nullptr);
+    std::map<std::string, RefArg, std::less<>> in;
+    if (op == "matmul") {
+      in.emplace("a", fill(M, K, true, 17));
+      RefArg bt = fill(N, K, true, 29), b = bt;  // b's columns constant along K
+      b.shape = {K, N};
+      for (std::int64_t k = 0; k < K; ++k)
+        for (std::int64_t j = 0; j < N; ++j) b.data[k * N + j] = bt.data[j * K + k];
+      in.emplace("b", std::move(b));
+    } else {
+      in.emplace("x", fill(M, K, true, 17));
+      in.emplace("weight", fill(N, K, true, 29));  // [N, K]: b transposed
+    }
+    auto ctx = make_ref_context(*s, std::move(in), AttrMap::object(), DType::bfloat16);
+    ASSERT_TRUE(ctx.ok()) << ctx.error().message;
+    ASSERT_TRUE(oracle_backend::select("cpu").ok());
+    auto cpu = run_reference(*s, *ctx);
+    ASSERT_TRUE(oracle_backend::select("cuda").ok());
+    const auto before = oracle_backend::counters();
+    auto gpu = run_reference(*s, *ctx);
+    ASSERT_TRUE(cpu.ok() && gpu.ok()) << op;
+    EXPECT_EQ(oracle_backend::counters().gemms, before.gemms + 1) << op << " did not run on the GPU";
+    const RefOutput &C = (*cpu)[0], &G = (*gpu)[0];
+    double most_growth = 0.0;
+    for (std::size_t e = 0; e < C.c_acc.size(); ++e) {
+      ASSERT_TRUE(agrees(G.c_acc[e], C.c_acc[e], std::fabs(C.c_acc[e]), 1e-12))
+          << op << " c_acc[" << e << "] gpu " << G.c_acc[e] << " cpu " << C.c_acc[e];
+      ASSERT_TRUE(agrees(G.value[e], C.value[e], std::fabs(C.value[e]) + C.c_acc[e], 1e-12)) << op;
+      most_growth = std::max(most_growth, C.c_acc[e] / (std::fabs(C.value[e]) + 1e-300));
+    }
+    // Constant rows against constant columns: the growth is far past sqrt(K) ≈ 32 there.
+    EXPECT_GT(most_growth, 4 * std::sqrt(static_cast<double>(K))) << op;
+  }
+}
+
 }  // namespace
 }  // namespace gpuemu

@@ -140,11 +140,12 @@ std::vector<std::uint8_t> policy_overflow(const RefContext& ctx, const GemmProbl
 // with a and b expanded, K = 193, erred by 2.98 of the √K envelope). The products' spread
 // max|t| − min|t| is bounded from below in O(1) an output from each row's and column's extremes
 // (t at the row's largest |a| minus t at its smallest, and the same by columns), so G is never
-// below the one the exact spread gives, and rows of varied values keep √K.
-void scale_by_growth(const GemmProblem& p, RefVec& c_acc, double weight) {
+// below the one the exact spread gives, and rows of varied values keep √K. One batch's outputs
+// (acc, [M, N]); the GPU oracle's gemm_abs computes the same on the device.
+void scale_by_growth(const GemmProblem& p, std::int64_t t, double* acc, double weight) {
   const double root_k = sqrt_len(p.K);
   if (p.K <= 1) {
-    for (auto& c : c_acc) c *= root_k + weight;
+    for (std::int64_t e = 0; e < p.M * p.N; ++e) acc[e] *= root_k + weight;
     return;
   }
   struct Extremes {
@@ -157,40 +158,37 @@ void scale_by_growth(const GemmProblem& p, RefVec& c_acc, double weight) {
   };
   const double n = static_cast<double>(p.K);
   std::vector<Extremes> rows(static_cast<std::size_t>(p.M)), cols(static_cast<std::size_t>(p.N));
-  for (std::int64_t t = 0; t < p.batches; ++t) {
-    const double* a = p.a + t * p.M * p.K;
-    const double* b = b_of(p, t);
-    const auto b_at = [&](std::int64_t k, std::int64_t j) { return std::fabs(p.b_transposed ? b[j * p.K + k] : b[k * p.N + j]); };
-    // Rows, columns and outputs in parallel; each scans its k in order, as one thread would, so
-    // the extremes (first occurrences on ties) and every output are the same bits.
-    const std::int64_t grain = std::max<std::int64_t>(1, (1 << 16) / std::max<std::int64_t>(p.K, 1));
-    parallel_for(p.M, [&](std::int64_t i0, std::int64_t i1) {
-      for (std::int64_t i = i0; i < i1; ++i) {
-        rows[i] = Extremes{};
-        for (std::int64_t k = 0; k < p.K; ++k) rows[i].add(std::fabs(a[i * p.K + k]), k);
+  const double* a = p.a + t * p.M * p.K;
+  const double* b = b_of(p, t);
+  const auto b_at = [&](std::int64_t k, std::int64_t j) { return std::fabs(p.b_transposed ? b[j * p.K + k] : b[k * p.N + j]); };
+  // Rows, columns and outputs in parallel; each scans its k in order, as one thread would, so
+  // the extremes (first occurrences on ties) and every output are the same bits.
+  const std::int64_t grain = std::max<std::int64_t>(1, (1 << 16) / std::max<std::int64_t>(p.K, 1));
+  parallel_for(p.M, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      rows[i] = Extremes{};
+      for (std::int64_t k = 0; k < p.K; ++k) rows[i].add(std::fabs(a[i * p.K + k]), k);
+    }
+  }, grain);
+  parallel_for(p.N, [&](std::int64_t j0, std::int64_t j1) {
+    for (std::int64_t j = j0; j < j1; ++j) cols[j] = Extremes{};
+    for (std::int64_t k = 0; k < p.K; ++k)
+      for (std::int64_t j = j0; j < j1; ++j) cols[j].add(b_at(k, j), k);
+  }, grain);
+  parallel_for(p.M, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      const Extremes& r = rows[i];
+      for (std::int64_t j = 0; j < p.N; ++j) {
+        const Extremes& c = cols[j];
+        const double by_row = r.hi * b_at(r.at_hi, j) - r.lo * b_at(r.at_lo, j);
+        const double by_col = std::fabs(a[i * p.K + c.at_hi]) * c.hi - std::fabs(a[i * p.K + c.at_lo]) * c.lo;
+        const double spread = std::max({0.0, by_row, by_col});
+        double& x = acc[i * p.N + j];
+        const double g = SumGrowth::growth(n, x / n, spread);
+        x *= std::max(root_k, g) + weight;
       }
-    }, grain);
-    parallel_for(p.N, [&](std::int64_t j0, std::int64_t j1) {
-      for (std::int64_t j = j0; j < j1; ++j) cols[j] = Extremes{};
-      for (std::int64_t k = 0; k < p.K; ++k)
-        for (std::int64_t j = j0; j < j1; ++j) cols[j].add(b_at(k, j), k);
-    }, grain);
-    double* acc = c_acc.data() + t * p.M * p.N;
-    parallel_for(p.M, [&](std::int64_t i0, std::int64_t i1) {
-      for (std::int64_t i = i0; i < i1; ++i) {
-        const Extremes& r = rows[i];
-        for (std::int64_t j = 0; j < p.N; ++j) {
-          const Extremes& c = cols[j];
-          const double by_row = r.hi * b_at(r.at_hi, j) - r.lo * b_at(r.at_lo, j);
-          const double by_col = std::fabs(a[i * p.K + c.at_hi]) * c.hi - std::fabs(a[i * p.K + c.at_lo]) * c.lo;
-          const double spread = std::max({0.0, by_row, by_col});
-          double& x = acc[i * p.N + j];
-          const double g = SumGrowth::growth(n, x / n, spread);
-          x *= std::max(root_k, g) + weight;
-        }
-      }
-    }, std::max<std::int64_t>(1, (1 << 16) / std::max<std::int64_t>(p.N, 1)));
-  }
+    }
+  }, std::max<std::int64_t>(1, (1 << 16) / std::max<std::int64_t>(p.N, 1)));
 }
 
 Result<std::vector<RefOutput>> reference(const RefContext& ctx, std::string_view op) {
@@ -211,11 +209,13 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, std::string_view
   RefVec c_acc = uninit_output(p.batches * mn), c_in;
   const DType in_dtype = ctx.input(op == "linear" ? "x" : "a").dtype;
   RefVec abs_b;  // |b| lifted (lift_subnormal_magnitudes), built for the first batch the CPU computes
+  const double weight = policy_weight(ctx);
   for (std::int64_t t = 0; t < p.batches; ++t) {
     const double* a = p.a + t * p.M * p.K;
-    // The value and |a|·|b| from one copy of the operands on the GPU, where the oracle runs there.
+    // The value and |a|·|b| times its growth from one copy of the operands on the GPU, where the
+    // oracle runs there.
     if (gpu_oracle::gemm_abs(p.b_transposed, p.M, p.N, p.K, a, b_of(p, t), subnormal_lift(in_dtype),
-                             value.data() + t * mn, c_acc.data() + t * mn))
+                             weight, value.data() + t * mn, c_acc.data() + t * mn))
       continue;
     if (abs_b.empty()) {
       abs_b = abs_copy(p.b, (p.b_shared ? 1 : p.batches) * p.K * p.N);
@@ -228,8 +228,8 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, std::string_view
     const double* abs_bt = abs_b.data() + (p.b_shared ? 0 : t * p.K * p.N);
     dgemm_rm(false, p.b_transposed, p.M, p.N, p.K, abs_a.data(), p.K, abs_bt, ldb,
              c_acc.data() + t * mn, p.N);
+    scale_by_growth(p, t, c_acc.data() + t * mn, weight);
   }
-  scale_by_growth(p, c_acc, policy_weight(ctx));
   if (ctx.operand_floor > 0.0) {  // a policy's absolute error on subnormal operands (rare: a
     // pass over the operands, then work only for each subnormal one found)
     const double wa = floor_weight_a(ctx), wb = floor_weight_b(ctx);

@@ -176,9 +176,10 @@ Counters counters() {
   Counters c{g_gemms.load(), g_blocks.load(), g_failures.load()};
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_loaded.api) {
-    double s[4] = {0, 0, 0, 0};
+    double s[5] = {0, 0, 0, 0, 0};
     g_loaded.api->timings(s);
     c.seconds_in = s[0], c.seconds_compute = s[1], c.seconds_out = s[2], c.seconds_calls = s[3];
+    c.seconds_pin = s[4];
   }
   return c;
 }
@@ -209,12 +210,13 @@ bool dgemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int6
 }
 
 bool gemm_abs(bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, const double* A,
-              const double* B, double lift_below, double* C, double* C_abs) {
+              const double* B, double lift_below, double growth_weight, double* C, double* C_abs) {
   const gpuemu_oracle_backend* api = active();
-  if (!api || M <= 0 || N <= 0 || K <= 0 || !large(M, N, K)) return false;
+  if (!api || M <= 0 || N <= 0 || K <= 0 || !large(M, N, K) || !std::isfinite(growth_weight))
+    return false;
   char err[512] = {0};
-  return outcome(api->gemm_abs(trans_b, M, N, K, A, K, B, trans_b ? K : N, lift_below, C, N, C_abs,
-                               N, err, sizeof err),
+  return outcome(api->gemm_abs(trans_b, M, N, K, A, K, B, trans_b ? K : N, lift_below, growth_weight,
+                               C, N, C_abs, N, err, sizeof err),
                  "GEMM", err, g_gemms);
 }
 

@@ -30,11 +30,12 @@ namespace gpuemu::ops::gpu_oracle {
 bool dgemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
            const double* A, std::int64_t lda, const double* B, std::int64_t ldb, double* C,
            std::int64_t ldc, double beta);
-// A GEMM-shaped reference's value C = A·op(B) and condition C_abs = L(|A|)·L(|op(B)|) from one
-// copy of the operands (A [M,K], B [K,N] or [N,K] when trans_b, all contiguous; C and C_abs
-// [M,N]); L lifts magnitudes in (0, lift_below) to lift_below (lift_subnormal_magnitudes).
+// A GEMM-shaped reference's value C = A·op(B) and condition C_abs = L(|A|)·L(|op(B)|) times each
+// output's growth plus growth_weight (scale_by_growth of gemm_ops.cpp), from one copy of the
+// operands (A [M,K], B [K,N] or [N,K] when trans_b, all contiguous; C and C_abs [M,N]); L lifts
+// magnitudes in (0, lift_below) to lift_below (lift_subnormal_magnitudes).
 bool gemm_abs(bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, const double* A,
-              const double* B, double lift_below, double* C, double* C_abs);
+              const double* B, double lift_below, double growth_weight, double* C, double* C_abs);
 bool attention(const AttentionBlock& blk);
 
 }  // namespace gpuemu::ops::gpu_oracle
