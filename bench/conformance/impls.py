@@ -337,7 +337,7 @@ def linear_backward_autograd(args: Args) -> Tuple[torch.Tensor, torch.Tensor, to
     the bias's values do not enter the gradients (zeros)."""
     x = args["x"].detach().requires_grad_(True)
     w = args["weight"].detach().requires_grad_(True)
-    b = torch.zeros(w.shape[0], dtype=w.dtype, requires_grad=True)
+    b = torch.zeros(w.shape[0], dtype=w.dtype, device=w.device, requires_grad=True)
     F.linear(x, w, b).backward(args["grad_out"])
     return x.grad, w.grad, b.grad
 
@@ -346,7 +346,7 @@ def embedding_backward_autograd(args: Args) -> torch.Tensor:
     """PyTorch's autograd through F.embedding(indices, weight) (embedding_dense_backward), in the case
     dtype (native) or upcast; the weight's values do not enter the gradient (zeros)."""
     g = args["grad_out"]
-    w = torch.zeros(args["num_weights"], g.shape[-1], dtype=g.dtype, requires_grad=True)
+    w = torch.zeros(args["num_weights"], g.shape[-1], dtype=g.dtype, device=g.device, requires_grad=True)
     F.embedding(args["indices"], w).backward(g)
     return w.grad
 

@@ -10,7 +10,9 @@
 #   scripts/gpu/run.sh evidence      the demonstrations of imprecise_cuda.py (sweep.py --device cuda --evidence)
 #   scripts/gpu/run.sh oracle        the fp64 oracle on the GPU: agreement with the CPU (GpuOracle.*), the race
 #                                    against the CPU oracle (bench_oracle_gpu), verdicts of a cuda-oracle daemon
-#   scripts/gpu/run.sh all           all five
+#   scripts/gpu/run.sh backward      fuzz_op_client_side(..., backward=True, device="cuda") on correct and buggy
+#                                    autograd kernels (bench/gpu/backward_client.py; BACKWARD_ARGS passed on)
+#   scripts/gpu/run.sh all           all six
 #
 # CORPUS_JOBS, CORPUS_DEADLINE, SWEEP_SEEDS, SWEEP_CASES, SWEEP_JOBS tune the runs; SWEEP_ARGS is
 # passed on to sweep.py (e.g. "--ops matmul bmm --strategies adversarial").
@@ -58,6 +60,12 @@ if [ "$what" = evidence ] || [ "$what" = all ]; then
   phase evidence
   python3 bench/conformance/sweep.py --device cuda --evidence > "$OUT/evidence_cuda.txt" 2>&1 || status=1
   cat "$OUT/evidence_cuda.txt"
+fi
+if [ "$what" = backward ] || [ "$what" = all ]; then
+  phase backward
+  python3 bench/gpu/backward_client.py --device cuda --markdown "$OUT/backward_client.md" ${BACKWARD_ARGS:-} \
+    > "$OUT/backward_client.log" 2>&1 || status=1
+  cat "$OUT/backward_client.md" 2>/dev/null || tail -20 "$OUT/backward_client.log"
 fi
 if [ "$what" = lint ] || [ "$what" = all ]; then
   phase lint
