@@ -315,6 +315,36 @@ def _swiglu_backward_bf16_underflow() -> Tuple[str, bool]:
             f"(exact {exact:.4g}): silu(gate) is saved in bfloat16, where it underflows to -0"), got == 0.0 and exact != 0.0
 
 
+def _embedding_backward_lowp(dtype: torch.dtype) -> Callable[[], Tuple[str, bool]]:
+    """Autograd through F.embedding on CUDA accumulates grad_weight in its own dtype: 3,000 positions
+    of index 0 with grad 0.1 (rounded to the dtype) sum to the exact value's rounding in fp32 and in
+    the upcast, and come out several units in the last place away natively (the kernel PyTorch runs for
+    up to 3,072 positions adds each warp's batch of 32 into grad_weight held in the dtype). The same
+    with 4,000 positions (the sort-based kernel) is shown beside it."""
+
+    def demo() -> Tuple[str, bool]:
+        parts, off = [], 0.0
+        for k in (3000, 4000):
+            g = torch.full((k, 1), 0.1, dtype=dtype, device=CUDA)
+            w = torch.zeros(1, 1, dtype=dtype, device=CUDA, requires_grad=True)
+            F.embedding(torch.zeros(k, dtype=torch.long, device=CUDA), w).backward(g)
+            got = w.grad.item()
+            exact = k * g[0, 0].item()
+            rounded = torch.tensor(exact, dtype=dtype).item()
+            wu = torch.zeros(1, 1, dtype=torch.float32, device=CUDA, requires_grad=True)
+            F.embedding(torch.zeros(k, dtype=torch.long, device=CUDA), wu).backward(g.float())
+            ulp = abs(torch.tensor(rounded, dtype=dtype).view(torch.int16).item() + 1)
+            ulp = torch.tensor([ulp], dtype=torch.int16).view(dtype).item() - rounded
+            parts.append(f"{k} positions: {got} (exact {exact:.6g}, {rounded} in {str(dtype)[6:]}; the upcast gives "
+                         f"{torch.tensor(wu.grad.item(), dtype=dtype).item()})")
+            if k == 3000:
+                off = abs(got - rounded) / abs(ulp)
+        return (f"autograd through F.embedding on CUDA, index 0 with grad 0.1 in {str(dtype)[6:]}: " + "; ".join(parts) +
+                f": grad_weight is accumulated in {str(dtype)[6:]} ({off:.0f} units in the last place off at 3,000)"), off > 2
+
+    return demo
+
+
 def _both(first, second):
     def demo() -> Tuple[str, bool]:
         a, b = first(), second()
@@ -377,6 +407,9 @@ IMPRECISE_CUDA_TORCH2_11: Dict[Tuple[str, ...], Imprecision] = {
     ("swiglu_backward", "native", "bfloat16"): Imprecision(
         "autograd through F.silu(gate) * up holds its intermediates in bf16 (the saved silu(gate) underflows)",
         _swiglu_backward_bf16_underflow),
+    **{("embedding_backward", "native", dt): Imprecision(
+        "autograd through F.embedding accumulates grad_weight in the input dtype", _embedding_backward_lowp(dtype))
+       for dt, dtype in (("float16", H), ("bfloat16", BF16))},
     **{(op, f"F.{op} (TF32)", "native", "float32", "special"): Imprecision(
         "cuDNN's grouped TF32 convolution reads other groups' inputs: an Inf there meets a zero weight and gives NaN",
         _grouped_conv_inf(dim, torch.float32, tf32=True)) for op, dim in (("conv1d", 1), ("conv2d", 2))},

@@ -61,10 +61,43 @@ def swiglu_intermediates_lowp(a: Args) -> Any:
     return grad_gate, grad_up
 
 
+# embedding_backward: grad_weight[i] = the sum of grad_out's rows whose index is i.
+def embedding_fp32(a: Args) -> torch.Tensor:
+    """Every row's sum in fp32, rounded once (the upcast rows, which pass)."""
+    g = a["grad_out"].reshape(-1, a["grad_out"].shape[-1])
+    w = torch.zeros(a["num_weights"], g.shape[-1], dtype=torch.float32)
+    return w.index_add_(0, a["indices"].reshape(-1), g.float()).to(g.dtype)
+
+
+def embedding_sequential_lowp(a: Args) -> torch.Tensor:
+    """Each position added in turn into a grad_weight held in the dtype (torch 1.13's CPU kernel)."""
+    g = a["grad_out"].reshape(-1, a["grad_out"].shape[-1])
+    w = torch.zeros(a["num_weights"], g.shape[-1], dtype=torch.float32)
+    for p, i in enumerate(a["indices"].reshape(-1).tolist()):
+        w[i] = (w[i] + g[p].float()).to(g.dtype).float()
+    return w.to(g.dtype)
+
+
+def embedding_warp_batches_lowp(a: Args, batch: int = 32) -> torch.Tensor:
+    """The positions taken in batches of 32 (a warp's), each batch's sum per row in fp32, then added
+    into a grad_weight held in the dtype: read, add in fp32, store rounded (embedding_backward_feature_kernel,
+    which torch's CUDA backend runs for up to 3,072 positions)."""
+    g = a["grad_out"].reshape(-1, a["grad_out"].shape[-1])
+    idx = a["indices"].reshape(-1)
+    w = torch.zeros(a["num_weights"], g.shape[-1], dtype=torch.float32)
+    for b0 in range(0, idx.numel(), batch):
+        part = torch.zeros_like(w).index_add_(0, idx[b0:b0 + batch], g[b0:b0 + batch].float())
+        for i in idx[b0:b0 + batch].unique().tolist():
+            w[i] = (w[i] + part[i]).to(g.dtype).float()
+    return w.to(g.dtype)
+
+
 EMULATIONS: Dict[str, Dict[str, Callable[[Args], Any]]] = {
     "softmax_backward": {"fp32 throughout": softmax_fp32, "row sum in the dtype": softmax_sum_lowp,
                          "g*y in the dtype": softmax_gy_lowp},
     "swiglu_backward": {"fp32 throughout": swiglu_fp32, "intermediates in the dtype": swiglu_intermediates_lowp},
+    "embedding_backward": {"fp32 throughout": embedding_fp32, "each position into the dtype": embedding_sequential_lowp,
+                           "warp batches of 32 into the dtype": embedding_warp_batches_lowp},
 }
 
 
