@@ -1,4 +1,4 @@
-// cross_entropy and embedding: torch semantics (ignore_index, reductions, label smoothing,
+// cross_entropy (and cross_entropy_backward) and embedding: torch semantics (ignore_index, reductions, label smoothing,
 // all-ignored means, index errors) and the error model measured on controls and known-buggy
 // kernels (see ops_a_harness.hpp).
 #include "ops_a_harness.hpp"
@@ -108,6 +108,137 @@ TEST(OpsALoss, CrossEntropy) {
   score_op(
       "cross_entropy", out,
       {{"lowp_sum", DType::float32, "an fp32 input makes the 'low-precision' sum fp32: correct"}});
+}
+
+// The scalar loss's gradient with respect to the logits: central finite differences of the
+// forward reference (every attr set, ignored rows among them), scaled by grad_out.
+TEST(OpsALoss, CrossEntropyGradientMatchesCentralFiniteDifferences) {
+  const std::vector<Json> attr_sets = {{{"reduction", "mean"}},
+                                       {{"reduction", "sum"}},
+                                       {{"reduction", "mean"}, {"label_smoothing", 0.1}},
+                                       {{"reduction", "sum"}, {"label_smoothing", 0.1}, {"ignore_index", 0}}};
+  const double g = -1.75, h = 1e-6;
+  for (const Json& attrs : attr_sets) {
+    const std::int64_t ignore = attrs.contains("ignore_index") ? attrs["ignore_index"].get<std::int64_t>() : -100;
+    const std::vector<double> target = {1, static_cast<double>(ignore), 3, ignore == 0 ? 0.0 : 2.0};
+    auto ref = builtin_of("cross_entropy_backward")
+                   .reference(make_ctx("cross_entropy_backward", DType::float32,
+                                       {{"grad_out", arg(DType::float32, {}, {g})},
+                                        {"logits", arg(DType::float32, {4, 5}, k_logits)},
+                                        {"target", arg(DType::int64, {4}, target)}},
+                                       attrs));
+    ASSERT_TRUE(ref.ok()) << ref.error().message;
+    ASSERT_EQ(ref->at(0).name, "grad_logits");
+    ASSERT_EQ(ref->at(0).shape, (Shape{4, 5}));
+    const auto loss = [&](const std::vector<double>& x) {
+      auto r = builtin_of("cross_entropy")
+                   .reference(make_ctx("cross_entropy", DType::float32,
+                                       {{"logits", arg(DType::float64, {4, 5}, x)},
+                                        {"target", arg(DType::int64, {4}, target)}},
+                                       attrs));
+      EXPECT_TRUE(r.ok());
+      return r.ok() ? r->at(0).value[0] : k_nan;
+    };
+    for (std::size_t i = 0; i < k_logits.size(); ++i) {
+      auto xp = k_logits, xm = k_logits;
+      xp[i] += h, xm[i] -= h;
+      EXPECT_NEAR(ref->at(0).value[i], g * (loss(xp) - loss(xm)) / (2 * h), 1e-7) << attrs.dump() << " " << i;
+      if (static_cast<std::int64_t>(target[i / 5]) == ignore) {
+        EXPECT_EQ(ref->at(0).value[i], 0.0);  // an ignored row's gradient is exactly 0
+        EXPECT_EQ(ref->at(0).c_acc[i], 0.0);
+      }
+    }
+  }
+  // torch 1.13 float64 autograd: F.cross_entropy(x, t, label_smoothing=0.1) (mean) backward with
+  // grad 1, row 0 of k_logits, target [1, -100, 3, 0].
+  const std::vector<double> target = {1, -100, 3, 0};
+  auto ref = builtin_of("cross_entropy_backward")
+                 .reference(make_ctx("cross_entropy_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float32, {}, {1.0})},
+                                      {"logits", arg(DType::float32, {4, 5}, k_logits)},
+                                      {"target", arg(DType::int64, {4}, target)}},
+                                     {{"label_smoothing", 0.1}}));
+  ASSERT_TRUE(ref.ok());
+  const double torch_row0[] = {-0.0027812563479867984, -0.2961050264012919, 0.0220428481454229,
+                               0.07137388575091219, 0.20546954885294358};
+  for (int c = 0; c < 5; ++c) EXPECT_NEAR(ref->at(0).value[c], torch_row0[c], 1e-13) << c;
+
+  // Every row ignored under 'mean': the gradient is 0, and NaN (torch's decomposition) accepted.
+  auto none = builtin_of("cross_entropy_backward")
+                  .reference(make_ctx("cross_entropy_backward", DType::float32,
+                                      {{"grad_out", arg(DType::float32, {}, {1.0})},
+                                       {"logits", arg(DType::float32, {4, 5}, k_logits)},
+                                       {"target", arg(DType::int64, {4}, {-100, -100, -100, -100})}},
+                                      {{"label_smoothing", 0.1}}));
+  ASSERT_TRUE(none.ok());
+  for (std::size_t i = 0; i < 20; ++i) {
+    EXPECT_EQ(none->at(0).value[i], 0.0);
+    ASSERT_FALSE(none->at(0).alt_nonfinite.empty());
+    EXPECT_TRUE(alt_accepts(none->at(0).alt_nonfinite[i], k_nan));
+    EXPECT_FALSE(alt_accepts(none->at(0).alt_nonfinite[i], k_inf));
+  }
+  // Reduction 'none' (one upstream gradient per row) and a grad_out that is not a scalar are
+  // errors with the reason, not crashes: the schema refuses 'none', and so does the reference
+  // handed it anyway.
+  EXPECT_THROW(make_ctx("cross_entropy_backward", DType::float32, {}, {{"reduction", "none"}}), std::runtime_error);
+  RefContext none_ctx = make_ctx("cross_entropy_backward", DType::float32,
+                                 {{"grad_out", arg(DType::float32, {}, {1.0})},
+                                  {"logits", arg(DType::float32, {4, 5}, k_logits)},
+                                  {"target", arg(DType::int64, {4}, target)}});
+  none_ctx.attrs["reduction"] = "none";
+  auto red_none = builtin_of("cross_entropy_backward").reference(none_ctx);
+  ASSERT_FALSE(red_none.ok());
+  EXPECT_EQ(red_none.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(red_none.error().message.find("'none'"), std::string::npos);
+  auto vec_grad = builtin_of("cross_entropy_backward")
+                      .reference(make_ctx("cross_entropy_backward", DType::float32,
+                                          {{"grad_out", arg(DType::float32, {4}, {1, 1, 1, 1})},
+                                           {"logits", arg(DType::float32, {4, 5}, k_logits)},
+                                           {"target", arg(DType::int64, {4}, target)}}));
+  ASSERT_FALSE(vec_grad.ok());
+  EXPECT_EQ(vec_grad.error().code, ErrorCode::shape_mismatch);
+}
+
+TEST(OpsALoss, CrossEntropyBackward) {
+  // Vocabularies across the 1024-wide tiles (a partial last tile: 1025, 5000), both reductions,
+  // smoothing, ignored rows (under both ignore_index values), logits from flat to spread and large,
+  // upstream gradients from tiny to large.
+  struct L {
+    std::string name;
+    std::function<std::vector<double>(Rng&, std::int64_t, DType)> fill;
+  };
+  const std::vector<L> logits = {
+      {"N(0,1)", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0, 1, d); }},
+      {"N(0,10)", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0, 10, d); }},
+      {"flat N(0,0.1)", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0, 0.1, d); }},
+      {"large 100+N(0,5)", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 100, 5, d); }},
+  };
+  const std::vector<Json> attr_sets = {
+      {{"reduction", "mean"}},
+      {{"reduction", "sum"}, {"label_smoothing", 0.1}},
+      {{"reduction", "mean"}, {"label_smoothing", 0.1}, {"ignore_index", 0}}};
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{64, 1000}, {6, 5000}, {33, 3}, {1, 1}, {9, 1025}};
+  const double grads[] = {1.0, -0.37, 300.0, 1e-3};
+  std::vector<Scenario> out;
+  for (DType dt : k_dtypes) {
+    Rng rng(derive_seed(0xceb, std::string(dtype_name(dt))));
+    for (const auto& attrs : attr_sets)
+      for (auto [n, c] : shapes)
+        for (const auto& l : logits) {
+          const std::int64_t ignore = attrs.contains("ignore_index") ? attrs["ignore_index"].get<std::int64_t>() : -100;
+          std::vector<double> target(static_cast<std::size_t>(n));
+          for (auto& t : target) t = static_cast<double>(rng.chance(1, 4) ? ignore : rng.integer(0, c - 1));
+          const double g = round_to(dt, grads[rng.bounded(4)]);
+          out.push_back({l.name + " " + shape_to_string({n, c}) + " g=" + std::to_string(g) + " " + attrs.dump(),
+                         make_ctx("cross_entropy_backward", dt,
+                                  {{"grad_out", arg(dt, {}, {g})},
+                                   {"logits", arg(dt, {n, c}, l.fill(rng, n * c, dt))},
+                                   {"target", arg(DType::int64, {n}, std::move(target))}},
+                                  attrs)});
+        }
+  }
+  score_op("cross_entropy_backward", out,
+           {{"lowp_sum", DType::float32, "an fp32 input makes the 'low-precision' sum fp32: correct"}});
 }
 
 TEST(OpsALoss, Embedding) {

@@ -1,6 +1,6 @@
 """Backward ops (issue 20): softmax_backward, log_softmax_backward, rms_norm_backward, silu_backward,
-swiglu_backward, gelu_backward, linear_backward, embedding_backward and rope_backward judged like
-outputs.
+swiglu_backward, gelu_backward, linear_backward, embedding_backward, rope_backward and
+cross_entropy_backward judged like outputs.
 
 Through the real engine (in process) and the real daemon (the public client): PyTorch's own
 backward kernels and the fp32 formulas Triton kernels use pass with the defaults; the bug classes
@@ -257,6 +257,40 @@ def test_embedding_backward_through_autograd_in_fp32_passes_and_lost_updates_are
     assert ok.ok, ok.summary()
     bad = gpuemu.fuzz_op_in_process("embedding_backward", embedding_backward_last_write_wins, iterations=30, seed=31,
                                     value_distribution=strategy, diagnose=False)
+    assert bad.failed > 0, bad.summary()
+
+
+def cross_entropy_backward_autograd_fp32(i):
+    """PyTorch's autograd through F.cross_entropy on fp32 logits, the gradient cast back."""
+    x = i["logits"].float().detach().requires_grad_(True)
+    torch.nn.functional.cross_entropy(x, i["target"], ignore_index=i["ignore_index"], reduction=i["reduction"],
+                                      label_smoothing=i["label_smoothing"]).backward(i["grad_out"].float())
+    return x.grad.to(i["logits"].dtype)
+
+
+def cross_entropy_backward_mean_over_all_rows(i):
+    """The fused kernel's formula with 'mean' dividing by N, ignored rows counted: the ignore_counted bug."""
+    x = i["logits"].float()
+    t = i["target"]
+    keep = t != i["ignore_index"]
+    s, C = i["label_smoothing"], x.shape[-1]
+    q = torch.full_like(x, s / C)
+    q[keep.nonzero()[:, 0], t[keep]] += 1.0 - s
+    k = i["grad_out"].float() / (x.shape[0] if i["reduction"] == "mean" else 1.0)
+    return (k * (torch.softmax(x, -1) - q) * keep[:, None]).to(i["logits"].dtype)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_cross_entropy_backward_through_autograd_in_fp32_passes_and_a_mean_over_ignored_rows_is_caught(strategy):
+    ok = gpuemu.fuzz_op_in_process("cross_entropy_backward", cross_entropy_backward_autograd_fp32, iterations=30,
+                                   seed=37, value_distribution=strategy, diagnose=False,
+                                   vary_attrs=["ignore_index", "reduction", "label_smoothing"])
+    assert ok.ok, ok.summary()
+    if strategy == "regular":
+        return  # regular values draw no ignored target: the bug below has nothing to miscount there
+    bad = gpuemu.fuzz_op_in_process("cross_entropy_backward", cross_entropy_backward_mean_over_all_rows,
+                                    iterations=30, seed=37, value_distribution=strategy, diagnose=False,
+                                    attrs={"reduction": "mean"}, dtypes=["float32"])
     assert bad.failed > 0, bad.summary()
 
 

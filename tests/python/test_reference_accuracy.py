@@ -859,6 +859,35 @@ def _cross_entropy(shape):
                  F.cross_entropy(ld, tt), per_row.mean(), what="cross_entropy default")
 
 
+@check("cross_entropy_backward", [(3, 5), (17, 129), (2, 1000)])
+def _cross_entropy_backward(shape):
+    # Against torch's float64 autograd through F.cross_entropy (both reductions, both ignore
+    # indices, with and without smoothing); scale |k| (p + q) per element, k the upstream gradient
+    # over the rows counted.
+    N, C = shape
+    g = rng_for("cross_entropy_backward", shape)
+    logits = normal(g, shape, std=4.0)
+    target = g.integers(0, C, size=N).astype(np.int64)
+    go = np.array(-1.375, dtype=np.float64)
+    for ignore in (-100, 0):
+        tgt = target.copy()
+        if N > 1:
+            tgt[1] = ignore
+        tt = torch.from_numpy(tgt)
+        for smoothing in (0.0, 0.1):
+            for reduction in ("sum", "mean"):
+                ld = t64(logits).requires_grad_(True)
+                F.cross_entropy(ld, tt, ignore_index=ignore, reduction=reduction,
+                                label_smoothing=smoothing).backward(torch.tensor(float(go), dtype=torch.float64))
+                got = gpuemu.reference("cross_entropy_backward", {"grad_out": go, "logits": logits, "target": tgt},
+                                       ignore_index=ignore, reduction=reduction, label_smoothing=smoothing)
+                kept = (tt != ignore).double()[:, None]
+                k = abs(float(go)) / (kept.sum() if reduction == "mean" else 1.0)
+                scale = k * (torch.softmax(t64(logits), -1) + 1.0) * kept
+                assert_close(got, ld.grad, scale,
+                             what=f"cross_entropy_backward ignore={ignore} s={smoothing} {reduction}")
+
+
 @check("embedding", [(5, 3, 2, 4), (1000, 129, 3, 17)])
 def _embedding(p):
     V, D, B, L = p

@@ -377,6 +377,7 @@ std::vector<double> generate_values(const ValueRequest& req, Rng& rng) {
       break;
     case Distribution::adversarial:
       if (kind == "grad") fill_grad(v, req.shape, req.attrs, rng, req.dtype);
+      else if (kind == "loss_grad") fill_wide(v, rng, req.dtype, false);
       else if (positive || nonnegative) fill_wide(v, rng, req.dtype, true);
       else if (is_logit_like(s, in)) {
         fill_logits(v, req.shape, rng, req.dtype, in.name == "k" || in.name == "k_cache");
@@ -400,7 +401,10 @@ std::vector<double> generate_values(const ValueRequest& req, Rng& rng) {
   if (kind == "probabilities" || kind == "unit") {
     for (auto& x : v) x = std::min(1.0, x / (1.0 + x));
   }
-  if (req.distribution == Distribution::special) sprinkle_specials(v, rng);
+  // The upstream gradient of a scalar loss (domain "loss_grad") is one value that scales every
+  // output: a special one only in one case of 4, so that the other inputs' special values are
+  // judged under a finite one too.
+  if (req.distribution == Distribution::special && (kind != "loss_grad" || rng.chance(1, 4))) sprinkle_specials(v, rng);
   if (kind == "saved_softmax" || kind == "saved_log_softmax")
     apply_saved_forward(v, req.shape, req.attrs, kind == "saved_log_softmax");
   round_elements(req.dtype, v.data(), v.size());

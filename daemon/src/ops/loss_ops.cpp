@@ -299,6 +299,255 @@ BuiltinOp cross_entropy_op() {
   return op;
 }
 
+// ---- cross_entropy_backward --------------------------------------------------------------------
+//
+// The gradient of the scalar loss F.cross_entropy(logits, target, ignore_index, reduction,
+// label_smoothing) with respect to the logits, given its upstream gradient g (grad_out, a scalar:
+// reduction 'mean' or 'sum'): for a row i whose target t is not ignored,
+//   grad[i, c] = k * (p_c - q_c),  p = softmax(x_i),  q_c = (1 - s) [c == t] + s / C,
+// k = g / n ('mean', n the rows not ignored) or g ('sum'); an ignored row's gradient is 0.
+// Error model (docs/error-model.md, "cross_entropy_backward"), an fp32 kernel's evaluation:
+//   c_acc = |k| (p_c (4 + |x_c - m| + G_e + absorbed_e + sum_j p_j |x_j - m| + G_q) + q_c + 2^-125)
+//           + 2 |grad|
+// p's relative error: x_c - m's rounding carried through exp (|x_c - m|), exp's and the division's
+// own (2), the fp32 sum of exp's growth (G_e, absorbed terms, as cross_entropy's forward), an online
+// kernel's rescales (the mean spread sum p|x - m|); a decomposition's fp32 sum of -k q over the row
+// (G_q = C - 1 with smoothing: its C - 1 equal terms each rounded at a partial sum near |k|, 0
+// without); q's and k's roundings (q_c, 2|grad|); p below
+// fp32's normal range off by its subnormal spacing (2^-149 = 2^-125 u). And
+//   c_in = |k| (p_c (|log p_c| + 1) + q_c)
+// for PyTorch's decomposition, which stores log_softmax in the input dtype (its exp carries the
+// rounding of log p) and the upstream gradient of log p, -k q, in the dtype too (its sum, -k, into
+// every p_c); where -k q is below the dtype's normal range, its stored value is off by up to half a
+// subnormal spacing, and p_c carries C of those: + p_c * (terms below normal) * spacing / 2.
+Result<CeArgs> ceb_args(const RefContext& ctx, double* g) {
+  GPUEMU_TRY(CeArgs a, ce_args(ctx));
+  if (a.reduction == Reduction::none)
+    return make_error(ErrorCode::invalid_argument,
+                      "cross_entropy_backward takes reduction 'mean' or 'sum' (its grad_out is the gradient "
+                      "of the scalar loss); a loss with reduction 'none' has one upstream gradient per row: "
+                      "its logits' gradient is row i's 'sum' gradient scaled by grad_out[i]");
+  const RefArg& go = ctx.input("grad_out");
+  if (go.numel() != 1)
+    return make_error(ErrorCode::shape_mismatch, "cross_entropy_backward: grad_out must be a scalar, got " +
+                                                     shape_to_string(go.shape));
+  *g = go.data[0];
+  return a;
+}
+
+std::int64_t ceb_count(const CeArgs& a) {
+  std::int64_t n = 0;
+  for (auto t : a.target) n += t >= 0;
+  return n;
+}
+
+Result<std::vector<RefOutput>> ceb_reference(const RefContext& ctx) {
+  double g = 0.0;
+  GPUEMU_TRY(CeArgs a, ceb_args(ctx, &g));
+  const RefArg& logits = ctx.input("logits");
+  const std::int64_t count = ceb_count(a), C = a.classes;
+  const double k = a.reduction == Reduction::mean ? g / static_cast<double>(count) : g;
+  const double classes = static_cast<double>(C), s = a.smoothing;
+  const std::int64_t n = a.rows * C;
+  // The decomposition's -k q stored in the input dtype below its normal range is off by up to half
+  // a subnormal spacing each, and the C - 1 equal ones off alike: their sum, which every p_c
+  // multiplies, by that many half spacings (in units of the input dtype's roundoff, as c_in counts).
+  const DTypeInfo& in_info = dtype_info(logits.dtype);
+  const double half_sub = in_info.min_subnormal / 2.0 / in_info.unit_roundoff;
+  const double sub_terms = (s > 0.0 && std::fabs(k * s / classes) < in_info.min_normal ? classes - 1.0 : 0.0) +
+                           (std::fabs(k * (1.0 - s + s / classes)) < in_info.min_normal ? 1.0 : 0.0);
+  // A decomposition sums the upstream gradient of log p, -k q, over the row in fp32 (log_softmax's
+  // backward), and every p_c multiplies that sum. With smoothing its C terms are the target's
+  // k (1 - s + s / C) and C - 1 equal k s / C: a running sum adds each small term to a partial sum
+  // near |k| and rounds there, the same way every time (the terms and the partial sum's binade do
+  // not change), so the C - 1 roundings add up to (C - 1) u |k| (SumGrowth's spread heuristic sees
+  // one large term among small ones and would say sqrt(C): a sequential fp32 loop erred by 6.4 of
+  // the bound with it, tests/cpp/ops_a_loss_test.cpp). Without smoothing one term is nonzero: exact.
+  const double q_sum_growth = s > 0.0 && C > 1 ? classes - 1.0 : 0.0;
+  RefVec value = uninit_output(n), c_acc, c_in;
+  std::vector<std::uint8_t> alt;
+  if (!ctx.value_only) {
+    c_acc = uninit_output(n);
+    c_in = uninit_output(n);
+  }
+  // A row torch's decomposition turns into NaN although its gradient is 0: an ignored row whose
+  // logits are not all finite (exp(log_softmax) * 0), every row when 'mean' has nothing to divide by
+  // (k = g / 0 times the zero mask); a fused kernel that skips those rows returns the 0.
+  const bool nothing_counted = a.reduction == Reduction::mean && count == 0;
+  std::vector<char> nan_ok(static_cast<std::size_t>(a.rows), 0);
+  for (std::int64_t r = 0; r < a.rows; ++r)
+    if (a.target[static_cast<std::size_t>(r)] < 0)
+      nan_ok[static_cast<std::size_t>(r)] = nothing_counted || !all_finite(logits.data.data() + r * C, C);
+  parallel_for(
+      a.rows,
+      [&](std::int64_t rb, std::int64_t re) {
+        for (std::int64_t r = rb; r < re; ++r) {
+          const std::int64_t t = a.target[static_cast<std::size_t>(r)];
+          const double* x = logits.data.data() + r * C;
+          double* v = value.data() + r * C;
+          if (t < 0) {
+            std::fill(v, v + C, 0.0);
+            if (!ctx.value_only) {
+              std::fill(c_acc.data() + r * C, c_acc.data() + (r + 1) * C, 0.0);
+              std::fill(c_in.data() + r * C, c_in.data() + (r + 1) * C, 0.0);
+            }
+            continue;
+          }
+          double m = -std::numeric_limits<double>::infinity();
+          bool nan = false;
+          for (std::int64_t c = 0; c < C; ++c) nan |= std::isnan(x[c]), m = std::max(m, x[c]);
+          if (nan) m = k_nan;
+          double sum_e = 0.0, spread = 0.0;
+          SumGrowth grow_e;
+          for (std::int64_t c = 0; c < C; ++c) {
+            const double e = std::exp(x[c] - m);
+            sum_e += e;
+            grow_e.add(e);
+            if (e > 0.0) spread += e * std::fabs(x[c] - m);
+          }
+          const double lim = std::log(2.0 * 0x1p-24 * sum_e);
+          const double absorbed_e = ctx.value_only || !finite(sum_e)
+                                        ? 0.0
+                                        : SumGrowth::absorbed(C, sum_e, [&](std::int64_t c) {
+                                            const double d = x[c] - m;
+                                            return d > lim ? std::numeric_limits<double>::infinity() : std::exp(d);
+                                          });
+          const double rel = 4.0 + grow_e.growth(classes) + absorbed_e + spread / sum_e;
+          for (std::int64_t c = 0; c < C; ++c) {
+            const double p = std::exp(x[c] - m) / sum_e;
+            const double q = (c == t ? 1.0 - s : 0.0) + s / classes;
+            v[c] = k * (p - q);
+            if (ctx.value_only) continue;
+            const double ak = std::fabs(k);
+            c_acc[r * C + c] = ak * (p * (rel + std::fabs(x[c] - m) + q_sum_growth) + q + 0x1p-125) + 2.0 * std::fabs(v[c]);
+            c_in[r * C + c] = ak * (p * ((p > 0.0 ? std::fabs(std::log(p)) : 0.0) + 1.0) + q) + p * sub_terms * half_sub;
+            if (!finite(c_acc[r * C + c])) c_acc[r * C + c] = 0.0;
+            if (!finite(c_in[r * C + c])) c_in[r * C + c] = 0.0;
+          }
+        }
+      },
+      std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(C, 1)));
+  if (!ctx.value_only && !finite(g)) {
+    // An infinite (or NaN) upstream gradient: k (p - q) is +-Inf where p != q, NaN where they are
+    // equal, and a decomposition that sums -k q first gets Inf - Inf: any non-finite value is right.
+    alt.assign(static_cast<std::size_t>(n), k_alt_any_nonfinite);
+  } else if (!ctx.value_only)
+    for (std::int64_t r = 0; r < a.rows; ++r)
+      if (nan_ok[static_cast<std::size_t>(r)]) {
+        if (alt.empty()) alt.assign(static_cast<std::size_t>(n), 0);
+        std::fill(alt.begin() + r * C, alt.begin() + (r + 1) * C, k_alt_nan);
+      }
+  auto out = single_output(ctx.output_dtype(), logits.shape, std::move(value), std::move(c_acc), std::move(c_in));
+  out[0].name = "grad_logits";
+  out[0].alt_nonfinite = std::move(alt);
+  return out;
+}
+
+enum class CebVariant {
+  fused,           // control: per row max, fp32 tiled sum of exp, p - q, times k
+  online,          // control: online max and sum over 128-wide tiles with the rescale
+  log_softmax,     // control: PyTorch's decomposition, log_softmax and d(log p) stored in the dtype
+  ignore_counted,  // bug: 'mean' divides by N, counting ignored rows
+  ignored_live,    // bug: ignored rows get k * p (their gradient is not masked)
+  no_smoothing,    // bug: q is the one-hot target whatever label_smoothing says
+  lowp_sum,        // bug: the sum of exp kept in the input dtype
+  tail_dropped,    // bug: the sum of exp over C // 1024 full tiles only
+};
+
+KernelFn ceb_kernel(CebVariant v) {
+  return [v](const RefContext& ctx) -> Result<KernelOutputs> {
+    double g64 = 0.0;
+    GPUEMU_TRY(CeArgs a, ceb_args(ctx, &g64));
+    const RefArg& logits = ctx.input("logits");
+    const DType dt = logits.dtype, od = ctx.output_dtype();
+    const std::int64_t C = a.classes;
+    const std::int64_t count = v == CebVariant::ignore_counted ? a.rows : ceb_count(a);
+    const float g = f32(g64);
+    const float k = a.reduction == Reduction::mean ? g / static_cast<float>(count) : g;
+    const float s = v == CebVariant::no_smoothing ? 0.0f : f32(a.smoothing), classes = static_cast<float>(C);
+    std::vector<double> out(static_cast<std::size_t>(a.rows * C), 0.0);
+    parallel_for(
+        a.rows,
+        [&](std::int64_t rb, std::int64_t re) {
+          std::vector<float> x(static_cast<std::size_t>(C));
+          for (std::int64_t r = rb; r < re; ++r) {
+            std::int64_t t = a.target[static_cast<std::size_t>(r)];
+            if (t < 0 && v != CebVariant::ignored_live) continue;
+            for (std::int64_t c = 0; c < C; ++c) x[static_cast<std::size_t>(c)] = f32(logits.data[static_cast<std::size_t>(r * C + c)]);
+            const float* xp = x.data();
+            float m = -k_inf_f;
+            for (std::int64_t c = 0; c < C; ++c) m = std::isnan(xp[c]) || xp[c] > m ? xp[c] : m;
+            float sum = 0.0f;
+            if (v == CebVariant::online) {
+              constexpr std::int64_t block = 128;
+              float run_m = -k_inf_f;
+              for (std::int64_t b = 0; b < C; b += block) {
+                float tm = -k_inf_f;
+                for (std::int64_t c = b; c < std::min(C, b + block); ++c) tm = std::isnan(xp[c]) || xp[c] > tm ? xp[c] : tm;
+                const float m_new = std::isnan(tm) || tm > run_m ? tm : run_m;
+                float ts = 0.0f;
+                for (std::int64_t c = b; c < std::min(C, b + block); ++c) ts += std::exp(xp[c] - m_new);
+                sum = (sum == 0.0f ? 0.0f : sum * std::exp(run_m - m_new)) + ts;
+                run_m = m_new;
+              }
+              m = run_m;
+            } else {
+              const RowSum how = v == CebVariant::lowp_sum ? RowSum::lowp
+                                 : v == CebVariant::tail_dropped ? RowSum::tail_dropped
+                                                                  : RowSum::tiled;
+              sum = row_sum(C, how, 1024, dt, [&](std::int64_t c) { return std::exp(xp[c] - m); });
+            }
+            double* o = out.data() + r * C;
+            const auto q_of = [&](std::int64_t c) { return (c == t ? 1.0f - s : 0.0f) + s / classes; };
+            if (t < 0) t = -1;  // ignored_live: no one-hot
+            if (v == CebVariant::log_softmax) {
+              // log p stored in the dtype; nll_loss's (and the smoothing term's) gradient of log p,
+              // -k q, stored in the dtype; then log_softmax's backward gl - exp(log p) * sum(gl).
+              const float log_sum = std::log(sum);
+              std::vector<float> gl(static_cast<std::size_t>(C));
+              for (std::int64_t c = 0; c < C; ++c) gl[static_cast<std::size_t>(c)] = store_as(dt, -k * q_of(c));
+              float sg = 0.0f;  // one running fp32 sum, as a CPU loop forms it
+              for (std::int64_t c = 0; c < C; ++c) sg += gl[static_cast<std::size_t>(c)];
+              for (std::int64_t c = 0; c < C; ++c)
+                o[c] = round_to(od, static_cast<double>(gl[static_cast<std::size_t>(c)] - std::exp(store_as(dt, (xp[c] - m) - log_sum)) * sg));
+              continue;
+            }
+            for (std::int64_t c = 0; c < C; ++c) {
+              const float p = std::exp(xp[c] - m) / sum;
+              o[c] = round_to(od, static_cast<double>(k * (p - q_of(c))));
+            }
+          }
+        },
+        std::max<std::int64_t>(1, (1 << 13) / std::max<std::int64_t>(C, 1)));
+    return KernelOutputs{std::move(out)};
+  };
+}
+
+BuiltinOp cross_entropy_backward_op() {
+  BuiltinOp op;
+  op.name = "cross_entropy_backward";
+  op.reference = ceb_reference;
+  op.controls = {
+      {"fused_fp32", "per row: max, fp32 tiled sum of exp(x - max), k * (p - q)", ceb_kernel(CebVariant::fused)},
+      {"online_fp32", "online max and sum over 128-wide tiles with the rescale, then k * (p - q)",
+       ceb_kernel(CebVariant::online)},
+      {"log_softmax_rounded",
+       "PyTorch's decomposition: log_softmax and nll_loss's gradient stored in the input dtype, then "
+       "log_softmax's backward",
+       ceb_kernel(CebVariant::log_softmax)},
+  };
+  op.buggy = {
+      {"ignore_counted_in_mean", "'mean' divides by N, counting ignored rows", ceb_kernel(CebVariant::ignore_counted)},
+      {"ignored_rows_live", "ignored rows get k * p: their gradient is not masked to 0",
+       ceb_kernel(CebVariant::ignored_live)},
+      {"smoothing_ignored", "q is the one-hot target whatever label_smoothing is", ceb_kernel(CebVariant::no_smoothing)},
+      {"lowp_sum", "the sum of exp(x - max) is kept in the input dtype", ceb_kernel(CebVariant::lowp_sum)},
+      {"tail_tile_dropped", "the sum of exp over C // 1024 full tiles: the partial last tile is never added",
+       ceb_kernel(CebVariant::tail_dropped)},
+  };
+  return op;
+}
+
 // ---- embedding ---------------------------------------------------------------------------------
 
 struct EmbArgs {
@@ -562,6 +811,7 @@ BuiltinOp embedding_backward_op() {
 
 void register_loss_ops(BuiltinRegistry& r) {
   r.add(cross_entropy_op());
+  r.add(cross_entropy_backward_op());
   r.add(embedding_op());
   r.add(embedding_backward_op());
 }

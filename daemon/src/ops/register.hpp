@@ -12,7 +12,7 @@ void register_softmax_ops(BuiltinRegistry& r);      // softmax log_softmax (and 
 void register_norm_ops(BuiltinRegistry& r);         // layer_norm rms_norm group_norm batch_norm
 void register_norm_backward_ops(BuiltinRegistry& r);  // rms_norm_backward
 void register_elementwise_backward_ops(BuiltinRegistry& r);  // silu_backward swiglu_backward gelu_backward
-void register_loss_ops(BuiltinRegistry& r);         // cross_entropy embedding (embedding_backward)
+void register_loss_ops(BuiltinRegistry& r);         // cross_entropy (cross_entropy_backward) embedding (embedding_backward)
 void register_gemm_ops(BuiltinRegistry& r);         // matmul bmm linear (matmul_backward linear_backward)
 void register_attention_ops(BuiltinRegistry& r);    // flash_attention decode_attention
 void register_rope_ops(BuiltinRegistry& r);         // rope (rope_backward)
