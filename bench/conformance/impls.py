@@ -351,6 +351,29 @@ def embedding_backward_autograd(args: Args) -> torch.Tensor:
     return w.grad
 
 
+def cross_entropy_backward_autograd(args: Args) -> torch.Tensor:
+    """PyTorch's autograd through F.cross_entropy (log_softmax, then nll_loss and the smoothing term),
+    in the case dtype (native) or upcast."""
+    x = args["logits"].detach().requires_grad_(True)
+    F.cross_entropy(x, args["target"], ignore_index=args["ignore_index"], reduction=args["reduction"],
+                    label_smoothing=args["label_smoothing"]).backward(args["grad_out"])
+    return x.grad
+
+
+def cross_entropy_backward_fused_fp32(args: Args) -> torch.Tensor:
+    """The fused kernels' formula (Liger, Apex xentropy): k * (softmax(x) - q) per row in fp32, 0 on
+    ignored rows, one rounding at the end."""
+    x, t = args["logits"].float(), args["target"]
+    keep = t != args["ignore_index"]
+    s, C = args["label_smoothing"], x.shape[-1]
+    q = torch.full_like(x, s / C)
+    rows = keep.nonzero()[:, 0]
+    q[rows, t[rows]] += 1.0 - s
+    n = int(keep.sum()) if args["reduction"] == "mean" else 1
+    k = args["grad_out"].float() / n
+    return (k * (torch.softmax(x, -1) - q) * keep[:, None]).to(args["logits"].dtype)
+
+
 def swiglu_backward_autograd(args: Args) -> Tuple[torch.Tensor, torch.Tensor]:
     """PyTorch's autograd through F.silu(gate) * up, in the case dtype (native) or upcast."""
     gate = args["gate"].detach().requires_grad_(True)
@@ -456,6 +479,9 @@ IMPLS: Tuple[Impl, ...] = (
     # grad_out made contiguous: torch 1.13's CPU erf-form kernel reads a transposed grad_out against
     # a contiguous x wrongly (probe_backward_bf16.py; tests/python/test_backward.py keeps it caught).
     Impl("embedding_backward", "autograd through F.embedding(indices, weight)", embedding_backward_autograd),
+    Impl("cross_entropy_backward", "autograd through F.cross_entropy", cross_entropy_backward_autograd),
+    Impl("cross_entropy_backward", "k * (softmax(x) - q) in fp32 (fused kernels' formula)",
+         cross_entropy_backward_fused_fp32, COMPOSITION),
     Impl("gelu_backward", "torch.ops.aten.gelu_backward (F.gelu's autograd backward), grad_out contiguous",
          lambda a: torch.ops.aten.gelu_backward(a["grad_out"].contiguous(), a["x"], approximate=a["approximate"])),
     Impl("silu_backward", "torch.ops.aten.silu_backward (F.silu's autograd backward)",

@@ -3,7 +3,8 @@ silu_backward, swiglu_backward, gelu_backward, matmul_backward and linear_backwa
 mutants_gemm's K loop; linear's grad_bias a lane sum over the rows), embedding_backward (grad_weight's
 sums over the positions naming each row, in tiles of sorted positions), rope_backward (rope's own
 mutable control on the gradient with each pair's second member negated before and after: the
-inverse rotation).
+inverse rotation), cross_entropy_backward (the fused k (p - q) with softmax's lane-accumulated
+denominator, mutants_reduction's).
 
 Each is the fp32 backward a Triton kernel writes, with its row sums in accumulate.lane_sum (256
 per-lane fp32 accumulators, then a tree): softmax's sum(g * y) and log_softmax's sum(g)
@@ -22,6 +23,7 @@ from typing import Dict
 import torch
 
 import mutants_elementwise
+import mutants_reduction
 from accumulate import k_loop, lane_sum, move_back, move_last
 from kernel import Args, MutableKernel, Outputs, case_dtype, f32
 from rounding import Mutation
@@ -120,6 +122,22 @@ def _embedding_backward(args: Args, mut: Mutation) -> Outputs:
     return [(out, case_dtype(args, "grad_out"))]
 
 
+def _cross_entropy_backward(args: Args, mut: Mutation) -> Outputs:
+    """The fused backward (Liger's, Apex's): per row p = exp(x - max) / l with l in lane accumulators
+    (mutants_reduction's softmax denominator), k (p - q), ignored rows 0."""
+    logits, target = f32(args["logits"]), args["target"]
+    s, ignore, C = float(args["label_smoothing"]), int(args["ignore_index"]), args["logits"].shape[-1]
+    _m, _shift, e, l = mutants_reduction._row_stats(logits, mut)
+    kept = target != ignore
+    q = torch.full_like(logits, s / C)
+    rows = kept.nonzero()[:, 0]
+    q[rows, target[rows]] += 1.0 - s
+    n = kept.sum().to(torch.float32) if args["reduction"] == "mean" else torch.tensor(1.0)
+    k = f32(args["grad_out"]) / n
+    out = k * (e[None] / l[..., None] - q[None]) * kept[None, :, None]
+    return [(out, case_dtype(args, "logits"))]
+
+
 def _rope_backward(args: Args, mut: Mutation) -> Outputs:
     g = args["grad_out"]
     d = g.shape[-1]
@@ -144,6 +162,8 @@ KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
                   _matmul_backward),
     MutableKernel("embedding_backward", "grad_weight[v] = sum of grad_out over the positions naming v, sorted, in tiles",
                   {"accumulator": "grad_weight's accumulator: every add of a tile's partials"}, _embedding_backward),
+    MutableKernel("cross_entropy_backward", "fused: k (exp(x - max) / l - q) per row, l in lane accumulators",
+                  {"denominator": mutants_reduction.DENOMINATOR}, _cross_entropy_backward),
     MutableKernel("rope_backward", "S rope(S grad_out), S negating each pair's second member: rope's fp32 control",
                   {"angles": "the fp32 angles (positions x inv_freq) before cos/sin",
                    "result": "the rotated fp32 values before the cast"}, _rope_backward),

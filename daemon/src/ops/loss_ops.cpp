@@ -314,7 +314,8 @@ BuiltinOp cross_entropy_op() {
 // kernel's rescales (the mean spread sum p|x - m|); a decomposition's fp32 sum of -k q over the row
 // (G_q = C - 1 with smoothing: its C - 1 equal terms each rounded at a partial sum near |k|, 0
 // without); q's and k's roundings (q_c, 2|grad|); p below
-// fp32's normal range off by its subnormal spacing (2^-149 = 2^-125 u). And
+// fp32's normal range off by its subnormal spacing (2^-149 = 2^-125 u); 2|k| where that reaches a
+// quarter of fp32's range (the intermediates k q and their sum may overflow: indeterminate). And
 //   c_in = |k| (p_c (|log p_c| + 1) + q_c)
 // for PyTorch's decomposition, which stores log_softmax in the input dtype (its exp carries the
 // rounding of log p) and the upstream gradient of log p, -k q, in the dtype too (its sum, -k, into
@@ -422,6 +423,9 @@ Result<std::vector<RefOutput>> ceb_reference(const RefContext& ctx) {
             c_acc[r * C + c] = ak * (p * (rel + std::fabs(x[c] - m) + q_sum_growth) + q + 0x1p-125) + 2.0 * std::fabs(v[c]);
             c_in[r * C + c] = ak * (p * ((p > 0.0 ? std::fabs(std::log(p)) : 0.0) + 1.0) + q) + p * sub_terms * half_sub;
             if (!finite(c_acc[r * C + c])) c_acc[r * C + c] = 0.0;
+            // The fp32 intermediates reach |k| (k q, a decomposition's sum of -k q, p times it):
+            // near fp32's range they may overflow, and any result is then indeterminate.
+            c_acc[r * C + c] = overflow_guard(c_acc[r * C + c], 2.0 * ak);
             if (!finite(c_in[r * C + c])) c_in[r * C + c] = 0.0;
           }
         }
