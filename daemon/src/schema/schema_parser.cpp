@@ -226,7 +226,10 @@ class SchemaReader {
                                                       "saved_softmax", "saved_log_softmax",
                                                       // rms_norm's saved 1/sqrt(mean(x^2) + eps),
                                                       // one per row of x (values.cpp)
-                                                      "saved_rstd"};
+                                                      "saved_rstd",
+                                                      // layer_norm's saved mean and
+                                                      // 1/sqrt(var + eps), one per row of x
+                                                      "saved_mean", "saved_ln_rstd"};
       auto colon = spec.domain.find(':');
       if (colon != std::string::npos) {
         auto kind = spec.domain.substr(0, colon);
