@@ -288,6 +288,31 @@ def layer_norm_backward_native_fp32(i):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
+def test_layer_norm_backward_cases_hold_the_mean_and_rstd_of_their_x(strategy):
+    # The saved statistics are x's, as a forward kernel stores them: the fp64 mean and
+    # 1/sqrt(var + eps) of each row of the case's x (in whatever layout), rounded once to fp32
+    # (to the last bit where fp64 resolves them).
+    from gpuemu import _core
+    from gpuemu.inprocess import case_inputs
+
+    for c in _core.Engine().cases("layer_norm_backward", 5, 12, strategy=strategy):
+        i = case_inputs(c, "torch")
+        assert i["mean"].dtype == torch.float32 and i["rstd"].dtype == torch.float32
+        x = i["x"].double()
+        finite = torch.isfinite(x).all(-1) & (x.abs().amax(-1) < 1e300)
+        mean = x.mean(-1)
+        rstd = torch.rsqrt(((x - mean[:, None]) ** 2).mean(-1) + i["eps"])
+        # fp64 sums of rows of 1e36-sized values cancelling are themselves off by about 1e-16 of
+        # mean|x| (a corrected two-pass and torch's pairwise sum differ there): equal up to that
+        slack = 1e-14 * x.abs().mean(-1)[finite]
+        got, want = i["mean"][finite].double(), mean[finite].float().double()
+        assert ((got - want).abs() <= torch.maximum(slack, 2.0 ** -23 * want.abs())).all(), c.seed
+        close = (i["rstd"][finite].double() - rstd[finite].float().double()).abs() <= \
+            2.0 ** -23 * rstd[finite].abs()  # the fp64 variance's own last bits may round the other way
+        assert close.all(), c.seed
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_layer_norm_backward_through_pytorchs_autograd_and_the_triton_formula_passes(strategy):
     for fn in (layer_norm_backward_autograd_fp32, layer_norm_backward_triton(), layer_norm_backward_native_fp32):
         res = gpuemu.fuzz_op_in_process("layer_norm_backward", fn, iterations=30, seed=31, value_distribution=strategy,
