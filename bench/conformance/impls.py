@@ -324,6 +324,61 @@ def rms_norm_backward_fp32(args: Args) -> Tuple[torch.Tensor, torch.Tensor]:
     return gx.to(args["x"].dtype), (g * xh).sum(0).to(args["weight"].dtype)
 
 
+def _ln_leaves(args: Args, dtype: Optional[torch.dtype] = None):
+    """x, weight and a zero bias as autograd leaves (in ``dtype``, else as given); the bias's values
+    do not enter the gradients. No weight: (x, None, None)."""
+    x = args["x"].detach()
+    x = (x.to(dtype) if dtype else x).requires_grad_(True)
+    if args.get("weight") is None:
+        return x, None, None
+    w = args["weight"].detach()
+    w = (w.to(dtype) if dtype else w).requires_grad_(True)
+    return x, w, torch.zeros(w.shape[0], dtype=w.dtype, requires_grad=True)
+
+
+def _ln_grads(x, w, b):
+    return (x.grad, w.grad, b.grad) if w is not None else x.grad
+
+
+def layer_norm_backward_autograd(args: Args) -> Any:
+    """PyTorch's autograd through F.layer_norm(x, [N], weight, bias, eps) in the case dtype (native)
+    or upcast: its forward recomputes mean and rstd (the case's saved ones are not used)."""
+    x, w, b = _ln_leaves(args)
+    F.layer_norm(x, [x.shape[-1]], w, b, args["eps"]).backward(args["grad_out"])
+    return _ln_grads(x, w, b)
+
+
+def layer_norm_backward_native(args: Args) -> Any:
+    """torch.ops.aten.native_layer_norm_backward (what autograd calls) with the case's saved mean and
+    rstd, as [R, 1] in x's dtype (torch 1.13's CPU kernel takes its statistics in x's dtype: a bf16
+    forward saves them in bf16)."""
+    x, w = args["x"], args["weight"]
+    mean, rstd = args["mean"].to(x.dtype)[:, None], args["rstd"].to(x.dtype)[:, None]
+    affine = w is not None
+    bias = torch.zeros_like(w) if affine else None
+    gx, gw, gb = torch.ops.aten.native_layer_norm_backward(args["grad_out"], x, [x.shape[-1]], mean, rstd, w, bias,
+                                                           [True, affine, affine])
+    return (gx, gw, gb) if affine else gx
+
+
+def layer_norm_backward_fp32(args: Args) -> Any:
+    """A Triton-style backward with the saved mean and rstd (the Triton tutorial's): fp32 math,
+    x_hat = (x - mean) * rstd, grad_x = (w*g - (x_hat * c1 + c2)) * rstd, grad_weight and grad_bias
+    as column sums over the rows; one rounding per output."""
+    g, x = args["grad_out"].float(), args["x"].float()
+    w = args["weight"].float() if args.get("weight") is not None else None
+    mean, rstd = args["mean"].float()[:, None], args["rstd"].float()[:, None]
+    xh = (x - mean) * rstd
+    wg = g * w if w is not None else g
+    c1 = (xh * wg).sum(-1, keepdim=True) / x.shape[-1]
+    c2 = wg.sum(-1, keepdim=True) / x.shape[-1]
+    gx = ((wg - (xh * c1 + c2)) * rstd).to(args["x"].dtype)
+    if w is None:
+        return gx
+    dt = args["weight"].dtype
+    return gx, (g * xh).sum(0).to(dt), g.sum(0).to(dt)
+
+
 def matmul_backward_autograd(args: Args) -> Tuple[torch.Tensor, torch.Tensor]:
     """PyTorch's autograd through a @ b, in the case dtype (native) or upcast."""
     a = args["a"].detach().requires_grad_(True)
@@ -476,6 +531,10 @@ IMPLS: Tuple[Impl, ...] = (
          lambda a: torch._log_softmax_backward_data(a["grad_out"], a["y"], a["dim"], a["y"].dtype)),
     Impl("matmul_backward", "autograd through a @ b", matmul_backward_autograd),
     Impl("linear_backward", "autograd through F.linear(x, weight, bias)", linear_backward_autograd),
+    Impl("layer_norm_backward", "autograd through F.layer_norm(x, [N], weight, bias, eps)",
+         layer_norm_backward_autograd),
+    Impl("layer_norm_backward", "torch.ops.aten.native_layer_norm_backward (the saved mean and rstd)",
+         layer_norm_backward_native),
     # grad_out made contiguous: torch 1.13's CPU erf-form kernel reads a transposed grad_out against
     # a contiguous x wrongly (probe_backward_bf16.py; tests/python/test_backward.py keeps it caught).
     Impl("embedding_backward", "autograd through F.embedding(indices, weight)", embedding_backward_autograd),
@@ -500,6 +559,8 @@ IMPLS: Tuple[Impl, ...] = (
     Impl("logsumexp", LOOP, logsumexp_loop, COMPOSITION),
     Impl("softmax", LOOP, softmax_loop, COMPOSITION),
     Impl("log_softmax", LOOP, log_softmax_loop, COMPOSITION),
+    Impl("layer_norm_backward", "(w*g - (x_hat * c1 + c2)) * rstd with the saved mean and rstd, in fp32 (Triton's)",
+         layer_norm_backward_fp32, COMPOSITION),
     Impl("rms_norm_backward", "autograd through x * rsqrt(mean(x^2) + eps) * w in fp32", rms_norm_backward_autograd,
          COMPOSITION),
     Impl("rms_norm_backward", "rstd * (w*g - x_hat * mean(w*g*x_hat)) with the saved rstd, in fp32",

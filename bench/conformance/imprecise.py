@@ -292,6 +292,26 @@ def _embedding_backward_lowp(dtype: torch.dtype, stop: float) -> Callable[[], Tu
     return demo
 
 
+def _layer_norm_backward_bf16() -> Tuple[str, bool]:
+    """torch 1.13's CPU layer_norm backward in bf16: the forward saves mean and rstd in bf16 (the
+    backward kernel takes them in x's dtype), and grad_weight and grad_bias are accumulated in bf16."""
+    x = torch.tensor([[256.0, 258.0]], dtype=BF16, requires_grad=True)
+    F.layer_norm(x, [2], None, None, 1e-5).backward(torch.tensor([[1.0, 0.0]], dtype=BF16))
+    gx = x.grad[0, 0].item()
+    mean = torch.ops.aten.native_layer_norm(x.detach(), [2], None, None, 1e-5)[1].item()
+    xd = x.detach().double().requires_grad_(True)
+    F.layer_norm(xd, [2], None, None, 1e-5).backward(torch.tensor([[1.0, 0.0]], dtype=torch.float64))
+    exact = xd.grad[0, 0].item()
+    w = torch.ones(1, dtype=BF16, requires_grad=True)
+    b = torch.zeros(1, dtype=BF16, requires_grad=True)
+    F.layer_norm(torch.arange(2 * K, dtype=torch.float32).reshape(K, 2)[:, :1].to(BF16), [1], w, b, 1e-5).backward(
+        torch.ones(K, 1, dtype=BF16))
+    gb = b.grad.item()
+    return (f"autograd through F.layer_norm in bf16: x = [256, 258], grad_out = [1, 0] gives grad_x[0] = {gx:.4g} "
+            f"(exact {exact:.3g}; the saved mean is {mean:g} for 257, bf16's rounding); {K} rows of grad_out 1 "
+            f"give grad_bias {gb:g} (exact {K}; upcast to fp32 gives {K})"), abs(gx) > 0.1 and gb == 256.0
+
+
 IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
     ("matmul", "native", "bfloat16"): Imprecision(
         "accumulates in bf16", _bf16_accumulator(
@@ -348,6 +368,9 @@ IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
         _gelu_backward_bf16),
     ("linear_backward", "native", "bfloat16"): Imprecision(
         "autograd's backward GEMMs accumulate in bf16 (grad_x, grad_weight; matrix-vector shapes)", _linear_backward_bf16),
+    ("layer_norm_backward", "native", "bfloat16"): Imprecision(
+        "mean and rstd saved in bf16 (the backward takes them in x's dtype); grad_weight and grad_bias accumulated "
+        "in bf16", _layer_norm_backward_bf16),
     ("matmul_backward", "native", "bfloat16"): Imprecision(
         "autograd's backward GEMM accumulates in bf16 (grad_b = a^T @ grad_out)", _bf16_accumulator(
             "grad_b of a @ b (a = ones(4096, 1), b = ones(1, 1), grad_out = ones)", lambda: _matmul_grad_b_bf16())),

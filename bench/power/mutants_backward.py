@@ -1,4 +1,5 @@
 """Mutable controls of the backward ops: softmax_backward, log_softmax_backward, rms_norm_backward,
+layer_norm_backward (its row sums c1 and c2, grad_weight's and grad_bias's sums over the rows),
 silu_backward, swiglu_backward, gelu_backward, matmul_backward and linear_backward (their GEMMs as
 mutants_gemm's K loop; linear's grad_bias a lane sum over the rows), embedding_backward (grad_weight's
 sums over the positions naming each row, in tiles of sorted positions), rope_backward (rope's own
@@ -55,6 +56,26 @@ def _rms_norm_backward(args: Args, mut: Mutation) -> Outputs:
     gx = rstd[None] * (wg[None] - xh[None] * c[..., None])
     gw = lane_sum(mut.lift((g * xh).t()), mut, "dweight_sum")
     return [(gx, case_dtype(args, "x")), (gw, case_dtype(args, "weight"))]
+
+
+def _layer_norm_backward(args: Args, mut: Mutation) -> Outputs:
+    """Triton's layer_norm backward with the saved mean and rstd: the row sums c1 = sum(w*g*x_hat)
+    and c2 = sum(w*g) in lane accumulators (``row_sum``), grad_weight's and grad_bias's sums over
+    the rows likewise (``dweight_sum``, ``dbias_sum``). Without a weight only grad_x is returned (the
+    column sums still run, with w = 1, so that every site is reached whatever the case holds)."""
+    g, x = f32(args["grad_out"]), f32(args["x"])
+    w = f32(args["weight"]) if args.get("weight") is not None else torch.ones(x.shape[-1])
+    n = x.shape[-1]
+    xh = (x - f32(args["mean"])[:, None]) * f32(args["rstd"])[:, None]
+    wg = w * g
+    c1 = lane_sum(mut.lift(wg * xh), mut, "row_sum") / n
+    c2 = lane_sum(mut.lift(wg), mut, "row_sum") / n
+    gx = f32(args["rstd"])[None, :, None] * (wg[None] - (xh[None] * c1[..., None] + c2[..., None]))
+    gw = lane_sum(mut.lift((g * xh).t()), mut, "dweight_sum")
+    gb = lane_sum(mut.lift(g.t()), mut, "dbias_sum")
+    if args.get("weight") is None:
+        return [(gx, case_dtype(args, "x"))]
+    return [(gx, case_dtype(args, "x")), (gw, case_dtype(args, "weight")), (gb, case_dtype(args, "weight"))]
 
 
 def _silu_prime(x: torch.Tensor, mut: Mutation) -> torch.Tensor:
@@ -157,6 +178,12 @@ KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
                   {"row_sum": ROW_SUM,
                    "dweight_sum": "grad_weight's sum over the rows: every add of its per-lane accumulators and of the tree"},
                   _rms_norm_backward),
+    MutableKernel("layer_norm_backward",
+                  "(w*g - (x_hat * c1 + c2)) * rstd with the saved mean and rstd; grad_weight and grad_bias summed over rows",
+                  {"row_sum": ROW_SUM + " (c1 = sum(w*g*x_hat) and c2 = sum(w*g))",
+                   "dweight_sum": "grad_weight's sum over the rows: every add of its per-lane accumulators and of the tree",
+                   "dbias_sum": "grad_bias's sum over the rows: every add of its per-lane accumulators and of the tree"},
+                  _layer_norm_backward),
     MutableKernel("matmul_backward", "grad_out @ b^T and a^T @ grad_out, each a K loop over 32-wide tiles",
                   {"accumulator": "acc += tile in both backward GEMMs", "operands": "their operands before the products"},
                   _matmul_backward),

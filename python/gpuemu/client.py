@@ -355,6 +355,8 @@ class Client:
             d = case["dtype"] if d == "case" else d
             spec = o.get("shape")
             shape = None
+            if not _output_present(self._schema(op), o, inputs):
+                continue  # shaped like an optional input the case lacks (layer_norm_backward's grad_weight)
             if isinstance(spec, str) and spec.startswith("like:") and spec[5:] in inputs:
                 shape = list(inputs[spec[5:]].shape)
             elif isinstance(spec, list) and all(isinstance(s, (int, str)) for s in spec):
@@ -559,15 +561,22 @@ class Client:
                                          f"(no '{bop}'); ops with one: " +
                                          ", ".join(sorted(o[:-len('_backward')] for o in _core.ops()
                                                           if o.endswith("_backward"))))
-        fwd_inputs = [i["name"] for i in _core.op_schema(op).get("inputs", [])]
+        fschema = _core.op_schema(op)
+        fwd_inputs = [i["name"] for i in fschema.get("inputs", [])]
         bschema = _core.op_schema(bop)
-        saved = [i["name"] for i in bschema.get("inputs", []) if i["name"] != "grad_out" and i["name"] not in fwd_inputs]
+        # What the backward op takes beyond the forward's inputs: saved statistics (rms_norm's rstd,
+        # layer_norm's mean and rstd), which the kernel's own forward recomputes from x and whose
+        # recomputation the backward op's error model covers, are left to it; a saved output
+        # (softmax's y) is not recomputed that way, so such ops are refused.
+        saved = [i["name"] for i in bschema.get("inputs", []) if i["name"] != "grad_out" and
+                 i["name"] not in fwd_inputs and i.get("domain") not in _RECOMPUTED_STATISTICS]
         if saved:
             raise errors.ValidationError(
                 f"backward=True: {bop} takes the forward's saved {', '.join(saved)} beside its inputs, which "
                 f"autograd keeps inside the kernel; fuzz the backward kernel itself with "
                 f"fuzz_op_client_side('{bop}', ...)")
         b_inputs = [i["name"] for i in bschema.get("inputs", [])]
+        optional_fwd = {i["name"] for i in fschema.get("inputs", []) if i.get("optional", False)}
         absent = [i["name"] for i in _core.op_schema(op).get("inputs", [])
                   if i["name"] not in b_inputs and not i.get("optional", False)]
         if absent:
@@ -576,6 +585,7 @@ class Client:
                 f"depend on them), so the forward cannot run on them; fuzz the backward kernel itself with "
                 f"fuzz_op_client_side('{bop}', ...)")
         grads = []
+        zero_leaves = {}  # optional forward inputs the cases lack whose gradient is judged: their spec
         for out in bschema.get("outputs", []):
             name = out["name"]
             wrt = name[len("grad_"):] if name.startswith("grad_") else ""
@@ -583,14 +593,27 @@ class Client:
                 raise errors.ValidationError(f"backward=True: {bop}'s output '{name}' is not the gradient of "
                                              f"an input of {op}")
             if wrt not in b_inputs:
-                raise errors.ValidationError(
-                    f"backward=True: {bop} judges the gradient of {op}'s '{wrt}', which its cases do not carry; "
-                    f"fuzz the backward kernel itself with fuzz_op_client_side('{bop}', ...)")
-            grads.append((name, wrt))
+                if wrt not in optional_fwd:
+                    raise errors.ValidationError(
+                        f"backward=True: {bop} judges the gradient of {op}'s '{wrt}', which its cases do not "
+                        f"carry; fuzz the backward kernel itself with fuzz_op_client_side('{bop}', ...)")
+                # An optional input (a bias) whose gradient does not depend on its value: a leaf of
+                # zeros stands for it, which leaves the forward's output as it is.
+                zero_leaves[wrt] = next(i for i in fschema["inputs"] if i["name"] == wrt)
+            grads.append((name, wrt, _present_with(bschema, out)))
+        present = dict(kw.get("present") or {})
+        pinned_off = [name for name in zero_leaves if present.get(name) is False]
+        if pinned_off:
+            raise errors.ValidationError(
+                f"backward=True: {bop} judges the gradient of {op}'s '{pinned_off[0]}', which present= pins "
+                f"absent; fuzz the backward kernel itself with fuzz_op_client_side('{bop}', ...)")
         forward = self.fuzz_op_client_side(op, run_op, **kw)
         if kw.get("fail_fast") and not forward.ok:
             return forward
-        forward.gradients = self.fuzz_op_client_side(bop, _autograd_kernel(run_op, fwd_inputs, grads), **kw)
+        kernel = _autograd_kernel(run_op, fwd_inputs, grads, b_inputs, zero_leaves, fschema)
+        # pins of inputs the backward op's cases carry (a forward-only input's, the bias's, are not its)
+        bkw = {**kw, "present": {k: v for k, v in present.items() if k in b_inputs} or None}
+        forward.gradients = self.fuzz_op_client_side(bop, kernel, **bkw)
         return forward
 
     def _finish_held(self, params: Dict[str, Any], held_id: Optional[str], diagnoses: List[Dict[str, Any]],
@@ -868,30 +891,83 @@ class Client:
         return self.request("lint", params)[0]
 
 
+# Domains of a backward op's saved inputs that are statistics of the forward's inputs (values.cpp,
+# derive_saved), which a kernel's forward recomputes and the backward op's model covers.
+_RECOMPUTED_STATISTICS = ("saved_rstd", "saved_mean", "saved_ln_rstd")
+
+
+def _output_present(schema: Dict[str, Any], out: Dict[str, Any], inputs: Any) -> bool:
+    """Whether output spec ``out`` of ``schema``'s op is returned for a case holding ``inputs``:
+    an output shaped like an optional input exists exactly when that input does."""
+    cond = _present_with(schema, out)
+    return cond is None or (cond in inputs and inputs[cond] is not None)
+
+
+def _present_with(schema: Dict[str, Any], out: Dict[str, Any]) -> Optional[str]:
+    """The optional input whose presence ``out`` follows (its shape ``like:`` it), or None."""
+    spec = out.get("shape")
+    if not (isinstance(spec, str) and spec.startswith("like:")):
+        return None
+    src = next((i for i in schema.get("inputs", []) if i["name"] == spec[5:]), None)
+    return spec[5:] if src is not None and src.get("optional", False) else None
+
+
+def _zero_leaf(spec: Dict[str, Any], fschema: Dict[str, Any], args: Dict[str, Any]) -> Any:
+    """Zeros shaped as the forward's input ``spec``, its dims read off the forward inputs at hand
+    (their shapes against their schema shapes, from the last dim), in their dtype and device."""
+    import torch
+
+    dims: Dict[str, int] = {}
+    like = None
+    for s in fschema.get("inputs", []):
+        t = args.get(s["name"])
+        if not (torch.is_tensor(t) and isinstance(s.get("shape"), list)):
+            continue
+        like = like if like is not None or not t.is_floating_point() else t
+        for name, size in zip(reversed(s["shape"]), reversed(list(t.shape))):
+            if isinstance(name, str):
+                dims.setdefault(name, int(size))
+    shape = [d if isinstance(d, int) else dims[d] for d in spec["shape"]]
+    return torch.zeros(shape, dtype=like.dtype, device=like.device, requires_grad=True)
+
+
 def _autograd_kernel(run_op: Callable[[Dict[str, Any]], Any], fwd_inputs: Sequence[str],
-                     grads: Sequence[Tuple[str, str]]) -> Callable[[Dict[str, Any]], Any]:
+                     grads: Sequence[Tuple[str, str, Optional[str]]], b_inputs: Sequence[str] = (),
+                     zero_leaves: Optional[Dict[str, Dict[str, Any]]] = None,
+                     fschema: Optional[Dict[str, Any]] = None) -> Callable[[Dict[str, Any]], Any]:
     """A kernel of ``<op>_backward`` made of ``run_op``'s autograd: the forward inputs (as received,
-    with their strides) become leaves that require grad, ``run_op`` runs on them and the attrs,
+    with their strides) become leaves that require grad, ``run_op`` runs on them and the attrs (not
+    on the saved statistics the backward op also takes: the kernel's forward computes its own),
     ``torch.autograd.backward`` takes the case's ``grad_out``, and the leaves' gradients come back
-    in the backward op's output order (``grads``: output name, input name). A gradient autograd
-    never reached is returned as zeros, and judged."""
+    in the backward op's output order (``grads``: output name, input name, and the optional input
+    whose presence the output follows). An optional forward input the cases lack whose gradient is
+    judged (``zero_leaves``) is a leaf of zeros. A gradient autograd never reached is returned as
+    zeros, and judged."""
+    zero_leaves = zero_leaves or {}
+
     def run(inputs: Dict[str, Any]) -> Any:
         import torch
 
         leaves: Dict[str, Any] = {}
         args: Dict[str, Any] = {}
         for name, value in inputs.items():
-            if name == "grad_out":
-                continue
+            if name == "grad_out" or (name in b_inputs and name not in fwd_inputs):
+                continue  # the upstream gradient, and saved statistics
             if name in fwd_inputs and torch.is_tensor(value) and value.is_floating_point():
                 value = value.detach().requires_grad_(True)
                 leaves[name] = value
             args[name] = value
+        wanted = [(o, i) for o, i, cond in grads if cond is None or inputs.get(cond) is not None]
+        for _o, name in wanted:
+            if name in zero_leaves and name not in leaves:
+                leaves[name] = args[name] = _zero_leaf(zero_leaves[name], fschema or {}, args)
+        for name in fwd_inputs:
+            args.setdefault(name, None)  # an optional input the case lacks, as PyTorch's weight=None
         out = run_op(args)
         first = out[0] if isinstance(out, (tuple, list)) else out
         torch.autograd.backward(first, inputs["grad_out"])
         result = []
-        for _out_name, in_name in grads:
+        for _out_name, in_name in wanted:
             leaf = leaves[in_name]
             result.append(leaf.grad if leaf.grad is not None else torch.zeros_like(leaf))
         return tuple(result) if len(result) > 1 else result[0]

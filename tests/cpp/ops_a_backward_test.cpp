@@ -695,5 +695,121 @@ TEST(OpsABackward, RopeBackward) {
   score_op("rope_backward", sc);
 }
 
+// layer_norm's saved statistics in fp64: the mean and 1/sqrt(var + eps) (biased) of each row.
+std::pair<std::vector<double>, std::vector<double>> ln_stats(const std::vector<double>& x, std::int64_t rows,
+                                                             std::int64_t n, double eps) {
+  std::vector<double> m(static_cast<std::size_t>(rows)), r(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    double s = 0.0, ss = 0.0;
+    for (std::int64_t k = 0; k < n; ++k) s += x[i * n + k];
+    m[i] = s / static_cast<double>(n);
+    for (std::int64_t k = 0; k < n; ++k) ss += (x[i * n + k] - m[i]) * (x[i * n + k] - m[i]);
+    r[i] = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+  }
+  return {m, r};
+}
+
+TEST(OpsABackward, LayerNormGradientsMatchCentralFiniteDifferences) {
+  // L(x, w, b) = sum g * layer_norm(x, w, b); d/dx, d/dw and d/db by central differences (h = 1e-6)
+  // against the reference given the exact fp64 mean and rstd of x; without a weight, grad_x alone.
+  Rng rng(37);
+  const std::int64_t R = 3, N = 6;
+  const double eps = 1e-5;
+  std::vector<double> x(R * N), g(R * N), w(N), b(N);
+  for (auto& v : x) v = 2.0 + rng.normal();
+  for (auto& v : g) v = rng.normal();
+  for (auto& v : w) v = rng.normal();
+  for (auto& v : b) v = rng.normal();
+  auto loss = [&](const std::vector<double>& xs, const std::vector<double>& ws, const std::vector<double>& bs) {
+    const auto [m, r] = ln_stats(xs, R, N, eps);
+    double l = 0.0;
+    for (std::int64_t i = 0; i < R; ++i)
+      for (std::int64_t k = 0; k < N; ++k)
+        l += g[i * N + k] * ((xs[i * N + k] - m[i]) * r[i] * (ws.empty() ? 1.0 : ws[k]) + bs[k]);
+    return l;
+  };
+  const double h = 1e-6;
+  for (bool affine : {true, false}) {
+    const auto [m, r] = ln_stats(x, R, N, eps);
+    std::map<std::string, RefArg, std::less<>> in = {{"grad_out", arg(DType::float64, {R, N}, g)},
+                                                     {"x", arg(DType::float64, {R, N}, x)},
+                                                     {"mean", arg(DType::float64, {R}, m)},
+                                                     {"rstd", arg(DType::float64, {R}, r)}};
+    if (affine) in["weight"] = arg(DType::float64, {N}, w);
+    auto ref = builtin_of("layer_norm_backward").reference(make_ctx("layer_norm_backward", DType::float32, in, {{"eps", eps}}));
+    ASSERT_TRUE(ref.ok()) << ref.error().message;
+    ASSERT_EQ(ref->size(), affine ? 3u : 1u);
+    const std::vector<double> ws = affine ? w : std::vector<double>{};
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      auto xp = x, xm = x;
+      xp[i] += h, xm[i] -= h;
+      const double fd = (loss(xp, ws, b) - loss(xm, ws, b)) / (2 * h);
+      EXPECT_NEAR(ref->at(0).value[i], fd, 1e-7 * (1.0 + std::fabs(fd))) << "grad_x " << i << " affine " << affine;
+      EXPECT_GT(ref->at(0).c_acc[i], 0.0);
+    }
+    if (!affine) continue;
+    for (std::size_t k = 0; k < w.size(); ++k) {
+      auto wp = w, wm = w, bp = b, bm = b;
+      wp[k] += h, wm[k] -= h, bp[k] += h, bm[k] -= h;
+      const double fdw = (loss(x, wp, b) - loss(x, wm, b)) / (2 * h);
+      const double fdb = (loss(x, w, bp) - loss(x, w, bm)) / (2 * h);
+      EXPECT_NEAR(ref->at(1).value[k], fdw, 1e-7 * (1.0 + std::fabs(fdw))) << "grad_weight " << k;
+      EXPECT_NEAR(ref->at(2).value[k], fdb, 1e-7 * (1.0 + std::fabs(fdb))) << "grad_bias " << k;
+    }
+    EXPECT_EQ(ref->at(1).name, "grad_weight");
+    EXPECT_EQ(ref->at(2).name, "grad_bias");
+  }
+  // Inputs of the wrong shapes are an error, not a crash.
+  auto bad = builtin_of("layer_norm_backward")
+                 .reference(make_ctx("layer_norm_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float32, {R, N}, g)},
+                                      {"x", arg(DType::float32, {R, N}, x)},
+                                      {"mean", arg(DType::float32, {R}, std::vector<double>(R, 0.0))},
+                                      {"rstd", arg(DType::float32, {R + 1}, std::vector<double>(R + 1, 1.0))}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::shape_mismatch);
+}
+
+TEST(OpsABackward, LayerNormBackward) {
+  // Rows of plain normals, of an offset over a small spread (100 +- 0.5), of the largest offset the
+  // dtype still resolves (spread 1e-2, offset 2^(mantissa - 3) of it: the forward's adversarial
+  // rows, where x_hat is known to about u * offset / spread) and of wide magnitudes; R across the
+  // 64-row blocks grad_weight and grad_bias are summed over (R = 1, 63, 64, 65, 200), the fuzzer's
+  // upstream gradients; every other scenario without a weight (grad_x alone).
+  std::vector<Scenario> sc;
+  Rng rng(43);
+  const double eps = 1e-5;
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 7}, {63, 33}, {64, 128}, {65, 129}, {200, 40}, {3, 4099}};
+  const std::pair<Grad, const char*> grads[] = {{Grad::normal, "normal"}, {Grad::sparse, "sparse"},
+                                                {Grad::constant, "constant"}, {Grad::wide, "wide"}};
+  int count = 0;
+  for (DType dt : k_dtypes)
+    for (auto [rows, n] : shapes)
+      for (auto [kind, gname] : grads)
+        for (int xk = 0; xk < 4; ++xk) {
+          const double far = 1e-2 * std::ldexp(1.0, dtype_info(dt).mantissa_bits - 3);
+          std::vector<double> x = xk == 0   ? normal_values(rng, rows * n, 0.0, 1.0, dt)
+                                  : xk == 1 ? normal_values(rng, rows * n, 100.0, 0.5, dt)
+                                  : xk == 2 ? normal_values(rng, rows * n, far, 1e-2, dt)
+                                            : wide_values(rng, rows * n, -3, 3, dt);
+          auto [m, r] = ln_stats(x, rows, n, eps);
+          for (auto& v : m) v = round_to(DType::float32, v);
+          for (auto& v : r) v = round_to(DType::float32, v);
+          const bool affine = ++count % 2 == 0;
+          Scenario s;
+          s.label = std::to_string(rows) + "x" + std::to_string(n) + " " + gname + " x" + std::to_string(xk) +
+                    (affine ? "" : " no weight");
+          std::map<std::string, RefArg, std::less<>> in = {
+              {"grad_out", arg(dt, {rows, n}, grad_values(rng, rows, n, kind, dt))},
+              {"x", arg(dt, {rows, n}, std::move(x))},
+              {"mean", arg(DType::float32, {rows}, std::move(m))},
+              {"rstd", arg(DType::float32, {rows}, std::move(r))}};
+          if (affine) in["weight"] = arg(dt, {n}, normal_values(rng, n, 1.0, 0.3, dt));
+          s.ctx = make_ctx("layer_norm_backward", dt, std::move(in), {{"eps", eps}});
+          sc.push_back(std::move(s));
+        }
+  score_op("layer_norm_backward", sc);
+}
+
 }  // namespace
 }  // namespace gpuemu::test_a

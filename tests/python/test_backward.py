@@ -1,5 +1,5 @@
-"""Backward ops (issue 20): softmax_backward, log_softmax_backward, rms_norm_backward, silu_backward,
-swiglu_backward, gelu_backward, linear_backward, embedding_backward, rope_backward and
+"""Backward ops (issue 20): softmax_backward, log_softmax_backward, rms_norm_backward, layer_norm_backward,
+silu_backward, swiglu_backward, gelu_backward, linear_backward, embedding_backward, rope_backward and
 cross_entropy_backward judged like outputs.
 
 Through the real engine (in process) and the real daemon (the public client): PyTorch's own
@@ -233,6 +233,111 @@ def test_linear_backward_through_autograd_in_fp32_passes_and_a_dropped_row_block
                                     value_distribution=strategy, dims={"M": [1, 63, 65, 200]}, diagnose=False)
     assert bad.failed > 0, bad.summary()
     assert all("grad_bias" in f.message for f in bad.failures), bad.summary()
+
+
+def layer_norm_backward_autograd_fp32(i):
+    """PyTorch's autograd through F.layer_norm in fp32 (upcast, gradients cast back): its forward
+    recomputes mean and rstd (Welford), its backward is torch's CPU kernel."""
+    x = i["x"].float().detach().requires_grad_(True)
+    w = i["weight"].float().detach().requires_grad_(True) if i["weight"] is not None else None
+    b = torch.zeros_like(w, requires_grad=True) if w is not None else None
+    torch.nn.functional.layer_norm(x, [x.shape[-1]], w, b, i["eps"]).backward(i["grad_out"].float())
+    if w is None:
+        return x.grad.to(i["x"].dtype)
+    return x.grad.to(i["x"].dtype), w.grad.to(i["weight"].dtype), b.grad.to(i["weight"].dtype)
+
+
+def layer_norm_backward_triton(bug=None, acc_dtype=None):
+    """Triton-style, with the saved mean and rstd: grad_x per row, (w*g - (x_hat*c1 + c2)) * rstd;
+    grad_weight and grad_bias as partial sums over blocks of 64 rows (in fp32, or in acc_dtype),
+    then summed. bug: "tail" skips the last partial block (a grid of R // 64 programs),
+    "projection" forgets - x_hat * c1, "mean" forgets - c2."""
+    def run(i):
+        g, x = i["grad_out"].float(), i["x"].float()
+        w = i["weight"].float() if i["weight"] is not None else None
+        xh = (x - i["mean"].float()[:, None]) * i["rstd"].float()[:, None]
+        wg = g * w if w is not None else g
+        n = x.shape[-1]
+        c1 = (xh * wg).sum(-1, keepdim=True) / n if bug != "projection" else 0.0
+        c2 = wg.sum(-1, keepdim=True) / n if bug != "mean" else 0.0
+        gx = ((wg - (xh * c1 + c2)) * i["rstd"].float()[:, None]).to(i["x"].dtype)
+        if w is None:
+            return gx
+        rows = x.shape[0]
+        stop = rows // 64 * 64 if bug == "tail" else rows
+        acc = acc_dtype or torch.float32
+        tw, tb = torch.zeros(n, dtype=acc), torch.zeros(n, dtype=acc)
+        for b in range(0, stop, 64):
+            tw = tw + (g[b:b + 64] * xh[b:b + 64]).sum(0).to(acc)
+            tb = tb + g[b:b + 64].sum(0).to(acc)
+        dt = i["weight"].dtype
+        return gx, tw.to(dt), tb.to(dt)
+    return run
+
+
+def layer_norm_backward_native_fp32(i):
+    """torch.ops.aten.native_layer_norm_backward (what autograd calls) in fp32 with the saved stats."""
+    x, w = i["x"].float(), i["weight"].float() if i["weight"] is not None else None
+    mask = [True, w is not None, w is not None]
+    gx, gw, gb = torch.ops.aten.native_layer_norm_backward(
+        i["grad_out"].float(), x, [x.shape[-1]], i["mean"].float()[:, None], i["rstd"].float()[:, None], w,
+        torch.zeros_like(w) if w is not None else None, mask)
+    if w is None:
+        return gx.to(i["x"].dtype)
+    return gx.to(i["x"].dtype), gw.to(i["weight"].dtype), gb.to(i["weight"].dtype)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_layer_norm_backward_cases_hold_the_mean_and_rstd_of_their_x(strategy):
+    # The saved statistics are x's, as a forward kernel stores them: the fp64 mean and
+    # 1/sqrt(var + eps) of each row of the case's x (in whatever layout), rounded once to fp32
+    # (to the last bit where fp64 resolves them).
+    from gpuemu import _core
+    from gpuemu.inprocess import case_inputs
+
+    for c in _core.Engine().cases("layer_norm_backward", 5, 12, strategy=strategy):
+        i = case_inputs(c, "torch")
+        assert i["mean"].dtype == torch.float32 and i["rstd"].dtype == torch.float32
+        x = i["x"].double()
+        finite = torch.isfinite(x).all(-1) & (x.abs().amax(-1) < 1e300)
+        mean = x.mean(-1)
+        rstd = torch.rsqrt(((x - mean[:, None]) ** 2).mean(-1) + i["eps"])
+        # fp64 sums of rows of 1e36-sized values cancelling are themselves off by about 1e-16 of
+        # mean|x| (a corrected two-pass and torch's pairwise sum differ there): equal up to that
+        slack = 1e-14 * x.abs().mean(-1)[finite]
+        got, want = i["mean"][finite].double(), mean[finite].float().double()
+        assert ((got - want).abs() <= torch.maximum(slack, 2.0 ** -23 * want.abs())).all(), c.seed
+        close = (i["rstd"][finite].double() - rstd[finite].float().double()).abs() <= \
+            2.0 ** -23 * rstd[finite].abs()  # the fp64 variance's own last bits may round the other way
+        assert close.all(), c.seed
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_layer_norm_backward_through_pytorchs_autograd_and_the_triton_formula_passes(strategy):
+    for fn in (layer_norm_backward_autograd_fp32, layer_norm_backward_triton(), layer_norm_backward_native_fp32):
+        res = gpuemu.fuzz_op_in_process("layer_norm_backward", fn, iterations=30, seed=31, value_distribution=strategy,
+                                        diagnose=False)
+        assert res.ok, (fn, res.summary())
+
+
+@pytest.mark.parametrize("bug,acc,dtypes,names", [
+    ("tail", None, ["float32", "bfloat16"], ("grad_weight", "grad_bias")),
+    (None, torch.bfloat16, ["float32", "bfloat16"], ("grad_weight", "grad_bias")),
+    ("projection", None, ["float32", "float16", "bfloat16"], ("grad_x",)),
+    ("mean", None, ["float32", "float16", "bfloat16"], ("grad_x",)),
+])
+def test_layer_norm_backward_bug_classes_are_caught_and_the_failure_names_the_gradient(bug, acc, dtypes, names):
+    # A grad_weight/grad_bias row reduction that drops its tail block of rows or accumulates in bf16;
+    # a grad_x without the projection term or the mean term. Rows across the 64-row blocks.
+    for dt in dtypes:
+        res = gpuemu.fuzz_op_in_process("layer_norm_backward", layer_norm_backward_triton(bug, acc), iterations=40,
+                                        seed=19, dtypes=[dt], dims={"R": [1, 63, 65, 200, 300]},
+                                        present={"weight": True}, diagnose=False)
+        assert res.failed > 0, (bug, acc, dt, res.summary())
+        others = [n for n in ("grad_x", "grad_weight", "grad_bias") if n not in names]
+        for f in res.failures:
+            assert any(f"'{n}'" in f.message for n in names), f.message
+            assert not any(f"'{n}'" in f.message for n in others), f.message
 
 
 def embedding_backward_autograd_fp32(i):

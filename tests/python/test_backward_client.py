@@ -109,6 +109,96 @@ def test_ops_whose_backward_takes_saved_outputs_are_refused_with_the_reason(daem
             c.fuzz_op_client_side("silu", lambda i: i["x"], iterations=2, framework="numpy", backward=True)
 
 
+def torch_layer_norm(i):
+    return F.layer_norm(i["x"], [i["x"].shape[-1]], i["weight"], i["bias"], i["eps"])
+
+
+class LayerNormByHand(torch.autograd.Function):
+    """A layer norm whose forward saves the fp32 mean and rstd and whose backward is the Triton
+    tutorial's, in fp32; ``bug``: "projection" forgets - x_hat * mean(w*g*x_hat) in grad_x,
+    "bias_tail" sums grad_bias over blocks of 64 rows and drops the last partial block."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, eps, bug):
+        xf = x.float()
+        mean = xf.mean(-1, keepdim=True)
+        rstd = torch.rsqrt(((xf - mean) ** 2).mean(-1, keepdim=True) + eps)
+        y = (xf - mean) * rstd
+        if w is not None:
+            y = y * w.float()
+        if b is not None:
+            y = y + b.float()
+        ctx.save_for_backward(x, w, mean, rstd)
+        ctx.bug, ctx.has_b = bug, b is not None
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w, mean, rstd = ctx.saved_tensors
+        n = x.shape[-1]
+        gf = g.float().reshape(-1, n)
+        xh = ((x.float() - mean) * rstd).reshape(-1, n)
+        r = rstd.reshape(-1, 1)
+        wg = gf * w.float() if w is not None else gf
+        c1 = (xh * wg).sum(-1, keepdim=True) / n
+        c2 = wg.sum(-1, keepdim=True) / n
+        gx = (wg - (c2 if ctx.bug == "projection" else xh * c1 + c2)) * r
+        gw = (gf * xh).sum(0).to(w.dtype) if w is not None else None
+        gb = None
+        if ctx.has_b:
+            rows = gf.shape[0] // 64 * 64 if ctx.bug == "bias_tail" else gf.shape[0]
+            gb = torch.zeros(n)
+            for s in range(0, rows, 64):
+                gb = gb + gf[s:s + 64].sum(0)
+            gb = gb.to(g.dtype)
+        return gx.reshape(x.shape).to(x.dtype), gw, gb, None, None
+
+
+def layer_norm_by_hand(bug=None):
+    return lambda i: LayerNormByHand.apply(i["x"], i["weight"], i["bias"], i["eps"], bug)
+
+
+@pytest.mark.parametrize("strategy", ["adversarial", "regular"])
+def test_layer_norm_through_torch_autograd_passes_its_saved_statistics_left_to_the_forward(daemon, strategy):
+    # layer_norm_backward takes the saved mean and rstd; the kernel's own forward recomputes them,
+    # which the backward op's model covers: torch's F.layer_norm through autograd in fp32 passes.
+    with Client() as c:
+        r = c.fuzz_op_client_side("layer_norm", torch_layer_norm, iterations=60, dtypes=["float32"], seed=7,
+                                  value_distribution=strategy, backward=True)
+        h = c.fuzz_op_client_side("layer_norm", layer_norm_by_hand(), iterations=30, dtypes=["float32"], seed=7,
+                                  value_distribution=strategy, backward=True)
+    assert r.ok, str(r)
+    assert r.gradients.op == "layer_norm_backward" and r.gradients.total == 60 and r.gradients.passed == 60
+    assert h.ok, str(h)
+
+
+def test_a_layer_norm_backward_missing_its_projection_or_dropping_grad_bias_tail_is_caught_by_name(daemon):
+    with Client() as c:
+        p = c.fuzz_op_client_side("layer_norm", layer_norm_by_hand("projection"), iterations=24, dtypes=["float32"],
+                                  seed=11, backward=True, present={"weight": True})
+        t = c.fuzz_op_client_side("layer_norm", layer_norm_by_hand("bias_tail"), iterations=24, dtypes=["float32"],
+                                  seed=11, backward=True, present={"weight": True, "bias": True})
+    assert p.failed == 0 and t.failed == 0, "the forwards are correct"
+    assert p.gradients.failed > 0 and t.gradients.failed > 0
+    for f in p.gradients.failures:  # three outputs (a weight): the message names the one that failed
+        assert "'grad_x'" in f.message and "'grad_weight'" not in f.message and "'grad_bias'" not in f.message, \
+            f.message
+    for f in t.gradients.failures:
+        assert "'grad_bias'" in f.message and "'grad_x'" not in f.message and "'grad_weight'" not in f.message, f.message
+
+
+def test_rms_norm_through_autograd_passes_with_its_saved_rstd_left_to_the_forward(daemon):
+    def rms(i):
+        x = i["x"]
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + i["eps"])
+        return y * i["weight"] if i["weight"] is not None else y
+
+    with Client() as c:
+        r = c.fuzz_op_client_side("rms_norm", rms, iterations=30, dtypes=["float32"], seed=7, backward=True)
+    assert r.ok, str(r)
+    assert r.gradients.op == "rms_norm_backward" and r.gradients.passed == 30
+
+
 class SiluRacyBackward(torch.autograd.Function):
     """A correct SiLU backward whose result depends on the run, as an atomics-based reduction's may:
     a perturbation far inside the envelope that only check_determinism can see."""
@@ -186,11 +276,18 @@ def test_gelu_through_autograd_and_the_backward_ops_it_cannot_drive(daemon):
             assert f.attrs["approximate"] == "none" and f.layout["grad_out"] != "contiguous"
             assert f.bug_class == "stride_assumption", f.describe()
         # rope_backward's and embedding_backward's cases carry no x / weight (their gradients do not
-        # depend on them); linear_backward judges grad_bias, and its cases carry no bias.
+        # depend on them).
         with pytest.raises(gpuemu.ValidationError, match="do not carry rope's x"):
             c.fuzz_op_client_side("rope", lambda i: i["x"], iterations=2, backward=True)
         with pytest.raises(gpuemu.ValidationError, match="do not carry embedding's weight"):
             c.fuzz_op_client_side("embedding", lambda i: i["weight"][i["indices"]], iterations=2, backward=True)
-        with pytest.raises(gpuemu.ValidationError, match="gradient of linear's 'bias'"):
-            c.fuzz_op_client_side("linear", lambda i: F.linear(i["x"], i["weight"], i["bias"]), iterations=2,
-                                  backward=True)
+        # linear_backward judges grad_bias and its cases carry no bias: an optional input whose
+        # gradient does not depend on its value, so a leaf of zeros stands for it; unless the
+        # kernel takes no bias (present= pins it absent), which is refused with the reason.
+        lin = c.fuzz_op_client_side("linear", lambda i: F.linear(i["x"], i["weight"], i["bias"]), iterations=8,
+                                    dtypes=["float32"], seed=7, backward=True)
+        assert lin.ok, str(lin)
+        assert lin.gradients.op == "linear_backward" and lin.gradients.passed == 8
+        with pytest.raises(gpuemu.ValidationError, match="judges the gradient of linear's 'bias', which present= pins"):
+            c.fuzz_op_client_side("linear", lambda i: F.linear(i["x"], i["weight"]), iterations=2, backward=True,
+                                  present={"bias": False})

@@ -511,6 +511,40 @@ def _embedding_backward(blvd):
     assert_close(got, w.grad, scale=scale, what="embedding_backward")
 
 
+@check("layer_norm_backward", ROW_SHAPES)
+def _layer_norm_backward(shape):
+    # Against torch's float64 autograd of F.layer_norm(x, [N], w, b, eps), the reference given the
+    # exact float64 mean and rstd of x (as a forward saves them, unrounded here); without a weight,
+    # grad_x alone. scale: grad_x is a difference of rstd |w g|, rstd mean|w g| and |x_hat| rstd
+    # mean|w g x_hat|; grad_weight a sum of |g x_hat|, grad_bias of |g|. x offset from 0 (3 + normal).
+    g = rng_for("layer_norm_backward", shape)
+    x, go, w, b = 3.0 + normal(g, shape), normal(g, shape), normal(g, shape[-1:]), normal(g, shape[-1:])
+    eps = 1e-5
+    n = shape[-1]
+    x2, go2 = t64(x).reshape(-1, n), t64(go).reshape(-1, n)
+    mean = x2.mean(-1)
+    rstd = torch.rsqrt(x2.var(-1, unbiased=False) + eps)
+    xh = (x2 - mean[:, None]) * rstd[:, None]
+    for affine in (True, False):
+        xd = x2.clone().requires_grad_(True)
+        wd = t64(w).requires_grad_(True) if affine else None
+        bd = t64(b).requires_grad_(True) if affine else None
+        torch.nn.functional.layer_norm(xd, [n], wd, bd, eps).backward(go2)
+        ins = {"grad_out": go.reshape(-1, n), "x": x.reshape(-1, n), "mean": mean.numpy(), "rstd": rstd.numpy()}
+        if affine:
+            ins["weight"] = w
+        got = gpuemu.reference("layer_norm_backward", ins, eps=eps)
+        got = got if isinstance(got, (tuple, list)) else (got,)
+        assert len(got) == (3 if affine else 1)
+        wgo = (t64(w) if affine else 1.0) * go2
+        scale_x = rstd[:, None] * (wgo.abs() + wgo.abs().mean(-1, keepdim=True)
+                                   + xh.abs() * (wgo * xh).abs().mean(-1, keepdim=True))
+        assert_close(got[0], xd.grad, scale=scale_x, what=f"layer_norm_backward grad_x (affine={affine})")
+        if affine:
+            assert_close(got[1], wd.grad, scale=(go2 * xh).abs().sum(0), what="layer_norm_backward grad_weight")
+            assert_close(got[2], bd.grad, scale=go2.abs().sum(0), what="layer_norm_backward grad_bias")
+
+
 @check("log_softmax", ROW_SHAPES)
 def _log_softmax(shape):
     # scale |x| + |max| + 1: log_softmax = (x - max) - log(sum), a difference of larger terms that

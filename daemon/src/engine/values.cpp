@@ -520,10 +520,38 @@ void cancel_conv(const TestCase& c, Tensor& x, const Tensor& w, const Tensor* bi
   }
 }
 
+// layer_norm's saved statistic per row of x[..., N] (domain "saved_mean": the mean; "saved_ln_rstd":
+// 1 / sqrt(var + eps), biased variance), in fp64 by a corrected two-pass, rounded once to the
+// input's dtype (what a forward kernel stores), whatever its drawn values were.
+void derive_layer_norm_stat(TestCase& c, const std::string& name, bool mean_of) {
+  auto si = c.inputs.find(name);
+  auto xi = c.inputs.find("x");
+  if (si == c.inputs.end() || xi == c.inputs.end() || xi->second.shape().empty()) return;
+  const Tensor& x = xi->second;
+  Tensor& out = si->second;
+  const std::int64_t n = x.shape().back(), rows = n > 0 ? x.numel() / n : 0;
+  double eps = 0.0;
+  if (c.attrs.contains("eps") && c.attrs["eps"].is_number()) eps = c.attrs["eps"].get<double>();
+  std::vector<double> row(static_cast<std::size_t>(n));
+  for (std::int64_t r = 0; r < rows && r < out.numel(); ++r) {
+    double s = 0.0;
+    for (std::int64_t k = 0; k < n; ++k) s += (row[static_cast<std::size_t>(k)] = x.get_flat(r * n + k));
+    double mean = s / static_cast<double>(n), dev = 0.0, ssq = 0.0;
+    for (double v : row) dev += v - mean;
+    mean += dev / static_cast<double>(n);
+    for (double v : row) ssq += (v - mean) * (v - mean);
+    out.set_flat(r, round_to(out.dtype(), mean_of ? mean : 1.0 / std::sqrt(ssq / static_cast<double>(n) + eps)));
+  }
+}
+
 }  // namespace
 
 void derive_saved(const OpSchema& s, TestCase& c) {
   for (const auto& spec : s.inputs) {
+    if (spec.domain == "saved_mean" || spec.domain == "saved_ln_rstd") {
+      derive_layer_norm_stat(c, spec.name, spec.domain == "saved_mean");
+      continue;
+    }
     if (spec.domain != "saved_rstd") continue;
     auto ri = c.inputs.find(spec.name);
     auto xi = c.inputs.find("x");

@@ -26,7 +26,8 @@ std::vector<double> generate_values(const ValueRequest& request, Rng& rng);
 void draw_jointly(const OpSchema& schema, TestCase& c, Rng& rng);
 
 // Saved forward statistics a backward op takes (domain "saved_rstd": rms_norm's 1/sqrt(mean(x^2) +
-// eps) per row of x), computed in fp64 from the case's x once every input is materialised, for
+// eps) per row of x; "saved_mean" and "saved_ln_rstd": layer_norm's mean and 1/sqrt(var + eps)
+// per row of x), computed in fp64 from the case's x once every input is materialised, for
 // every distribution; draws nothing.
 void derive_saved(const OpSchema& schema, TestCase& c);
 

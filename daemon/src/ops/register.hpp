@@ -10,7 +10,7 @@ void register_elementwise_ops(BuiltinRegistry& r);  // relu ... rsqrt, add, mul,
 void register_reduction_ops(BuiltinRegistry& r);    // sum mean amax argmax logsumexp l2norm cumsum
 void register_softmax_ops(BuiltinRegistry& r);      // softmax log_softmax (and their backward)
 void register_norm_ops(BuiltinRegistry& r);         // layer_norm rms_norm group_norm batch_norm
-void register_norm_backward_ops(BuiltinRegistry& r);  // rms_norm_backward
+void register_norm_backward_ops(BuiltinRegistry& r);  // rms_norm_backward layer_norm_backward
 void register_elementwise_backward_ops(BuiltinRegistry& r);  // silu_backward swiglu_backward gelu_backward
 void register_loss_ops(BuiltinRegistry& r);         // cross_entropy (cross_entropy_backward) embedding (embedding_backward)
 void register_gemm_ops(BuiltinRegistry& r);         // matmul bmm linear (matmul_backward linear_backward)

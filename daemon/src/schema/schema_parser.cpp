@@ -227,6 +227,9 @@ class SchemaReader {
                                                       // rms_norm's saved 1/sqrt(mean(x^2) + eps),
                                                       // one per row of x (values.cpp)
                                                       "saved_rstd",
+                                                      // layer_norm's saved mean and
+                                                      // 1/sqrt(var + eps), one per row of x
+                                                      "saved_mean", "saved_ln_rstd",
                                                       // the upstream gradient of a scalar loss
                                                       // (values.cpp)
                                                       "loss_grad"};
