@@ -226,7 +226,10 @@ class SchemaReader {
                                                       "saved_softmax", "saved_log_softmax",
                                                       // rms_norm's saved 1/sqrt(mean(x^2) + eps),
                                                       // one per row of x (values.cpp)
-                                                      "saved_rstd"};
+                                                      "saved_rstd",
+                                                      // flash_attention_backward's saved out and lse:
+                                                      // an fp64 forward of the case's q, k, v
+                                                      "saved_attention_out", "saved_attention_lse"};
       auto colon = spec.domain.find(':');
       if (colon != std::string::npos) {
         auto kind = spec.domain.substr(0, colon);
