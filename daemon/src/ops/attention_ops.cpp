@@ -420,6 +420,7 @@ Result<std::vector<RefOutput>> attn_bwd_reference(const RefContext& ctx) {
       double max_mid = 0.0;
       std::vector<std::uint8_t> ovf_k(static_cast<std::size_t>(p.Lk), 0);
       std::vector<std::uint8_t> ovf_q(static_cast<std::size_t>(p.Lq * p.group()), 0);
+      std::vector<std::uint8_t> unres_k(static_cast<std::size_t>(p.Lk), 0);
       for (std::int64_t h = h0; h < h0 + p.group(); ++h) {
         const std::int64_t q0 = (b * p.H + h) * qh;
         AttentionBackwardBlock blk;
@@ -428,7 +429,7 @@ Result<std::vector<RefOutput>> attn_bwd_reference(const RefContext& ctx) {
         blk.lq = p.Lq, blk.lk = p.Lk, blk.d = p.D, blk.scale = p.scale, blk.causal = p.causal;
         blk.kv_rows = p.group() * p.Lq;
         blk.p_min_normal = in.min_normal;
-        blk.p_flush_weight = flush_w >= 0x1.0p-60 ? flush_w : 0.0;
+        blk.p_flush_weight = flush_w;
         blk.policy_weight = policy_weight(ctx);
         blk.dq = dq.data() + q0, blk.c_acc_dq = cdq.data() + q0, blk.c_in_dq = idq.data() + q0;
         blk.dk = dk.data() + kv0, blk.c_acc_dk = cdk.data() + kv0, blk.c_in_dk = idk.data() + kv0;
@@ -437,23 +438,29 @@ Result<std::vector<RefOutput>> attn_bwd_reference(const RefContext& ctx) {
         blk.in_max = lowp_in ? in.max_finite : 0.0;
         blk.ds_overflow_q = ovf_q.data() + (h - h0) * p.Lq;
         blk.ds_overflow_k = ovf_k.data();
+        blk.unresolved_q = ovf_q.data() + (h - h0) * p.Lq;  // grad_q's rows: any non-finite, as an overflow
+        blk.unresolved_k = unres_k.data();
         blk.special = special;
         attention_backward_block_reference(blk);
       }
       // The group's outputs: fp32 intermediates that may overflow make them indeterminate
       // (overflow_guard); dS rounded to a 16-bit input dtype may overflow it (Inf, then NaN).
-      auto finish = [&](RefVec& val, RefVec& c_acc, std::vector<std::uint8_t>& alt, std::int64_t at,
-                        std::int64_t n, const std::uint8_t* ovf_rows) {
+      // A bound past fp64's range (capped condition terms times inputs near fp32's) stays a
+      // finite huge number: the verdict reads a finite c_acc past fp32's range as indeterminate.
+      auto finish = [&](RefVec& val, RefVec& c_acc, RefVec& c_in, std::vector<std::uint8_t>& alt,
+                        std::int64_t at, std::int64_t n, const std::uint8_t* ovf_rows) {
         for (std::int64_t x = at; x < at + n; ++x) {
-          c_acc[x] = overflow_guard(c_acc[x], max_mid);
+          c_acc[x] = overflow_guard(std::min(c_acc[x], 1e300), max_mid);
+          c_in[x] = std::min(c_in[x], 1e300);
           if (special) alt[x] |= k_alt_any_nonfinite | (std::isfinite(val[x]) ? 0 : k_alt_zero);
           if (ovf_rows && ovf_rows[(x - at) / p.D]) alt[x] |= k_alt_any_nonfinite;
         }
       };
       for (std::int64_t h = h0; h < h0 + p.group(); ++h)
-        finish(dq, cdq, alt_q, (b * p.H + h) * qh, qh, ovf_q.data() + (h - h0) * p.Lq);
-      finish(dk, cdk, alt_k, kv0, kh, ovf_k.data());
-      finish(dv, cdv, alt_v, kv0, kh, nullptr);
+        finish(dq, cdq, idq, alt_q, (b * p.H + h) * qh, qh, ovf_q.data() + (h - h0) * p.Lq);
+      for (std::int64_t j = 0; j < p.Lk; ++j) ovf_k[j] |= unres_k[j];
+      finish(dk, cdk, idk, alt_k, kv0, kh, ovf_k.data());
+      finish(dv, cdv, idv, alt_v, kv0, kh, unres_k.data());
     }
   auto output = [&](const char* name, std::size_t index, const Shape& shape, RefVec v, RefVec c, RefVec i,
                     std::vector<std::uint8_t> alt) {

@@ -232,7 +232,7 @@ void attention_backward_block_reference(const AttentionBackwardBlock& blk) {
     dgemm_rm(false, true, rows, lk, d, abs_g.data(), d, abs_v.data(), d, A.data(), lk);
     for (std::int64_t i = 0; i < rows; ++i) {
       const std::int64_t row = r0 + i, n = attended_keys(row, lk, blk.causal);
-      const double lse = blk.lse[row];
+      double lse = blk.lse[row];
       double D = 0.0, Dabs = 0.0;
       for (std::int64_t c = 0; c < d; ++c) {
         const double t = blk.dout[row * d + c] * blk.out[row * d + c];
@@ -244,21 +244,38 @@ void attention_backward_block_reference(const AttentionBackwardBlock& blk) {
       double* e = E.data() + i * lk;
       double* gp = G.data() + i * lk;
       double* a = A.data() + i * lk;
-      double e_bar = 0.0;
+      double e_bar = 0.0, w0_max = 0.0;
       for (std::int64_t j = 0; j < n; ++j) {
         note(std::max(1.0, abs_scale) * e[j]);
         note(a[j]);
         s[j] *= blk.scale;  // the score
         e[j] *= abs_scale * root_d;  // e_ij
-        const double p = std::exp(s[j] - lse);
-        e_bar += p * e[j];
+        w0_max = std::max(w0_max, e[j] + 3.0 * std::fabs(s[j]) + 2.0 * std::fabs(lse));
       }
+      if (!(k_u_fp32 * w0_max <= 2.0) && !std::isnan(lse)) {
+        // Scores fp32 cannot resolve (header): the saved lse's own fp32 rounding (or overflow)
+        // may then put exp(s - lse) anywhere. The probabilities of the scores themselves stand in
+        // (lse recomputed in fp64); the bound below is huge and any non-finite result accepted.
+        double m = k_neg_inf, l = 0.0;
+        for (std::int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+        for (std::int64_t j = 0; j < n; ++j) l += std::exp(s[j] - m);
+        if (std::isfinite(m)) lse = m + std::log(l);
+      }
+      for (std::int64_t j = 0; j < n; ++j) e_bar += std::exp(s[j] - lse) * e[j];
       const double root_n = sqrt_len(n);
       double R = 0.0;
       for (std::int64_t j = 0; j < n; ++j) {
         const double p = std::exp(s[j] - lse);
         const double w = e[j] + e_bar + 3.0 * std::fabs(s[j]) + 2.0 * std::fabs(lse) + 2.0 * root_n + 2.0;
-        const double dp = p == 0.0 ? 0.0 : bwd_cap(p * std::expm1(k_u_fp32 * w) / k_u_fp32);
+        // Below fp32's smallest normal an fp32 P holds only 2^-150 absolute: 2^-126 in units of u.
+        const double dp = (p == 0.0 ? 0.0 : bwd_cap(p * std::expm1(k_u_fp32 * w) / k_u_fp32)) +
+                          (p < 0x1.0p-126 ? 0x1.0p-126 : 0.0);
+        // Past 2 nats of argument error fp32 cannot tell the probabilities apart, and its P may
+        // overflow: a correct kernel may give non-finite gradients from this pair (Inf·0).
+        if (k_u_fp32 * w > 2.0 && blk.unresolved_q) {
+          blk.unresolved_q[row] = 1;
+          if (blk.unresolved_k) blk.unresolved_k[j] = 1;
+        }
         e[j] = dp;  // E now holds δP
         R += (dp + 2.0 * root_n * p) * a[j];
         s[j] = p;  // S now holds P

@@ -102,7 +102,9 @@ struct AttentionBackwardBlock {
   bool causal = false;
   // The number of rows the dK/dV GEMMs sum over (the group's query heads times lq).
   std::int64_t kv_rows = 0;
-  double p_min_normal = 0.0, p_flush_weight = 0.0;  // as AttentionBlock's, for P and dS
+  // As AttentionBlock's, for P and dS; kept for bf16 too (2^-126): a key whose every P is tiny has
+  // a grad_v that small, and P's flush to bf16's subnormals is then its whole error.
+  double p_min_normal = 0.0, p_flush_weight = 0.0;
   double policy_weight = 0.0;
   // grad_q of this head (written) and grad_k, grad_v of its KV head (added to: the group sums).
   double *dq = nullptr, *c_acc_dq = nullptr, *c_in_dq = nullptr;
@@ -116,6 +118,11 @@ struct AttentionBackwardBlock {
   double in_max = 0.0;
   std::uint8_t* ds_overflow_q = nullptr;
   std::uint8_t* ds_overflow_k = nullptr;
+  // Pairs whose P fp32 cannot resolve (argument error past 2 nats): a correct kernel's P may be
+  // anything there, Inf included, and its gradients of row i (grad_q) and key j (grad_k, grad_v)
+  // non-finite; marked in unresolved_q [lq] and unresolved_k [lk] (may be null).
+  std::uint8_t* unresolved_q = nullptr;
+  std::uint8_t* unresolved_k = nullptr;
   // Inputs hold non-finite values: values by plain loops over the attended pairs only (a dgemm
   // would turn a masked 0 times Inf into NaN) and the condition terms from finite parts only.
   bool special = false;
