@@ -84,7 +84,8 @@ void attention_block_reference(const AttentionBlock& blk);
 //   dS: c_acc = δP_ij·|dP_ij − D_i| + P_ij·(sqrt(D)·A_ij + (sqrt(D) + 1)·Dabs_i + R_i + |dP_ij| +
 //     |D_i|) + |dS_ij|, R_i = Σ_j P_ij·(δP_ij/P_ij + 2·sqrt(n_i))·A_ij (D recomputed as
 //     rowsum(dO∘(P·V)) by a kernel that does not read the saved out);
-//     c_in = P_ij·Dabs_i (the saved out's rounding to the input dtype moves D by at most u_in·Dabs_i)
+//     c_in = P_ij·(Dabs_i + Σ_d |dO_id|·[|out_id| < min normal]·f) (the saved out's rounding to the
+//     input dtype moves D by at most u_in·Dabs_i, or by half a subnormal spacing times |dO|)
 //     + |dS_ij|' (dS rounded to the input dtype before the dQ/dK GEMMs; |x|' = |x| plus the
 //     subnormal flush weight below the dtype's smallest normal);
 //   grad_q: c_acc = |scale|·(C_dS + (sqrt(n) + 1)·|dS|)·|K|, c_in = |scale|·C_in,dS·|K|;
