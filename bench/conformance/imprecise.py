@@ -360,8 +360,9 @@ IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
     ("linear_backward", "native", "bfloat16"): Imprecision(
         "autograd's backward GEMMs accumulate in bf16 (grad_x, grad_weight; matrix-vector shapes)", _linear_backward_bf16),
     ("flash_attention_backward", "native", "bfloat16"): Imprecision(
-        "autograd through torch 1.13's bf16 SDPA: its backward GEMMs accumulate in bf16 (grad_v = P^T @ grad_out "
-        "over the queries), and its softmax backward keeps the row sum in bf16 (as softmax_backward's)",
+        "autograd through torch 1.13's bf16 SDPA (the math composition in bf16): its backward GEMMs accumulate in "
+        "bf16 (grad_v = P^T @ grad_out over the queries: shown), and every intermediate (scores, P, softmax "
+        "backward's row sum, as softmax_backward's) is held in bf16: grad_q -46.25 for -351.7 at scale 1",
         _bf16_accumulator("grad_v of SDPA over 4096 queries and one key (P = 1, grad_out = ones)",
                           lambda: _sdpa_grad_v_bf16())),
     ("matmul_backward", "native", "bfloat16"): Imprecision(
