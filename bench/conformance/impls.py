@@ -428,6 +428,59 @@ def cross_entropy_backward_fused_fp32(args: Args) -> torch.Tensor:
     k = args["grad_out"].float() / n
     return (k * (torch.softmax(x, -1) - q) * keep[:, None]).to(args["logits"].dtype)
 
+def flash_attention_backward_sdpa(args: Args) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PyTorch's autograd through torch 1.13's SDPA (torch._scaled_dot_product_attention_math: no
+    scale argument and no GQA there, F.scaled_dot_product_attention arrived in 2.0), in the case dtype
+    (native) or upcast: a scale other than 1/sqrt(D) is folded into q (q * scale * sqrt(D), in the
+    graph), GQA by repeat_interleave of k and v (its backward sums each group). The saved out and lse
+    are not read: autograd recomputes them."""
+    q = args["q"].detach().requires_grad_(True)
+    k = args["k"].detach().requires_grad_(True)
+    v = args["v"].detach().requires_grad_(True)
+    h, hkv, d = q.shape[-3], k.shape[-3], q.shape[-1]
+    kk, vv = (k.repeat_interleave(h // hkv, dim=-3), v.repeat_interleave(h // hkv, dim=-3)) if h != hkv else (k, v)
+    qq = q
+    if args.get("scale") is not None:
+        qq = q * (args["scale"] * math.sqrt(d))
+    out, _ = torch._scaled_dot_product_attention_math(qq, kk, vv, None, 0.0, False, bool(args.get("causal")))
+    out.backward(args["grad_out"])
+    return q.grad, k.grad, v.grad
+
+
+def flash_attention_backward_fp32(args: Args) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PyTorch's autograd through softmax(q @ k^T * scale [+ causal mask]) @ v in fp32 (sdpa_fp32's
+    composition), cast back once."""
+    dt = args["q"].dtype
+    leaves = {n: args[n].detach().float().requires_grad_(True) for n in ("q", "k", "v")}
+    sdpa_fp32({**args, **leaves}).backward(args["grad_out"].float())
+    return leaves["q"].grad.to(dt), leaves["k"].grad.to(dt), leaves["v"].grad.to(dt)
+
+
+def flash_attention_backward_fa2_fp32(args: Args) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FlashAttention-2's backward formulas in fp32 with the saved out and (natural-log) lse:
+    P = exp(s - lse), dV = P^T dO, dP = dO V^T, D = rowsum(dO * out), dS = P (dP - D), dQ = scale dS K,
+    dK = scale dS^T Q; grad_k and grad_v summed over each GQA group; cast back once."""
+    dt = args["q"].dtype
+    q, k, v = args["q"].float(), args["k"].float(), args["v"].float()
+    g, o, lse = args["grad_out"].float(), args["out"].float(), args["lse"].float()
+    h, hkv, d = q.shape[-3], k.shape[-3], q.shape[-1]
+    grp = h // hkv
+    kk, vv = (k.repeat_interleave(grp, dim=-3), v.repeat_interleave(grp, dim=-3)) if grp > 1 else (k, v)
+    sc = _scale(args, d)
+    s = (q @ kk.transpose(-1, -2)) * sc
+    if args.get("causal"):
+        lq, lk = s.shape[-2:]
+        s = s.masked_fill(torch.ones(lq, lk, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    p = torch.exp(s - lse[..., None])
+    dv = p.transpose(-1, -2) @ g
+    ds = p * (g @ vv.transpose(-1, -2) - (g * o).sum(-1, keepdim=True))
+    dq = (ds @ kk) * sc
+    dk = (ds.transpose(-1, -2) @ q) * sc
+    if grp > 1:
+        dk = dk.unflatten(-3, (hkv, grp)).sum(-3)
+        dv = dv.unflatten(-3, (hkv, grp)).sum(-3)
+    return dq.to(dt), dk.to(dt), dv.to(dt)
+
 
 def swiglu_backward_autograd(args: Args) -> Tuple[torch.Tensor, torch.Tensor]:
     """PyTorch's autograd through F.silu(gate) * up, in the case dtype (native) or upcast."""
@@ -546,6 +599,12 @@ IMPLS: Tuple[Impl, ...] = (
     Impl("silu_backward", "torch.ops.aten.silu_backward (F.silu's autograd backward)",
          lambda a: torch.ops.aten.silu_backward(a["grad_out"], a["x"])),
     Impl("swiglu_backward", "autograd through F.silu(gate) * up", swiglu_backward_autograd),
+    Impl("flash_attention_backward", "autograd through torch._scaled_dot_product_attention_math (torch 1.13's SDPA)",
+         flash_attention_backward_sdpa),
+    Impl("flash_attention_backward", "autograd through softmax(q @ k^T * scale) @ v in fp32", flash_attention_backward_fp32,
+         COMPOSITION),
+    Impl("flash_attention_backward", "FA2's formulas with the saved out and lse (P = exp(s - lse)) in fp32",
+         flash_attention_backward_fa2_fp32, COMPOSITION),
     Impl("softplus", "F.softplus", lambda a: F.softplus(a["x"], beta=a["beta"], threshold=a["threshold"])),
     Impl("sqrt", "torch.sqrt", lambda a: torch.sqrt(a["x"])),
     Impl("sum", "torch.sum", lambda a: torch.sum(a["x"], dim=a["dim"], keepdim=a["keepdim"])),

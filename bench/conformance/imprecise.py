@@ -245,6 +245,17 @@ def _matmul_grad_b_bf16() -> float:
     return b.grad.item()
 
 
+def _sdpa_grad_v_bf16() -> float:
+    """grad_v of torch 1.13's SDPA (_scaled_dot_product_attention_math) over 4096 queries and one
+    key (every P = 1, grad_out = ones): dV = P^T dO, a dot product of 4096 ones."""
+    q = torch.zeros(1, 1, K, 1, dtype=BF16, requires_grad=True)
+    k = torch.zeros(1, 1, 1, 1, dtype=BF16, requires_grad=True)
+    v = torch.zeros(1, 1, 1, 1, dtype=BF16, requires_grad=True)
+    out, _ = torch._scaled_dot_product_attention_math(q, k, v, None, 0.0, False, False)
+    out.backward(torch.ones_like(out))
+    return v.grad.item()
+
+
 def _gelu_backward_bf16() -> Tuple[str, bool]:
     """torch 1.13's bf16 CPU gelu backward, tanh form, rounds every intermediate of
     0.5(1 + t) + 0.5x(1 - t^2) k(1 + 3c x^2) to bf16 (constants included): that emulation equals
@@ -371,6 +382,12 @@ IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
     ("layer_norm_backward", "native", "bfloat16"): Imprecision(
         "mean and rstd saved in bf16 (the backward takes them in x's dtype); grad_weight and grad_bias accumulated "
         "in bf16", _layer_norm_backward_bf16),
+    ("flash_attention_backward", "native", "bfloat16"): Imprecision(
+        "autograd through torch 1.13's bf16 SDPA (the math composition in bf16): its backward GEMMs accumulate in "
+        "bf16 (grad_v = P^T @ grad_out over the queries: shown), and every intermediate (scores, P, softmax "
+        "backward's row sum, as softmax_backward's) is held in bf16: grad_q -46.25 for -351.7 at scale 1",
+        _bf16_accumulator("grad_v of SDPA over 4096 queries and one key (P = 1, grad_out = ones)",
+                          lambda: _sdpa_grad_v_bf16())),
     ("matmul_backward", "native", "bfloat16"): Imprecision(
         "autograd's backward GEMM accumulates in bf16 (grad_b = a^T @ grad_out)", _bf16_accumulator(
             "grad_b of a @ b (a = ones(4096, 1), b = ones(1, 1), grad_out = ones)", lambda: _matmul_grad_b_bf16())),

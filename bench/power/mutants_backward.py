@@ -5,7 +5,7 @@ mutants_gemm's K loop; linear's grad_bias a lane sum over the rows), embedding_b
 sums over the positions naming each row, in tiles of sorted positions), rope_backward (rope's own
 mutable control on the gradient with each pair's second member negated before and after: the
 inverse rotation), cross_entropy_backward (the fused k (p - q) with softmax's lane-accumulated
-denominator, mutants_reduction's).
+denominator, mutants_reduction's), flash_attention_backward (FA2's backward: its dV, dQ and dK GEMMs as K loops).
 
 Each is the fp32 backward a Triton kernel writes, with its row sums in accumulate.lane_sum (256
 per-lane fp32 accumulators, then a tree): softmax's sum(g * y) and log_softmax's sum(g)
@@ -25,6 +25,7 @@ import torch
 
 import mutants_elementwise
 import mutants_reduction
+from mutants_attention import _heads, _scale
 from accumulate import k_loop, lane_sum, move_back, move_last
 from kernel import Args, MutableKernel, Outputs, case_dtype, f32
 from rounding import Mutation
@@ -168,6 +169,32 @@ def _rope_backward(args: Args, mut: Mutation) -> Outputs:
     return [(out * sign, dt)]
 
 
+def _flash_attention_backward(args: Args, mut: Mutation) -> Outputs:
+    """FlashAttention-2's backward in fp32 with the saved out and lse: P = exp(s - lse) rounded to the
+    input dtype before dV = P^T dO, dS = P (dO V^T - rowsum(dO * out)) rounded to the input dtype
+    before dQ = scale dS K and dK = scale dS^T Q; the three GEMMs as K loops over 32-wide tiles
+    (``accumulator``: every acc += tile); grad_k and grad_v summed over each GQA group."""
+    q, g, o, lse = f32(args["q"]), f32(args["grad_out"]), f32(args["out"]), f32(args["lse"])
+    in_dt = args["q"].dtype
+    h, hkv, lq, d = q.shape[-3], args["k"].shape[-3], q.shape[-2], q.shape[-1]
+    k, v = _heads(f32(args["k"]), h, -3), _heads(f32(args["v"]), h, -3)
+    sc = _scale(args, d)
+    s = (q @ k.transpose(-1, -2)) * sc
+    if args.get("causal"):
+        s = s.masked_fill(torch.ones(lq, k.shape[-2], dtype=torch.bool).triu(1), float("-inf"))
+    p = torch.exp(s - lse[..., None])
+    ds = p * (g @ v.transpose(-1, -2) - (g * o).sum(-1, keepdim=True))
+    p_in, ds_in = p.to(in_dt).float(), ds.to(in_dt).float()
+    dv = k_loop(p_in.transpose(-1, -2), g, mut, "accumulator")
+    dq = k_loop(ds_in, k, mut, "accumulator") * sc
+    dk = k_loop(ds_in.transpose(-1, -2), q, mut, "accumulator") * sc
+    if h != hkv:
+        dk = dk.unflatten(-3, (hkv, h // hkv)).sum(-3)
+        dv = dv.unflatten(-3, (hkv, h // hkv)).sum(-3)
+    dt = case_dtype(args, "q")
+    return [(dq, dt), (dk, dt), (dv, dt)]
+
+
 KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
     MutableKernel("softmax_backward", "y * (g - s), s = sum(g * y) in lane accumulators", {"row_sum": ROW_SUM},
                   _softmax_backward),
@@ -202,6 +229,11 @@ KERNELS: Dict[str, MutableKernel] = {k.op: k for k in (
                   _linear_backward),
     MutableKernel("silu_backward", "g * s * (1 + x * (1 - s)) in fp32",
                   {"derivative": "silu'(x) = s * (1 + x * (1 - s)) as formed"}, _silu_backward),
+    MutableKernel("flash_attention_backward",
+                  "FA2's backward in fp32: P = exp(s - lse) and dS rounded to the input dtype before the GEMMs, "
+                  "dV, dQ, dK as K loops over 32-wide tiles",
+                  {"accumulator": "acc += tile in the dV, dQ and dK GEMMs"}, _flash_attention_backward,
+                  work=lambda a: int(a["q"].numel() // max(a["q"].shape[-1], 1)) * (a["k"].shape[-2] + a["q"].shape[-1])),
     MutableKernel("swiglu_backward", "grad_gate = g * up * silu'(gate), grad_up = g * silu(gate), in fp32",
                   {"derivative": "silu'(gate) as formed"}, _swiglu_backward),
 )}

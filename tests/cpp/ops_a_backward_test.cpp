@@ -811,5 +811,186 @@ TEST(OpsABackward, LayerNormBackward) {
   score_op("layer_norm_backward", sc);
 }
 
+// ---- flash_attention_backward -------------------------------------------------------------------
+
+struct AttnShape {
+  std::int64_t B, H, Hkv, Lq, Lk, D;
+  bool causal;
+  double scale;  // 0: null (1/sqrt(D))
+};
+
+Json attn_attrs(const AttnShape& s) {
+  Json a = Json::object();
+  a["causal"] = s.causal;
+  a["enable_gqa"] = s.H != s.Hkv;
+  a["scale"] = s.scale == 0.0 ? Json(nullptr) : Json(s.scale);
+  return a;
+}
+
+// The fp64 forward (SDPA semantics: top-left causal, KV head h / (H / Hkv)): out and the natural-log
+// lse of the scaled scores over the attended keys.
+void attn_forward64(const AttnShape& s, const std::vector<double>& q, const std::vector<double>& k,
+                    const std::vector<double>& v, std::vector<double>& out, std::vector<double>& lse) {
+  const double scale = s.scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(s.D)) : s.scale;
+  out.assign(static_cast<std::size_t>(s.B * s.H * s.Lq * s.D), 0.0);
+  lse.assign(static_cast<std::size_t>(s.B * s.H * s.Lq), 0.0);
+  std::vector<double> sc(static_cast<std::size_t>(s.Lk));
+  for (std::int64_t b = 0; b < s.B; ++b)
+    for (std::int64_t h = 0; h < s.H; ++h) {
+      const std::int64_t hk = h / (s.H / s.Hkv);
+      for (std::int64_t i = 0; i < s.Lq; ++i) {
+        const std::int64_t row = (b * s.H + h) * s.Lq + i, n = s.causal ? std::min(i + 1, s.Lk) : s.Lk;
+        double m = -k_inf;
+        for (std::int64_t j = 0; j < n; ++j) {
+          double dot = 0.0;
+          for (std::int64_t c = 0; c < s.D; ++c) dot += q[row * s.D + c] * k[((b * s.Hkv + hk) * s.Lk + j) * s.D + c];
+          sc[j] = dot * scale;
+          m = std::max(m, sc[j]);
+        }
+        double l = 0.0;
+        for (std::int64_t j = 0; j < n; ++j) l += std::exp(sc[j] - m);
+        lse[row] = m + std::log(l);
+        for (std::int64_t j = 0; j < n; ++j)
+          for (std::int64_t c = 0; c < s.D; ++c)
+            out[row * s.D + c] += std::exp(sc[j] - m) / l * v[((b * s.Hkv + hk) * s.Lk + j) * s.D + c];
+      }
+    }
+}
+
+RefContext attn_bwd_ctx(const AttnShape& s, DType dt, const std::vector<double>& g, const std::vector<double>& q,
+                        const std::vector<double>& k, const std::vector<double>& v) {
+  std::vector<double> out, lse;
+  attn_forward64(s, q, k, v, out, lse);
+  for (auto& x : out) x = round_to(dt, x);
+  for (auto& x : lse) x = round_to(dt == DType::float64 ? dt : DType::float32, x);
+  const Shape qs{s.B, s.H, s.Lq, s.D}, ks{s.B, s.Hkv, s.Lk, s.D};
+  return make_ctx("flash_attention_backward", dt,
+                  {{"grad_out", arg(dt, qs, g)}, {"q", arg(dt, qs, q)}, {"k", arg(dt, ks, k)},
+                   {"v", arg(dt, ks, v)}, {"out", arg(dt, qs, out)}, {"lse", arg(DType::float32, {s.B, s.H, s.Lq}, lse)}},
+                  attn_attrs(s));
+}
+
+TEST(OpsABackward, FlashAttentionGradientsMatchCentralFiniteDifferences) {
+  // L(q, k, v) = sum grad_out * attention(q, k, v): central differences (h = 1e-6) of the fp64
+  // forward against the reference given that forward's exact out and lse, for grad_q, grad_k and
+  // grad_v; causal with Lq > Lk and Lq < Lk, GQA (grad_k, grad_v summed over the group), a scale.
+  Rng rng(2027);
+  for (const AttnShape& s : {AttnShape{1, 2, 2, 4, 6, 3, false, 0.0}, AttnShape{2, 4, 2, 5, 3, 4, true, 0.0},
+                             AttnShape{1, 3, 1, 3, 7, 2, true, 0.7}, AttnShape{1, 2, 1, 1, 1, 2, false, 0.0}}) {
+    const std::int64_t nq = s.B * s.H * s.Lq * s.D, nk = s.B * s.Hkv * s.Lk * s.D;
+    std::vector<double> q(nq), k(nk), v(nk), g(nq);
+    for (auto* x : {&q, &k, &v, &g})
+      for (auto& e : *x) e = rng.normal();
+    RefContext ctx = attn_bwd_ctx(s, DType::float64, g, q, k, v);
+    ctx.case_dtype = DType::float32;
+    auto ref = builtin_of("flash_attention_backward").reference(ctx);
+    ASSERT_TRUE(ref.ok()) << ref.error().message;
+    ASSERT_EQ(ref->size(), 3u);
+    auto loss = [&](const std::vector<double>& qq, const std::vector<double>& kk, const std::vector<double>& vv) {
+      std::vector<double> out, lse;
+      attn_forward64(s, qq, kk, vv, out, lse);
+      double l = 0.0;
+      for (std::size_t i = 0; i < out.size(); ++i) l += g[i] * out[i];
+      return l;
+    };
+    const double h = 1e-6;
+    std::vector<double>* inputs[] = {&q, &k, &v};
+    for (int which = 0; which < 3; ++which) {
+      std::vector<double>& x = *inputs[which];
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const double keep = x[i];
+        x[i] = keep + h;
+        const double lp = loss(q, k, v);
+        x[i] = keep - h;
+        const double lm = loss(q, k, v);
+        x[i] = keep;
+        const double fd = (lp - lm) / (2 * h);
+        EXPECT_NEAR(ref->at(which).value[i], fd, 1e-7 * (1.0 + std::fabs(fd)))
+            << ref->at(which).name << " " << i << " causal " << s.causal << " H " << s.H << " Hkv " << s.Hkv;
+      }
+    }
+  }
+}
+
+TEST(OpsABackward, FlashAttentionBackwardSpecialValuesAndShapeErrors) {
+  // A NaN in one query head's grad_out: that head's grad_q is NaN where the reference says so and
+  // any non-finite value is accepted over its group (masked products, softmax recomputation);
+  // another KV group is untouched and judged strictly.
+  const AttnShape s{1, 2, 2, 3, 4, 2, true, 0.0};
+  Rng rng(9);
+  std::vector<double> q(12), k(16), v(16), g(12);
+  for (auto* x : {&q, &k, &v, &g})
+    for (auto& e : *x) e = rng.normal();
+  RefContext ctx = attn_bwd_ctx(s, DType::float32, g, q, k, v);
+  ctx.inputs["grad_out"].data[2 * 2] = k_nan;  // head 0, row 2
+  auto ref = builtin_of("flash_attention_backward").reference(ctx);
+  ASSERT_TRUE(ref.ok()) << ref.error().message;
+  const RefOutput& gq = ref->at(0);
+  EXPECT_TRUE(std::isnan(gq.value[2 * 2]));             // row 2 of head 0: D is NaN
+  EXPECT_TRUE(std::isfinite(gq.value[0]));               // row 0 attends key 0 only: dS = P (dP - D) finite
+  EXPECT_EQ(gq.alt_nonfinite[0] & k_alt_nan, k_alt_nan);  // head 0 may be non-finite anywhere
+  for (int i = 6; i < 12; ++i) {                          // head 1 is its own KV group: strict
+    EXPECT_TRUE(std::isfinite(gq.value[i])) << i;
+    EXPECT_EQ(gq.alt_nonfinite[i], 0) << i;
+  }
+  // Causal: key 3 is attended by no row of 3 (rows 0..2): its gradients are exactly 0.
+  EXPECT_EQ(ref->at(1).value[(4 + 3) * 2], 0.0);
+  EXPECT_EQ(ref->at(2).value[(4 + 3) * 2], 0.0);
+  // lse of the wrong shape, and Hkv != H without enable_gqa, are errors, not crashes.
+  RefContext bad = ctx;
+  bad.inputs["lse"].shape = {1, 2, 2};
+  auto r1 = builtin_of("flash_attention_backward").reference(bad);
+  ASSERT_FALSE(r1.ok());
+  EXPECT_EQ(r1.error().code, ErrorCode::shape_mismatch);
+  const AttnShape gs{1, 2, 1, 3, 4, 2, false, 0.0};
+  std::vector<double> k1(8), v1(8);
+  RefContext ctx2 = attn_bwd_ctx(gs, DType::float32, g, q, k1, v1);
+  ctx2.attrs["enable_gqa"] = false;
+  auto r2 = builtin_of("flash_attention_backward").reference(ctx2);
+  ASSERT_FALSE(r2.ok());
+  EXPECT_EQ(r2.error().code, ErrorCode::shape_mismatch);
+}
+
+std::vector<Scenario> flash_backward_scenarios() {
+  struct S {
+    AttnShape shape;
+    double sigma;  // q and k spread: 3.2 gives scores over about +-30
+    const char* values;
+  };
+  const std::vector<S> shapes = {
+      {{1, 2, 2, 1, 1, 16, false, 0.0}, 1.0, "normal"},
+      {{1, 2, 2, 17, 130, 32, false, 0.0}, 3.2, "wide"},
+      {{1, 4, 2, 65, 65, 64, true, 0.0}, 3.2, "wide"},
+      {{2, 2, 1, 33, 200, 16, true, 0.5}, 1.0, "normal"},
+      {{1, 1, 1, 130, 70, 8, true, 1.0}, 1.0, "normal"},
+      {{1, 6, 3, 9, 300, 64, false, 0.0}, 2.0, "normal"},
+      {{1, 2, 2, 64, 257, 32, true, 0.125}, 3.2, "wide"},
+  };
+  const std::pair<Grad, const char*> grads[] = {{Grad::normal, "normal"}, {Grad::sparse, "sparse"}, {Grad::wide, "wide"}};
+  std::vector<Scenario> out;
+  Rng rng(91);
+  for (DType dt : k_dtypes)
+    for (const S& sh : shapes)
+      for (auto [kind, gname] : grads) {
+        const AttnShape& s = sh.shape;
+        const std::int64_t nq = s.B * s.H * s.Lq * s.D, nk = s.B * s.Hkv * s.Lk * s.D;
+        Scenario sc;
+        sc.label = "B=" + std::to_string(s.B) + " H=" + std::to_string(s.H) + " Hkv=" + std::to_string(s.Hkv) +
+                   " Lq=" + std::to_string(s.Lq) + " Lk=" + std::to_string(s.Lk) + " D=" + std::to_string(s.D) +
+                   (s.causal ? " causal" : "") + " " + sh.values + " grad " + gname;
+        sc.ctx = attn_bwd_ctx(s, dt, grad_values(rng, s.B * s.H * s.Lq, s.D, kind, dt),
+                              normal_values(rng, nq, 0.0, sh.sigma, dt), normal_values(rng, nk, 0.0, sh.sigma, dt),
+                              normal_values(rng, nk, 0.0, 1.0, dt));
+        out.push_back(std::move(sc));
+      }
+  return out;
+}
+
+TEST(OpsABackward, FlashAttentionBackward) {
+  // Shapes past one block (Lk > 64 and > 128, Lq > 64), causal with Lq > Lk and Lq < Lk, GQA, the
+  // scales; each bug must reach 20 on some scenario in every dtype, each control stay under 3.
+  score_op("flash_attention_backward", flash_backward_scenarios());
+}
+
 }  // namespace
 }  // namespace gpuemu::test_a

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -430,6 +431,105 @@ def test_rope_backward_through_autograd_in_fp32_passes_and_the_forward_rotation_
     bad = gpuemu.fuzz_op_in_process("rope_backward", rope_backward_forward_rotation, iterations=30, seed=37,
                                     value_distribution=strategy, vary_attrs=["style", "offset", "theta"], diagnose=False)
     assert bad.failed > 0, bad.summary()
+
+
+def _attn_expand(i, x):
+    h, hkv = i["q"].shape[-3], x.shape[-3]
+    return x.repeat_interleave(h // hkv, dim=-3) if h != hkv else x
+
+
+def flash_attention_backward_autograd_fp32(i):
+    """Autograd through softmax(q k^T * scale [+ causal mask]) v in fp32 (GQA by repeat_interleave)."""
+    dt = i["q"].dtype
+    q, k, v = (i[n].detach().float().requires_grad_(True) for n in ("q", "k", "v"))
+    d = q.shape[-1]
+    sc = i["scale"] if i["scale"] is not None else d ** -0.5
+    s = q @ _attn_expand(i, k).transpose(-1, -2) * sc
+    if i["causal"]:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    (torch.softmax(s, -1) @ _attn_expand(i, v)).backward(i["grad_out"].float())
+    return q.grad.to(dt), k.grad.to(dt), v.grad.to(dt)
+
+
+def flash_attention_backward_fa2(i, d_from_out=True, dq_scaled=True, lse_base2=False):
+    """FA2's formulas with the saved out and lse in fp32; the bug switches: D = rowsum(dO) without
+    out, dq without the scale, the lse read as the Triton tutorial's base-2 one (m + log2 l)."""
+    dt = i["q"].dtype
+    q, k, v, g, o, lse = (i[n].float() for n in ("q", "k", "v", "grad_out", "out", "lse"))
+    sc = i["scale"] if i["scale"] is not None else q.shape[-1] ** -0.5
+    kk, vv = _attn_expand(i, k), _attn_expand(i, v)
+    s = q @ kk.transpose(-1, -2) * sc
+    if i["causal"]:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    p = torch.exp2(s * 1.4426950408889634 - lse[..., None]) if lse_base2 else torch.exp(s - lse[..., None])
+    dv = p.transpose(-1, -2) @ g
+    dd = (g * o).sum(-1, keepdim=True) if d_from_out else g.sum(-1, keepdim=True)
+    ds = p * (g @ vv.transpose(-1, -2) - dd)
+    dq = ds @ kk * (sc if dq_scaled else 1.0)
+    dk = ds.transpose(-1, -2) @ q * sc
+    grp = q.shape[-3] // k.shape[-3]
+    if grp > 1:
+        dk, dv = dk.unflatten(-3, (k.shape[-3], grp)).sum(-3), dv.unflatten(-3, (k.shape[-3], grp)).sum(-3)
+    return dq.to(dt), dk.to(dt), dv.to(dt)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_flash_attention_backward_through_autograd_and_fa2s_formulas_in_fp32_passes(strategy):
+    for fn in (flash_attention_backward_autograd_fp32, flash_attention_backward_fa2):
+        ok = gpuemu.fuzz_op_in_process("flash_attention_backward", fn, iterations=25, seed=41,
+                                       value_distribution=strategy, vary_attrs=["causal", "scale", "enable_gqa"],
+                                       diagnose=False)
+        assert ok.ok, (fn.__name__, ok.summary())
+
+
+@pytest.mark.parametrize("bug,grad", [
+    (lambda i: flash_attention_backward_fa2(i, d_from_out=False), None),
+    (lambda i: flash_attention_backward_fa2(i, dq_scaled=False), "grad_q"),
+    # the lse read as base 2 where the op's is natural log: P off by a factor e^(0.44 lse)
+    (lambda i: flash_attention_backward_fa2(i, lse_base2=True), None),
+])
+def test_flash_attention_backward_bug_classes_are_caught(bug, grad):
+    bad = gpuemu.fuzz_op_in_process("flash_attention_backward", bug, iterations=25, seed=43,
+                                    vary_attrs=["causal", "scale", "enable_gqa"], diagnose=False)
+    assert bad.failed > 0, bad.summary()
+    if grad:
+        assert all(grad in f.message for f in bad.failures), bad.summary()
+
+
+def test_flash_attention_backward_saved_out_and_lse_are_the_forwards(daemon):
+    # The cases' out and lse are the fp64 forward of their q, k, v, rounded once (out to the case
+    # dtype, lse to fp32, natural log): the reference forward of each case gives them back to that
+    # rounding. backward=True on flash_attention stays refused: its backward takes the saved out and
+    # lse, which autograd keeps inside the kernel.
+    daemon.start()
+    with gpuemu.Client() as c:
+        batch = c.get_test_batch("flash_attention_backward", count=8, seed=47, value_distribution="regular",
+                                 layouts=False, framework="numpy", vary_attrs=["causal", "scale", "enable_gqa"])
+        with pytest.raises(gpuemu.ValidationError, match="saved out, lse"):
+            c.fuzz_op_client_side("flash_attention", flash_attention_backward_autograd_fp32, iterations=2,
+                                  backward=True)
+    assert len(batch) == 8
+    for case in batch:
+        x, a = case["inputs"], case["attrs"]
+        ref_out = gpuemu.reference("flash_attention", {"q": x["q"], "k": x["k"], "v": x["v"]}, causal=a["causal"],
+                                   scale=a["scale"], enable_gqa=a["enable_gqa"])
+        out = np.asarray(x["out"], dtype=np.float64)
+        # one rounding: half an ulp, or half the subnormal spacing below the smallest normal
+        u, sub = {"float32": (2.0 ** -24, 2.0 ** -150), "float16": (2.0 ** -11, 2.0 ** -25),
+                  "bfloat16": (2.0 ** -8, 2.0 ** -134)}[case["dtype"]]
+        bad = np.abs(out - ref_out) > u * np.abs(ref_out) + sub
+        assert not bad.any(), (case["dtype"], out[bad][:5], ref_out[bad][:5])
+        q, k = np.asarray(x["q"], np.float64), np.asarray(x["k"], np.float64)
+        h, hkv, d = q.shape[1], k.shape[1], q.shape[-1]
+        kk = np.repeat(k, h // hkv, axis=1)
+        sc = a["scale"] if a["scale"] is not None else d ** -0.5
+        s = q @ np.swapaxes(kk, -1, -2) * sc
+        if a["causal"]:
+            s = np.where(np.triu(np.ones(s.shape[-2:], bool), 1), -np.inf, s)
+        m = s.max(-1, keepdims=True)
+        lse = (m + np.log(np.exp(s - m).sum(-1, keepdims=True)))[..., 0]
+        got = np.asarray(x["lse"], dtype=np.float64)
+        assert np.all(np.abs(got - lse) <= 2.0 ** -24 * np.abs(lse) + 1e-30)
 
 
 def test_torch_1_13s_gelu_backward_on_a_transposed_grad_out_stays_caught():

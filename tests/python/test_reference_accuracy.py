@@ -733,6 +733,52 @@ def _flash_attention(p):
             assert_close(got, want, sc, what=f"flash_attention {p} causal={causal} scale={scale}")
 
 
+@check("flash_attention_backward", FLASH_PARAMS)
+def _flash_attention_backward(p):
+    # Against torch's float64 autograd through softmax(q k^T * scale) v, and through torch 1.13's
+    # SDPA (torch._scaled_dot_product_attention_math) at the default scale (GQA by repeat_interleave,
+    # whose backward sums each group), the reference given that forward's exact float64 out and
+    # (natural-log) lse. scale: P (|dO| |v|^T + sum|dO out|) times |k| or |q| (dq, dk), P^T |dO| (dv).
+    B, H, Hkv, Lq, Lk, D = p
+    g = rng_for("flash_attention_backward", p)
+    q, k, v, go = (normal(g, (B, H, Lq, D)), normal(g, (B, Hkv, Lk, D)), normal(g, (B, Hkv, Lk, D)),
+                   normal(g, (B, H, Lq, D)))
+    gqa = Hkv != H
+    for causal in (False, True):
+        for scale in (None, 0.5):
+            qd, kd, vd = (t64(x).requires_grad_(True) for x in (q, k, v))
+            out, _ = torch_attention(qd, kd, vd, causal, scale)
+            out.backward(t64(go))
+            s = 1.0 / math.sqrt(D) if scale is None else scale
+            kr, vr = t64(k), t64(v)
+            if gqa:
+                kr, vr = kr.repeat_interleave(H // Hkv, dim=1), vr.repeat_interleave(H // Hkv, dim=1)
+            scores = (t64(q) @ kr.transpose(-1, -2)) * s
+            if causal:
+                scores = scores.masked_fill(torch.ones(Lq, Lk, dtype=torch.bool).triu(1), -math.inf)
+            lse = torch.logsumexp(scores, -1)
+            o = out.detach()
+            got = gpuemu.reference("flash_attention_backward",
+                                   {"grad_out": go, "q": q, "k": k, "v": v, "out": o.numpy(), "lse": lse.numpy()},
+                                   causal=causal, scale=scale, enable_gqa=gqa)
+            P = torch.softmax(scores, -1)
+            ds_scale = P * (t64(go).abs() @ vr.abs().transpose(-1, -2) + (t64(go) * o).abs().sum(-1, keepdim=True))
+            fold = (lambda x: x.reshape(B, Hkv, H // Hkv, Lk, D).sum(2))
+            what = f"flash_attention_backward {p} causal={causal} scale={scale}"
+            assert_close(got[0], qd.grad, abs(s) * ds_scale @ kr.abs(), what=what + " grad_q")
+            assert_close(got[1], kd.grad, fold(abs(s) * ds_scale.transpose(-1, -2) @ t64(q).abs()), what=what + " grad_k")
+            assert_close(got[2], vd.grad, fold(P.transpose(-1, -2) @ t64(go).abs()), what=what + " grad_v")
+            if scale is None and hasattr(torch, "_scaled_dot_product_attention_math"):
+                # torch 1.13's SDPA (no scale argument, no GQA there: k, v repeated), float64 autograd
+                qs, ks, vs = (t64(x).requires_grad_(True) for x in (q, k, v))
+                kk, vv = (ks.repeat_interleave(H // Hkv, dim=1), vs.repeat_interleave(H // Hkv, dim=1)) if gqa else (ks, vs)
+                torch._scaled_dot_product_attention_math(qs, kk, vv, None, 0.0, False, causal)[0].backward(t64(go))
+                assert_close(got[0], qs.grad, abs(s) * ds_scale @ kr.abs(), what=what + " grad_q (SDPA)")
+                assert_close(got[1], ks.grad, fold(abs(s) * ds_scale.transpose(-1, -2) @ t64(q).abs()),
+                             what=what + " grad_k (SDPA)")
+                assert_close(got[2], vs.grad, fold(P.transpose(-1, -2) @ t64(go).abs()), what=what + " grad_v (SDPA)")
+
+
 @check("decode_attention", [(1, 2, 2, 5, 4), (3, 4, 2, 129, 24), (2, 8, 1, 33, 64)])
 def _decode_attention(p):
     B, H, Hkv, L, D = p

@@ -546,7 +546,75 @@ void derive_layer_norm_stat(TestCase& c, const std::string& name, bool mean_of) 
 
 }  // namespace
 
+namespace {
+
+// flash_attention_backward's saved forward outputs (domains "saved_attention_out" and
+// "saved_attention_lse"): an fp64 forward of the case's q [B, H, Lq, D], k and v [B, Hkv, Lk, D]
+// under its attrs (causal top-left, scale or 1/sqrt(D), KV head h / (H / Hkv)), out rounded once to
+// its dtype and lse (natural log, log sum_j exp(s_ij) over the attended keys) to fp32, as a forward
+// kernel stores them. Masked keys take no part; a NaN among the attended scores makes the row NaN,
+// an all -Inf row gives NaN out and lse (0/0), as the forward reference does.
+void derive_saved_attention(const OpSchema& s, TestCase& c) {
+  Tensor* out = nullptr;
+  Tensor* lse = nullptr;
+  for (const auto& spec : s.inputs) {
+    auto it = c.inputs.find(spec.name);
+    if (it == c.inputs.end()) continue;
+    if (spec.domain == "saved_attention_out") out = &it->second;
+    if (spec.domain == "saved_attention_lse") lse = &it->second;
+  }
+  auto qi = c.inputs.find("q"), ki = c.inputs.find("k"), vi = c.inputs.find("v");
+  if ((!out && !lse) || qi == c.inputs.end() || ki == c.inputs.end() || vi == c.inputs.end()) return;
+  const Shape& qs = qi->second.shape();
+  const Shape& ks = ki->second.shape();
+  if (qs.size() != 4 || ks.size() != 4 || vi->second.shape() != ks || ks[0] != qs[0] || ks[3] != qs[3]) return;
+  const std::int64_t B = qs[0], H = qs[1], Lq = qs[2], D = qs[3], Hkv = ks[1], Lk = ks[2];
+  if (Hkv < 1 || H % Hkv != 0) return;
+  if (out && out->numel() != B * H * Lq * D) out = nullptr;
+  if (lse && lse->numel() != B * H * Lq) lse = nullptr;
+  const bool causal = c.attrs.contains("causal") && c.attrs["causal"].is_boolean() && c.attrs["causal"].get<bool>();
+  double scale = D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
+  if (c.attrs.contains("scale") && c.attrs["scale"].is_number()) scale = c.attrs["scale"].get<double>();
+  const auto q = qi->second.to_f64(), k = ki->second.to_f64(), v = vi->second.to_f64();
+  std::vector<double> sc(static_cast<std::size_t>(std::max<std::int64_t>(Lk, 1))), o(static_cast<std::size_t>(D));
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < H; ++h) {
+      const std::int64_t hk = h / (H / Hkv);
+      const double* kb = k.data() + (b * Hkv + hk) * Lk * D;
+      const double* vb = v.data() + (b * Hkv + hk) * Lk * D;
+      for (std::int64_t i = 0; i < Lq; ++i) {
+        const std::int64_t row = (b * H + h) * Lq + i;
+        const double* qr = q.data() + row * D;
+        const std::int64_t n = causal ? std::min(i + 1, Lk) : Lk;
+        double m = -k_inf;
+        bool nan = false;
+        for (std::int64_t j = 0; j < n; ++j) {
+          double dot = 0.0;
+          for (std::int64_t d = 0; d < D; ++d) dot += qr[d] * kb[j * D + d];
+          sc[static_cast<std::size_t>(j)] = dot * scale;
+          nan |= std::isnan(sc[static_cast<std::size_t>(j)]);
+          m = std::max(m, sc[static_cast<std::size_t>(j)]);
+        }
+        if (nan) m = std::numeric_limits<double>::quiet_NaN();
+        double l = 0.0;
+        for (std::int64_t j = 0; j < n; ++j) l += std::exp(sc[static_cast<std::size_t>(j)] - m);
+        std::fill(o.begin(), o.end(), 0.0);
+        for (std::int64_t j = 0; j < n; ++j) {
+          const double p = std::exp(sc[static_cast<std::size_t>(j)] - m) / l;
+          for (std::int64_t d = 0; d < D; ++d) o[static_cast<std::size_t>(d)] += p * vb[j * D + d];
+        }
+        if (n == 0) std::fill(o.begin(), o.end(), std::numeric_limits<double>::quiet_NaN());
+        if (out)
+          for (std::int64_t d = 0; d < D; ++d) out->set_flat(row * D + d, round_to(out->dtype(), o[static_cast<std::size_t>(d)]));
+        if (lse) lse->set_flat(row, round_to(lse->dtype(), n == 0 ? -k_inf : m + std::log(l)));
+      }
+    }
+}
+
+}  // namespace
+
 void derive_saved(const OpSchema& s, TestCase& c) {
+  derive_saved_attention(s, c);
   for (const auto& spec : s.inputs) {
     if (spec.domain == "saved_mean" || spec.domain == "saved_ln_rstd") {
       derive_layer_norm_stat(c, spec.name, spec.domain == "saved_mean");

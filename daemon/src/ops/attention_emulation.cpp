@@ -109,4 +109,73 @@ void attention_row(const float* q, const float* kt, std::int64_t ld_kt, const fl
   for (std::int64_t c = 0; c < d; ++c) out[c] /= wsum;
 }
 
+void attention_backward_head(const float* q, const float* k, const float* v, const float* dout,
+                             const float* out, const float* lse, std::int64_t lq, std::int64_t lk,
+                             std::int64_t d, float scale, bool causal, DType input_dtype,
+                             const AttentionBackwardEmulation& cfg, float* dq, float* dk, float* dv) {
+  std::fill(dq, dq + lq * d, 0.0f);
+  std::fill(dk, dk + lk * d, 0.0f);
+  std::fill(dv, dv + lk * d, 0.0f);
+  if (lq <= 0 || lk <= 0 || d <= 0) return;
+  const bool masked = causal && cfg.apply_causal;
+  auto dot = [d](const float* a, const float* b) {
+    float acc = 0.0f;
+    for (std::int64_t c = 0; c < d; ++c) acc += a[c] * b[c];
+    return acc;
+  };
+  // Per row: D_i and the statistic P is recomputed against (in the kernel's base).
+  std::vector<float> Di(static_cast<std::size_t>(lq)), stat(static_cast<std::size_t>(lq));
+  const float score_scale = cfg.exp2 ? scale * k_log2e : scale;
+  for (std::int64_t i = 0; i < lq; ++i) {
+    float acc = 0.0f;
+    for (std::int64_t c = 0; c < d; ++c) acc += cfg.d_uses_out ? dout[i * d + c] * out[i * d + c] : dout[i * d + c];
+    Di[i] = acc;
+    if (cfg.stats == AttnBackwardStats::max_only) {
+      const std::int64_t n = masked ? std::min(i + 1, lk) : lk;
+      float m = k_neg_inf_f;
+      for (std::int64_t j = 0; j < n; ++j) m = std::max(m, dot(q + i * d, k + j * d) * score_scale);
+      stat[i] = m;
+    } else {
+      stat[i] = cfg.exp2 ? lse[i] * k_log2e : lse[i];
+    }
+  }
+  const std::int64_t bm = cfg.block_m > 0 ? cfg.block_m : lq, bn = cfg.block_n > 0 ? cfg.block_n : lk;
+  std::vector<float> tile_dk(static_cast<std::size_t>(bn * d)), tile_dv(static_cast<std::size_t>(bn * d));
+  std::vector<float> tile_dq(static_cast<std::size_t>(bm * d));
+  for (std::int64_t j0 = 0; j0 < lk; j0 += bn) {
+    const std::int64_t j1 = std::min(lk, j0 + bn);
+    for (std::int64_t i0 = 0; i0 < lq; i0 += bm) {
+      const std::int64_t i1 = std::min(lq, i0 + bm);
+      if (masked && i1 - 1 < j0) continue;  // the tile lies wholly above the diagonal
+      std::fill(tile_dk.begin(), tile_dk.end(), 0.0f);
+      std::fill(tile_dv.begin(), tile_dv.end(), 0.0f);
+      std::fill(tile_dq.begin(), tile_dq.end(), 0.0f);
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const float* qi = q + i * d;
+        const float* gi = dout + i * d;
+        for (std::int64_t j = j0; j < j1; ++j) {
+          if (masked && j > i) break;
+          const float sraw = dot(qi, k + j * d);
+          const float arg = cfg.stats == AttnBackwardStats::unscaled_lse ? sraw - stat[i]
+                                                                          : sraw * score_scale - stat[i];
+          const float p = cfg.exp2 ? std::exp2(arg) : std::exp(arg);
+          const float pin = cfg.round_p ? round_lowp(input_dtype, p) : p;
+          axpy_f32(pin, gi, tile_dv.data() + (j - j0) * d, d);
+          const float dp = dot(gi, v + j * d);
+          const float ds = p * (dp - Di[i]);
+          const float dsin = cfg.round_ds ? round_lowp(input_dtype, ds) : ds;
+          axpy_f32(dsin, qi, tile_dk.data() + (j - j0) * d, d);
+          axpy_f32(dsin, k + j * d, tile_dq.data() + (i - i0) * d, d);
+        }
+      }
+      add_f32(tile_dk.data(), dk + j0 * d, (j1 - j0) * d);
+      add_f32(tile_dv.data(), dv + j0 * d, (j1 - j0) * d);
+      add_f32(tile_dq.data(), dq + i0 * d, (i1 - i0) * d);
+    }
+  }
+  for (std::int64_t x = 0; x < lk * d; ++x) dk[x] *= scale;
+  if (cfg.dq_scaled)
+    for (std::int64_t x = 0; x < lq * d; ++x) dq[x] *= scale;
+}
+
 }  // namespace gpuemu::ops

@@ -12,6 +12,7 @@
 #include "ops/attention_reference.hpp"
 #include "ops/gemm_blas.hpp"
 #include "ops/gemm_emulation.hpp"
+#include "ops/lowp_emu.hpp"
 #include "ops/op_util.hpp"
 #include "ops/register.hpp"
 
@@ -23,6 +24,8 @@ namespace gpuemu::ops {
 namespace {
 
 using KernelOut = Result<std::vector<std::vector<double>>>;
+
+constexpr double k_u_fp32_attn = 0x1.0p-24;
 
 Error shape_error(const std::string& msg) {
   return make_error(ErrorCode::shape_mismatch, msg);
@@ -347,11 +350,235 @@ BuiltinOp make_decode() {
   return op;
 }
 
+// ---- flash_attention_backward --------------------------------------------------------------
+// grad_out, q [B, H, Lq, D], k, v [B, Hkv, Lk, D], the saved out [B, H, Lq, D] and lse [B, H, Lq];
+// outputs grad_q, grad_k, grad_v. Reference: attention_backward_block_reference, one query head at
+// a time, grad_k and grad_v summed over each KV head's group. Controls: FlashAttention-2 / Triton
+// style tiled fp32 backward kernels (attention_backward_head). Buggy: dq without the scale, P
+// recomputed from the wrong statistics, D without out, the causal mask not applied, GQA's grad_k
+// and grad_v from the first head of each group only.
+
+struct AttnBwdProblem {
+  std::int64_t B = 0, H = 0, Hkv = 0, Lq = 0, Lk = 0, D = 0;
+  double scale = 1.0;
+  bool causal = false;
+  const double *g = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *lse = nullptr;
+  Shape q_shape, kv_shape;
+  std::int64_t group() const { return H / Hkv; }
+};
+
+Result<AttnBwdProblem> attn_bwd_problem(const RefContext& ctx) {
+  const RefArg &g = ctx.input("grad_out"), &q = ctx.input("q"), &k = ctx.input("k"),
+               &v = ctx.input("v"), &o = ctx.input("out"), &lse = ctx.input("lse");
+  if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape != k.shape || g.shape != q.shape ||
+      o.shape != q.shape || k.shape[0] != q.shape[0] || k.shape[3] != q.shape[3] ||
+      lse.shape != Shape{q.shape[0], q.shape[1], q.shape[2]})
+    return shape_error(
+        "flash_attention_backward needs grad_out, q and out [B, H, Lq, D], k and v [B, Hkv, Lk, D] "
+        "and lse [B, H, Lq]; got grad_out " + shape_to_string(g.shape) + ", q " + shape_to_string(q.shape) +
+        ", k " + shape_to_string(k.shape) + ", v " + shape_to_string(v.shape) + ", out " +
+        shape_to_string(o.shape) + ", lse " + shape_to_string(lse.shape));
+  AttnBwdProblem p;
+  p.B = q.shape[0], p.H = q.shape[1], p.Lq = q.shape[2], p.D = q.shape[3];
+  p.Hkv = k.shape[1], p.Lk = k.shape[2];
+  if (!ctx.attr_bool("enable_gqa") && p.Hkv != p.H)
+    return shape_error("flash_attention_backward: Hkv (" + std::to_string(p.Hkv) + ") must equal H (" +
+                       std::to_string(p.H) + ") unless enable_gqa");
+  if (p.Hkv <= 0 || p.H % p.Hkv != 0)
+    return shape_error("flash_attention_backward: H (" + std::to_string(p.H) +
+                       ") must be a multiple of Hkv (" + std::to_string(p.Hkv) + ")");
+  p.scale = resolve_scale(ctx, p.D);
+  p.causal = ctx.attr_bool("causal");
+  p.g = g.data.data(), p.q = q.data.data(), p.k = k.data.data(), p.v = v.data.data();
+  p.o = o.data.data(), p.lse = lse.data.data();
+  p.q_shape = q.shape, p.kv_shape = k.shape;
+  return p;
+}
+
+Result<std::vector<RefOutput>> attn_bwd_reference(const RefContext& ctx) {
+  GPUEMU_TRY(AttnBwdProblem p, attn_bwd_problem(ctx));
+  const std::int64_t nq = shape_numel(p.q_shape), nkv = shape_numel(p.kv_shape);
+  RefVec dq(nq), cdq(nq), idq(nq), dk(nkv), cdk(nkv), idk(nkv), dv(nkv), cdv(nkv), idv(nkv);
+  const DTypeInfo& in = dtype_info(ctx.input("q").dtype);
+  const double flush_w = in.is_floating && in.unit_roundoff > 0 ? in.min_subnormal / 2 / in.unit_roundoff : 0.0;
+  const bool lowp_in = in.is_floating && in.unit_roundoff > k_u_fp32_attn;
+  std::vector<std::uint8_t> alt_q(static_cast<std::size_t>(nq), 0), alt_k(static_cast<std::size_t>(nkv), 0),
+      alt_v(static_cast<std::size_t>(nkv), 0);
+  const std::int64_t qh = p.Lq * p.D, kh = p.Lk * p.D;
+  for (std::int64_t b = 0; b < p.B; ++b)
+    for (std::int64_t hk = 0; hk < p.Hkv; ++hk) {
+      const std::int64_t h0 = hk * p.group(), kv0 = (b * p.Hkv + hk) * kh;
+      // Non-finite inputs anywhere in the group: a kernel's masked products (0·Inf), its softmax
+      // recomputation or its sums may turn them into any non-finite value in any of the group's
+      // gradients; the reference's own non-finite results may also be zeros (FA2's empty rows).
+      bool special = !all_finite(p.k + kv0, kh) || !all_finite(p.v + kv0, kh);
+      for (std::int64_t h = h0; h < h0 + p.group() && !special; ++h) {
+        const std::int64_t q0 = (b * p.H + h) * qh;
+        special = !all_finite(p.q + q0, qh) || !all_finite(p.g + q0, qh) || !all_finite(p.o + q0, qh) ||
+                  !all_finite(p.lse + (b * p.H + h) * p.Lq, p.Lq);
+      }
+      double max_mid = 0.0;
+      std::vector<std::uint8_t> ovf_k(static_cast<std::size_t>(p.Lk), 0);
+      std::vector<std::uint8_t> ovf_q(static_cast<std::size_t>(p.Lq * p.group()), 0);
+      std::vector<std::uint8_t> unres_k(static_cast<std::size_t>(p.Lk), 0);
+      for (std::int64_t h = h0; h < h0 + p.group(); ++h) {
+        const std::int64_t q0 = (b * p.H + h) * qh;
+        AttentionBackwardBlock blk;
+        blk.q = p.q + q0, blk.dout = p.g + q0, blk.out = p.o + q0, blk.lse = p.lse + (b * p.H + h) * p.Lq;
+        blk.k = p.k + kv0, blk.v = p.v + kv0;
+        blk.lq = p.Lq, blk.lk = p.Lk, blk.d = p.D, blk.scale = p.scale, blk.causal = p.causal;
+        blk.kv_rows = p.group() * p.Lq;
+        blk.p_min_normal = in.min_normal;
+        blk.p_flush_weight = flush_w;
+        blk.policy_weight = policy_weight(ctx);
+        blk.dq = dq.data() + q0, blk.c_acc_dq = cdq.data() + q0, blk.c_in_dq = idq.data() + q0;
+        blk.dk = dk.data() + kv0, blk.c_acc_dk = cdk.data() + kv0, blk.c_in_dk = idk.data() + kv0;
+        blk.dv = dv.data() + kv0, blk.c_acc_dv = cdv.data() + kv0, blk.c_in_dv = idv.data() + kv0;
+        blk.max_intermediate = &max_mid;
+        blk.in_max = lowp_in ? in.max_finite : 0.0;
+        blk.ds_overflow_q = ovf_q.data() + (h - h0) * p.Lq;
+        blk.ds_overflow_k = ovf_k.data();
+        blk.unresolved_q = ovf_q.data() + (h - h0) * p.Lq;  // grad_q's rows: any non-finite, as an overflow
+        blk.unresolved_k = unres_k.data();
+        blk.special = special;
+        attention_backward_block_reference(blk);
+      }
+      // The group's outputs: fp32 intermediates that may overflow make them indeterminate
+      // (overflow_guard); dS rounded to a 16-bit input dtype may overflow it (Inf, then NaN).
+      // A bound past fp64's range (capped condition terms times inputs near fp32's) stays a
+      // finite huge number: the verdict reads a finite c_acc past fp32's range as indeterminate.
+      auto finish = [&](RefVec& val, RefVec& c_acc, RefVec& c_in, std::vector<std::uint8_t>& alt,
+                        std::int64_t at, std::int64_t n, const std::uint8_t* ovf_rows) {
+        for (std::int64_t x = at; x < at + n; ++x) {
+          c_acc[x] = overflow_guard(std::min(c_acc[x], 1e300), max_mid);
+          c_in[x] = std::min(c_in[x], 1e300);
+          if (special) alt[x] |= k_alt_any_nonfinite | (std::isfinite(val[x]) ? 0 : k_alt_zero);
+          if (ovf_rows && ovf_rows[(x - at) / p.D]) alt[x] |= k_alt_any_nonfinite;
+        }
+      };
+      for (std::int64_t h = h0; h < h0 + p.group(); ++h)
+        finish(dq, cdq, idq, alt_q, (b * p.H + h) * qh, qh, ovf_q.data() + (h - h0) * p.Lq);
+      for (std::int64_t j = 0; j < p.Lk; ++j) ovf_k[j] |= unres_k[j];
+      finish(dk, cdk, idk, alt_k, kv0, kh, ovf_k.data());
+      finish(dv, cdv, idv, alt_v, kv0, kh, unres_k.data());
+    }
+  auto output = [&](const char* name, std::size_t index, const Shape& shape, RefVec v, RefVec c, RefVec i,
+                    std::vector<std::uint8_t> alt) {
+    RefOutput r;
+    r.name = name;
+    r.dtype = ctx.output_dtype(index);
+    r.shape = shape;
+    r.value = std::move(v);
+    r.c_acc = std::move(c);
+    r.c_in = std::move(i);
+    r.alt_nonfinite = std::move(alt);
+    return r;
+  };
+  std::vector<RefOutput> outs;
+  outs.push_back(output("grad_q", 0, p.q_shape, std::move(dq), std::move(cdq), std::move(idq), std::move(alt_q)));
+  outs.push_back(output("grad_k", 1, p.kv_shape, std::move(dk), std::move(cdk), std::move(idk), std::move(alt_k)));
+  outs.push_back(output("grad_v", 2, p.kv_shape, std::move(dv), std::move(cdv), std::move(idv), std::move(alt_v)));
+  return outs;
+}
+
+enum class AttnBwdBug { none, gqa_first_head };
+
+KernelFn attn_bwd_emulated(AttentionBackwardEmulation cfg, AttnBwdBug bug = AttnBwdBug::none) {
+  return [=](const RefContext& ctx) -> KernelOut {
+    GPUEMU_TRY(AttnBwdProblem p, attn_bwd_problem(ctx));
+    const std::int64_t nq = shape_numel(p.q_shape), nkv = shape_numel(p.kv_shape);
+    const std::int64_t qh = p.Lq * p.D, kh = p.Lk * p.D;
+    const std::vector<float> q = to_f32(p.q, nq), g = to_f32(p.g, nq), o = to_f32(p.o, nq);
+    const std::vector<float> k = to_f32(p.k, nkv), v = to_f32(p.v, nkv);
+    const std::vector<float> lse = to_f32(p.lse, p.B * p.H * p.Lq);
+    std::vector<float> dq(static_cast<std::size_t>(nq)), dk_h(static_cast<std::size_t>(p.B * p.H * kh)),
+        dv_h(static_cast<std::size_t>(p.B * p.H * kh));
+    const float scale = f32(p.scale);
+    parallel_for(
+        p.B * p.H,
+        [&](std::int64_t h0, std::int64_t h1) {
+          for (std::int64_t bh = h0; bh < h1; ++bh) {
+            const std::int64_t b = bh / p.H, h = bh % p.H;
+            const std::int64_t kv0 = (b * p.Hkv + h / p.group()) * kh;
+            attention_backward_head(q.data() + bh * qh, k.data() + kv0, v.data() + kv0, g.data() + bh * qh,
+                                    o.data() + bh * qh, lse.data() + bh * p.Lq, p.Lq, p.Lk, p.D, scale,
+                                    p.causal, ctx.case_dtype, cfg, dq.data() + bh * qh,
+                                    dk_h.data() + bh * kh, dv_h.data() + bh * kh);
+          }
+        },
+        1);
+    // grad_k and grad_v: each query head's fp32 partial summed over the group in fp32, as autograd
+    // sums repeat_interleave's copies (the bug keeps the group's first head alone).
+    std::vector<float> dk(static_cast<std::size_t>(nkv), 0.0f), dv(static_cast<std::size_t>(nkv), 0.0f);
+    for (std::int64_t bh = 0; bh < p.B * p.H; ++bh) {
+      const std::int64_t b = bh / p.H, h = bh % p.H;
+      if (bug == AttnBwdBug::gqa_first_head && h % p.group() != 0) continue;
+      const std::int64_t kv0 = (b * p.Hkv + h / p.group()) * kh;
+      add_f32(dk_h.data() + bh * kh, dk.data() + kv0, kh);
+      add_f32(dv_h.data() + bh * kh, dv.data() + kv0, kh);
+    }
+    auto rounded = [](DType dt, const std::vector<float>& x) {
+      std::vector<double> r(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) r[i] = round_to(dt, static_cast<double>(x[i]));
+      return r;
+    };
+    return std::vector<std::vector<double>>{rounded(ctx.output_dtype(0), dq), rounded(ctx.output_dtype(1), dk),
+                                            rounded(ctx.output_dtype(2), dv)};
+  };
+}
+
+AttentionBackwardEmulation attn_bwd_tiles(std::int64_t bm, std::int64_t bn, bool round_p, bool round_ds,
+                                          bool exp2 = false) {
+  AttentionBackwardEmulation e;
+  e.block_m = bm, e.block_n = bn, e.round_p = round_p, e.round_ds = round_ds, e.exp2 = exp2;
+  return e;
+}
+
+BuiltinOp make_flash_backward() {
+  BuiltinOp op;
+  op.name = "flash_attention_backward";
+  op.reference = attn_bwd_reference;
+  const AttentionBackwardEmulation fa2 = attn_bwd_tiles(64, 64, true, true);
+  op.controls = {
+      {"fa2_bm64_bn64_p_ds_rounded",
+       "FlashAttention-2 style: BLOCK_M=BLOCK_N=64 tiles, P = exp(s - lse) in fp32, P and dS rounded "
+       "to the input dtype before the dV and dQ/dK GEMMs",
+       attn_bwd_emulated(fa2)},
+      {"triton_exp2_bm32_bn128",
+       "Triton tutorial form: exp2(s*scale*log2(e) - lse*log2(e)) over BLOCK_M=32 x BLOCK_N=128 tiles, "
+       "P and dS rounded to the input dtype",
+       attn_bwd_emulated(attn_bwd_tiles(32, 128, true, true, true))},
+      {"fp32_plain", "plain fp32: P and dS kept in fp32, one sequential pass over keys and rows",
+       attn_bwd_emulated(attn_bwd_tiles(0, 0, false, false))},
+  };
+  auto with = [&](auto change) {
+    AttentionBackwardEmulation e = fa2;
+    change(e);
+    return attn_bwd_emulated(e);
+  };
+  op.buggy = {
+      {"dq_missing_scale", "grad_q without the final scale (dq = dS K)",
+       with([](AttentionBackwardEmulation& e) { e.dq_scaled = false; })},
+      {"p_unscaled_scores", "P recomputed as exp(q.k - lse): the scale left out of the recomputed scores",
+       with([](AttentionBackwardEmulation& e) { e.stats = AttnBackwardStats::unscaled_lse; })},
+      {"p_max_only", "P recomputed as exp(s - m) with the row max only, the log-sum ignored",
+       with([](AttentionBackwardEmulation& e) { e.stats = AttnBackwardStats::max_only; })},
+      {"d_without_out", "D_i = rowsum(dO) instead of rowsum(dO * out)",
+       with([](AttentionBackwardEmulation& e) { e.d_uses_out = false; })},
+      {"causal_not_applied", "the causal mask not applied in the backward (causal cases)",
+       with([](AttentionBackwardEmulation& e) { e.apply_causal = false; })},
+      {"gqa_first_head_only", "GQA: grad_k and grad_v from the first query head of each group, not the group's sum",
+       attn_bwd_emulated(fa2, AttnBwdBug::gqa_first_head)},
+  };
+  return op;
+}
+
 }  // namespace
 
 void register_attention_ops(BuiltinRegistry& r) {
   r.add(make_flash());
   r.add(make_decode());
+  r.add(make_flash_backward());
 }
 
 }  // namespace gpuemu::ops

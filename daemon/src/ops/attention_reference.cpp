@@ -183,4 +183,164 @@ void attention_block_reference(const AttentionBlock& blk) {
   }
 }
 
+// ---- flash_attention_backward (attention_reference.hpp) ---------------------------------------
+
+namespace {
+
+// A condition term kept finite (a huge bound instead of Inf: Inf times a 0 of |Q| in a dgemm would
+// be NaN) and non-negative where an input was non-finite (its element is judged by the
+// alternatives then).
+inline double bwd_cap(double c) {
+  return std::isnan(c) ? 0.0 : std::min(c, 1e300);
+}
+
+RefVec bwd_abs_finite(const double* x, std::int64_t n) {
+  RefVec a = abs_copy(x, n);
+  for (auto& v : a) v = std::isfinite(v) ? v : 0.0;
+  return a;
+}
+
+}  // namespace
+
+void attention_backward_block_reference(const AttentionBackwardBlock& blk) {
+  const std::int64_t lq = blk.lq, lk = blk.lk, d = blk.d;
+  if (lq <= 0 || d <= 0) return;
+  const double pw = blk.policy_weight, abs_scale = std::fabs(blk.scale);
+  const double root_d = sqrt_len(d) + pw;
+  const double kv_growth = sqrt_len(blk.kv_rows) + pw + 1.0;
+  const RefVec abs_k = bwd_abs_finite(blk.k, lk * d), abs_v = bwd_abs_finite(blk.v, lk * d);
+  const bool flush = blk.p_flush_weight > 0.0;
+  const std::int64_t chunk =
+      std::max<std::int64_t>(1, std::min(lq, (1 << 18) / std::max<std::int64_t>(lk, 1)));
+  const auto buf = static_cast<std::size_t>(chunk * std::max<std::int64_t>(lk, 1));
+  // S: scores, then P; E: |q||k|; G: dP, then scale·dS; A: |dO||v|; the rest condition matrices.
+  std::vector<double> S(buf), E(buf), G(buf), A(buf), PW(buf), PIN(buf), CQ(buf), CK(buf), CIN(buf);
+  std::vector<double> dq_c(static_cast<std::size_t>(chunk * d));
+  double max_mid = 0.0;
+  auto note = [&](double x) {
+    if (std::isfinite(x)) max_mid = std::max(max_mid, std::fabs(x));
+  };
+  for (std::int64_t r0 = 0; r0 < lq; r0 += chunk) {
+    const std::int64_t rows = std::min(chunk, lq - r0);
+    const double* q = blk.q + r0 * d;
+    const double* g = blk.dout + r0 * d;
+    const RefVec abs_q = bwd_abs_finite(q, rows * d), abs_g = bwd_abs_finite(g, rows * d);
+    // Entry (i, j) of each depends on row i and key j alone: no masked value leaks into them.
+    dgemm_rm(false, true, rows, lk, d, q, d, blk.k, d, S.data(), lk);
+    dgemm_rm(false, true, rows, lk, d, abs_q.data(), d, abs_k.data(), d, E.data(), lk);
+    dgemm_rm(false, true, rows, lk, d, g, d, blk.v, d, G.data(), lk);
+    dgemm_rm(false, true, rows, lk, d, abs_g.data(), d, abs_v.data(), d, A.data(), lk);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const std::int64_t row = r0 + i, n = attended_keys(row, lk, blk.causal);
+      double lse = blk.lse[row];
+      // D and its condition; the saved out is known to u_in relative, or to half a subnormal
+      // spacing below the input dtype's smallest normal (Dflush, in units of u_in).
+      double D = 0.0, Dabs = 0.0, Dflush = 0.0;
+      for (std::int64_t c = 0; c < d; ++c) {
+        const double o = blk.out[row * d + c], t = blk.dout[row * d + c] * o;
+        D += t;
+        Dabs += std::fabs(t);
+        if (flush && std::fabs(o) < blk.p_min_normal) Dflush += std::fabs(blk.dout[row * d + c]) * blk.p_flush_weight;
+      }
+      note(Dabs);
+      double* s = S.data() + i * lk;
+      double* e = E.data() + i * lk;
+      double* gp = G.data() + i * lk;
+      double* a = A.data() + i * lk;
+      double e_bar = 0.0, w0_max = 0.0;
+      for (std::int64_t j = 0; j < n; ++j) {
+        note(std::max(1.0, abs_scale) * e[j]);
+        note(a[j]);
+        s[j] *= blk.scale;  // the score
+        e[j] *= abs_scale * root_d;  // e_ij
+        w0_max = std::max(w0_max, e[j] + 3.0 * std::fabs(s[j]) + 2.0 * std::fabs(lse));
+      }
+      if (!(k_u_fp32 * w0_max <= 2.0) && !std::isnan(lse)) {
+        // Scores fp32 cannot resolve (header): the saved lse's own fp32 rounding (or overflow)
+        // may then put exp(s - lse) anywhere. The probabilities of the scores themselves stand in
+        // (lse recomputed in fp64); the bound below is huge and any non-finite result accepted.
+        double m = k_neg_inf, l = 0.0;
+        for (std::int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+        for (std::int64_t j = 0; j < n; ++j) l += std::exp(s[j] - m);
+        if (std::isfinite(m)) lse = m + std::log(l);
+      }
+      for (std::int64_t j = 0; j < n; ++j) e_bar += std::exp(s[j] - lse) * e[j];
+      const double root_n = sqrt_len(n);
+      double R = 0.0;
+      for (std::int64_t j = 0; j < n; ++j) {
+        const double p = std::exp(s[j] - lse);
+        const double w = e[j] + e_bar + 3.0 * std::fabs(s[j]) + 2.0 * std::fabs(lse) + 2.0 * root_n + 2.0;
+        // Below fp32's smallest normal an fp32 P holds only 2^-150 absolute: 2^-126 in units of u.
+        const double dp = (p == 0.0 ? 0.0 : bwd_cap(p * std::expm1(k_u_fp32 * w) / k_u_fp32)) +
+                          (p < 0x1.0p-126 ? 0x1.0p-126 : 0.0);
+        // Past 2 nats of argument error fp32 cannot tell the probabilities apart, and its P may
+        // overflow: a correct kernel may give non-finite gradients from this pair (Inf·0).
+        if (k_u_fp32 * w > 2.0 && blk.unresolved_q) {
+          blk.unresolved_q[row] = 1;
+          if (blk.unresolved_k) blk.unresolved_k[j] = 1;
+        }
+        e[j] = dp;  // E now holds δP
+        R += (dp + 2.0 * root_n * p) * a[j];
+        s[j] = p;  // S now holds P
+      }
+      R = bwd_cap(R);
+      for (std::int64_t j = 0; j < n; ++j) {
+        const double p = s[j], dp = e[j];
+        const double dpd = gp[j] - D;
+        const double ds = p * dpd;
+        note(gp[j]);
+        note(ds);
+        if (blk.in_max > 0.0 && std::fabs(ds) * (1.0 + 0x1.0p-8) >= blk.in_max / 2) {
+          if (blk.ds_overflow_q) blk.ds_overflow_q[row] = 1;
+          if (blk.ds_overflow_k) blk.ds_overflow_k[j] = 1;
+        }
+        const double abs_ds = std::fabs(ds);
+        const double c_ds = bwd_cap(dp * std::fabs(dpd) +
+                                    p * (root_d * a[j] + (root_d + 1.0) * Dabs + std::fabs(gp[j]) + std::fabs(D)) +
+                                    p * R + abs_ds);
+        const double in_ds = bwd_cap(p * (Dabs + Dflush) + abs_ds + (flush && abs_ds < blk.p_min_normal ? blk.p_flush_weight : 0.0));
+        const std::size_t x = static_cast<std::size_t>(i * lk + j);
+        CQ[x] = bwd_cap(abs_scale * (c_ds + (root_n + 1.0 + pw) * abs_ds));
+        CK[x] = bwd_cap(abs_scale * (c_ds + kv_growth * abs_ds));
+        CIN[x] = bwd_cap(abs_scale * in_ds);
+        PW[x] = bwd_cap(dp + kv_growth * p);
+        PIN[x] = bwd_cap(flush && p < blk.p_min_normal ? p + blk.p_flush_weight : p);
+        gp[j] = blk.scale * ds;  // G now holds scale·dS
+      }
+      for (std::int64_t j = n; j < lk; ++j) {
+        const std::size_t x = static_cast<std::size_t>(i * lk + j);
+        s[j] = gp[j] = CQ[x] = CK[x] = CIN[x] = PW[x] = PIN[x] = 0.0;
+      }
+    }
+    double* dq = blk.dq + r0 * d;
+    double* c_acc_dq = blk.c_acc_dq + r0 * d;
+    double* c_in_dq = blk.c_in_dq + r0 * d;
+    if (!blk.special) {
+      dgemm_rm(true, false, lk, d, rows, S.data(), lk, g, d, blk.dv, d, 1.0);
+      dgemm_rm(false, false, rows, d, lk, G.data(), lk, blk.k, d, dq, d);
+      dgemm_rm(true, false, lk, d, rows, G.data(), lk, q, d, blk.dk, d, 1.0);
+    } else {  // the attended pairs only
+      std::fill(dq, dq + rows * d, 0.0);
+      for (std::int64_t i = 0; i < rows; ++i) {
+        const std::int64_t n = attended_keys(r0 + i, lk, blk.causal);
+        for (std::int64_t j = 0; j < n; ++j) {
+          const double p = S[i * lk + j], ds = G[i * lk + j];
+          for (std::int64_t c = 0; c < d; ++c) {
+            blk.dv[j * d + c] += p * g[i * d + c];
+            dq[i * d + c] += ds * blk.k[j * d + c];
+            blk.dk[j * d + c] += ds * q[i * d + c];
+          }
+        }
+      }
+    }
+    dgemm_rm(true, false, lk, d, rows, PW.data(), lk, abs_g.data(), d, blk.c_acc_dv, d, 1.0);
+    dgemm_rm(true, false, lk, d, rows, PIN.data(), lk, abs_g.data(), d, blk.c_in_dv, d, 1.0);
+    dgemm_rm(false, false, rows, d, lk, CQ.data(), lk, abs_k.data(), d, c_acc_dq, d);
+    dgemm_rm(false, false, rows, d, lk, CIN.data(), lk, abs_k.data(), d, c_in_dq, d);
+    dgemm_rm(true, false, lk, d, rows, CK.data(), lk, abs_q.data(), d, blk.c_acc_dk, d, 1.0);
+    dgemm_rm(true, false, lk, d, rows, CIN.data(), lk, abs_q.data(), d, blk.c_in_dk, d, 1.0);
+  }
+  if (blk.max_intermediate) *blk.max_intermediate = std::max(*blk.max_intermediate, max_mid);
+}
+
 }  // namespace gpuemu::ops

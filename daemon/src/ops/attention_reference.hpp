@@ -68,4 +68,67 @@ inline std::int64_t attended_keys(std::int64_t i, std::int64_t lk, bool causal) 
 
 void attention_block_reference(const AttentionBlock& blk);
 
+// flash_attention_backward's fp64 reference for one query head against its KV head, with the
+// condition terms of the error model. The saved out and lse are used as given:
+//   P_ij = exp(s_ij − lse_i) over the attended keys j < n_i (masked keys take no part), s = scale·q·kᵀ
+//   dV = Pᵀ·dO, dP = dO·Vᵀ, D_i = Σ_d dO_id·out_id, dS = P∘(dP − D), dQ = scale·dS·K, dK = scale·dSᵀ·Q
+// Condition terms (docs/error-model.md, "flash_attention_backward"), in units of u_fp32 (c_acc) or
+// of the input dtype's u (c_in), with e_ij = |scale|·(|q_i|·|k_j|)·sqrt(D), ē_i = Σ_j P_ij e_ij,
+// A_ij = |dO_i|·|v_j| and Dabs_i = Σ_d |dO_id·out_id|:
+//   P recomputed in fp32 from s and lse: exp's argument is off by at most
+//     w_ij = e_ij + ē_i + 3|s_ij| + 2|lse_i| + 2·sqrt(n_i) + 2
+//   (the fp32 dot, the scaling, the subtraction, the exp2 form's two products by log2(e), exp's
+//   own rounding; ē_i and sqrt(n_i) cover kernels that recompute the softmax from the max and the
+//   row sum instead), so P_ij by P_ij·expm1(u·w_ij)/u (first order u·w_ij; taken to all orders so
+//   that scores fp32 cannot resolve make the bound grow, not break);
+//   dS: c_acc = δP_ij·|dP_ij − D_i| + P_ij·(sqrt(D)·A_ij + (sqrt(D) + 1)·Dabs_i + R_i + |dP_ij| +
+//     |D_i|) + |dS_ij|, R_i = Σ_j P_ij·(δP_ij/P_ij + 2·sqrt(n_i))·A_ij (D recomputed as
+//     rowsum(dO∘(P·V)) by a kernel that does not read the saved out);
+//     c_in = P_ij·(Dabs_i + Σ_d |dO_id|·[|out_id| < min normal]·f) (the saved out's rounding to the
+//     input dtype moves D by at most u_in·Dabs_i, or by half a subnormal spacing times |dO|)
+//     + |dS_ij|' (dS rounded to the input dtype before the dQ/dK GEMMs; |x|' = |x| plus the
+//     subnormal flush weight below the dtype's smallest normal);
+//   grad_q: c_acc = |scale|·(C_dS + (sqrt(n) + 1)·|dS|)·|K|, c_in = |scale|·C_in,dS·|K|;
+//   grad_k: the same with Q over the group's rows (sqrt(G·Lq)); grad_v: c_acc = (δP + (sqrt(G·Lq)
+//   + 1)·P)ᵀ·|dO|, c_in = P'ᵀ·|dO| (P rounded to the input dtype before the dV GEMM).
+struct AttentionBackwardBlock {
+  const double* q = nullptr;     // [lq, d]
+  const double* dout = nullptr;  // [lq, d]
+  const double* out = nullptr;   // [lq, d] the saved output
+  const double* lse = nullptr;   // [lq] the saved natural-log log-sum-exp
+  const double* k = nullptr;     // [lk, d]
+  const double* v = nullptr;     // [lk, d]
+  std::int64_t lq = 0, lk = 0, d = 0;
+  double scale = 1.0;
+  bool causal = false;
+  // The number of rows the dK/dV GEMMs sum over (the group's query heads times lq).
+  std::int64_t kv_rows = 0;
+  // As AttentionBlock's, for P and dS; kept for bf16 too (2^-126): a key whose every P is tiny has
+  // a grad_v that small, and P's flush to bf16's subnormals is then its whole error.
+  double p_min_normal = 0.0, p_flush_weight = 0.0;
+  double policy_weight = 0.0;
+  // grad_q of this head (written) and grad_k, grad_v of its KV head (added to: the group sums).
+  double *dq = nullptr, *c_acc_dq = nullptr, *c_in_dq = nullptr;
+  double *dk = nullptr, *c_acc_dk = nullptr, *c_in_dk = nullptr;
+  double *dv = nullptr, *c_acc_dv = nullptr, *c_in_dv = nullptr;
+  // The largest fp32 intermediate (unscaled dot products, dP, D, dS) this head forms, for the
+  // overflow guard; and whether some |dS_ij| may overflow the input dtype when rounded to it
+  // (in_max: that dtype's largest finite value): then grad_q's row i and grad_k's row j are marked
+  // in ds_overflow_q [lq] / ds_overflow_k [lk] (may be null).
+  double* max_intermediate = nullptr;
+  double in_max = 0.0;
+  std::uint8_t* ds_overflow_q = nullptr;
+  std::uint8_t* ds_overflow_k = nullptr;
+  // Pairs whose P fp32 cannot resolve (argument error past 2 nats): a correct kernel's P may be
+  // anything there, Inf included, and its gradients of row i (grad_q) and key j (grad_k, grad_v)
+  // non-finite; marked in unresolved_q [lq] and unresolved_k [lk] (may be null).
+  std::uint8_t* unresolved_q = nullptr;
+  std::uint8_t* unresolved_k = nullptr;
+  // Inputs hold non-finite values: values by plain loops over the attended pairs only (a dgemm
+  // would turn a masked 0 times Inf into NaN) and the condition terms from finite parts only.
+  bool special = false;
+};
+
+void attention_backward_block_reference(const AttentionBackwardBlock& blk);
+
 }  // namespace gpuemu::ops

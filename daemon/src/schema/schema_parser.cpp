@@ -232,7 +232,10 @@ class SchemaReader {
                                                       "saved_mean", "saved_ln_rstd",
                                                       // the upstream gradient of a scalar loss
                                                       // (values.cpp)
-                                                      "loss_grad"};
+                                                      "loss_grad",
+                                                      // flash_attention_backward's saved out and lse:
+                                                      // an fp64 forward of the case's q, k, v
+                                                      "saved_attention_out", "saved_attention_lse"};
       auto colon = spec.domain.find(':');
       if (colon != std::string::npos) {
         auto kind = spec.domain.substr(0, colon);
