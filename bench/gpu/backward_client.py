@@ -102,6 +102,32 @@ class LayerNormNoProjection(torch.autograd.Function):
         return (gx.to(x.dtype), (g.float() * xh).sum(0).to(w.dtype), g.float().sum(0).to(w.dtype), None)
 
 
+class CrossEntropyMeanOverAllRows(torch.autograd.Function):
+    """cross_entropy ('mean') whose backward divides by every row, ignored ones counted."""
+
+    @staticmethod
+    def forward(ctx, x, t, ignore_index, smoothing):
+        ctx.save_for_backward(x, t)
+        ctx.ignore_index, ctx.smoothing = ignore_index, smoothing
+        return F.cross_entropy(x, t, ignore_index=ignore_index, label_smoothing=smoothing)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, t = ctx.saved_tensors
+        keep = t != ctx.ignore_index
+        s, C = ctx.smoothing, x.shape[-1]
+        q = torch.full_like(x, s / C, dtype=torch.float32)
+        rows = keep.nonzero()[:, 0]
+        q[rows, t[rows]] += 1.0 - s
+        k = g.float() / x.shape[0]
+        return (k * (torch.softmax(x.float(), -1) - q) * keep[:, None]).to(x.dtype), None, None, None
+
+
+def cross_entropy(i: Dict[str, Any], x: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(x, i["target"], ignore_index=i.get("ignore_index", -100),
+                           reduction=i.get("reduction", "mean"), label_smoothing=i.get("label_smoothing", 0.0))
+
+
 def upcast(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """The kernel in fp32 on half inputs, the result cast back: autograd flows through both casts."""
 
@@ -144,6 +170,13 @@ def kernels() -> List[Kernel]:
             i["x"], i["weight"] if i.get("weight") is not None else torch.ones_like(i["x"][..., 0, :]),
             i["bias"] if i.get("bias") is not None else torch.zeros_like(i["x"][..., 0, :]), i.get("eps", 1e-5)),
          False, ["float32"]),
+        ("cross_entropy", "F.cross_entropy", lambda i: cross_entropy(i, i["logits"]), True, ["float32"]),
+        ("cross_entropy", "F.cross_entropy in fp32, cast back", lambda i: cross_entropy(i, i["logits"].float()).to(
+            i["logits"].dtype), True, HALF),
+        ("cross_entropy", "cross_entropy ('mean') whose backward counts ignored rows",
+         lambda i: CrossEntropyMeanOverAllRows.apply(i["logits"], i["target"], i.get("ignore_index", -100),
+                                                     i.get("label_smoothing", 0.0))
+         if i.get("reduction", "mean") == "mean" else cross_entropy(i, i["logits"]), False, ["float32"]),
     ]
 
 
