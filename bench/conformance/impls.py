@@ -333,7 +333,7 @@ def _ln_leaves(args: Args, dtype: Optional[torch.dtype] = None):
         return x, None, None
     w = args["weight"].detach()
     w = (w.to(dtype) if dtype else w).requires_grad_(True)
-    return x, w, torch.zeros(w.shape[0], dtype=w.dtype, requires_grad=True)
+    return x, w, torch.zeros(w.shape[0], dtype=w.dtype, device=w.device, requires_grad=True)
 
 
 def _ln_grads(x, w, b):
@@ -350,10 +350,12 @@ def layer_norm_backward_autograd(args: Args) -> Any:
 
 def layer_norm_backward_native(args: Args) -> Any:
     """torch.ops.aten.native_layer_norm_backward (what autograd calls) with the case's saved mean and
-    rstd, as [R, 1] in x's dtype (torch 1.13's CPU kernel takes its statistics in x's dtype: a bf16
-    forward saves them in bf16)."""
+    rstd, as [R, 1] in the dtype the device's forward saves them in: x's dtype on the CPU (torch 1.13's
+    CPU kernel: a bf16 forward saves them in bf16), fp32 on CUDA (its kernel takes the accumulate type
+    and refuses half statistics)."""
     x, w = args["x"], args["weight"]
-    mean, rstd = args["mean"].to(x.dtype)[:, None], args["rstd"].to(x.dtype)[:, None]
+    sd = torch.float32 if x.is_cuda else x.dtype
+    mean, rstd = args["mean"].to(sd)[:, None], args["rstd"].to(sd)[:, None]
     affine = w is not None
     bias = torch.zeros_like(w) if affine else None
     gx, gw, gb = torch.ops.aten.native_layer_norm_backward(args["grad_out"], x, [x.shape[-1]], mean, rstd, w, bias,
@@ -442,7 +444,10 @@ def flash_attention_backward_sdpa(args: Args) -> Tuple[torch.Tensor, torch.Tenso
     qq = q
     if args.get("scale") is not None:
         qq = q * (args["scale"] * math.sqrt(d))
-    out, _ = torch._scaled_dot_product_attention_math(qq, kk, vv, None, 0.0, False, bool(args.get("causal")))
+    if torch.__version__.startswith("1."):  # (q, k, v, attn_mask, dropout_p, need_attn_weights, is_causal)
+        out, _ = torch._scaled_dot_product_attention_math(qq, kk, vv, None, 0.0, False, bool(args.get("causal")))
+    else:  # torch 2: (q, k, v, attn_mask, dropout_p, is_causal, dropout_mask, *, scale, enable_gqa)
+        out, _ = torch._scaled_dot_product_attention_math(qq, kk, vv, None, 0.0, bool(args.get("causal")))
     out.backward(args["grad_out"])
     return q.grad, k.grad, v.grad
 
