@@ -61,12 +61,14 @@ TEST(OpsALoss, EmbeddingFollowsTorch) {
   EXPECT_EQ(bad.error().code, ErrorCode::invalid_argument);
 }
 
-TEST(OpsALoss, CrossEntropy) {
-  struct L {
-    std::string name;
-    std::function<std::vector<double>(Rng&, std::int64_t, DType)> fill;
-  };
-  const std::vector<L> logits = {
+// The logits cross_entropy's and cross_entropy_backward's scenarios draw: from flat to spread and
+// large, and with special values.
+struct LogitFill {
+  std::string name;
+  std::function<std::vector<double>(Rng&, std::int64_t, DType)> fill;
+};
+std::vector<LogitFill> ce_logit_fills() {
+  return {
       {"N(0,1)", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0, 1, d); }},
       {"N(0,10)", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0, 10, d); }},
       {"flat N(0,0.1)",
@@ -80,6 +82,10 @@ TEST(OpsALoss, CrossEntropy) {
          return v;
        }},
   };
+}
+
+TEST(OpsALoss, CrossEntropy) {
+  const std::vector<LogitFill> logits = ce_logit_fills();
   const std::vector<Json> attr_sets = {
       {{"reduction", "mean"}},
       {{"reduction", "sum"}, {"label_smoothing", 0.1}},
@@ -202,17 +208,8 @@ TEST(OpsALoss, CrossEntropyGradientMatchesCentralFiniteDifferences) {
 TEST(OpsALoss, CrossEntropyBackward) {
   // Vocabularies across the 1024-wide tiles (a partial last tile: 1025, 5000), both reductions,
   // smoothing, ignored rows (under both ignore_index values), logits from flat to spread and large,
-  // upstream gradients from tiny to large.
-  struct L {
-    std::string name;
-    std::function<std::vector<double>(Rng&, std::int64_t, DType)> fill;
-  };
-  const std::vector<L> logits = {
-      {"N(0,1)", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0, 1, d); }},
-      {"N(0,10)", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0, 10, d); }},
-      {"flat N(0,0.1)", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 0, 0.1, d); }},
-      {"large 100+N(0,5)", [](Rng& r, std::int64_t n, DType d) { return normal_values(r, n, 100, 5, d); }},
-  };
+  // upstream gradients from tiny to large, special values among the logits.
+  const std::vector<LogitFill> logits = ce_logit_fills();
   const std::vector<Json> attr_sets = {
       {{"reduction", "mean"}},
       {{"reduction", "sum"}, {"label_smoothing", 0.1}},

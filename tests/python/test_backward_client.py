@@ -17,19 +17,11 @@ import torch.nn.functional as F  # noqa: E402
 import gpuemu  # noqa: E402
 from gpuemu import Client  # noqa: E402
 
-
-class SiluSigmoidOnly(torch.autograd.Function):
-    """A hand-written SiLU whose backward forgets x·s·(1 − s): the sigmoid_only bug class."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return F.silu(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * torch.sigmoid(x)
+# The kernels bench/gpu/backward_client.py runs on a GPU, run here on the CPU: a hand-written SiLU
+# whose backward forgets x·s·(1 − s) (the sigmoid_only bug class), a cross_entropy whose 'mean'
+# backward counts ignored rows, and F.cross_entropy with the case's attrs.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu"))
+from backward_client import CrossEntropyMeanOverAllRows, SiluSigmoidOnly, cross_entropy  # noqa: E402
 
 
 class SiluCorrect(torch.autograd.Function):
@@ -293,39 +285,16 @@ def test_gelu_through_autograd_and_the_backward_ops_it_cannot_drive(daemon):
                                   present={"bias": False})
 
 
-def _ce(i, x):
-    return F.cross_entropy(x, i["target"], ignore_index=i.get("ignore_index", -100),
-                           reduction=i.get("reduction", "mean"), label_smoothing=i.get("label_smoothing", 0.0))
-
-
-class CeMeanOverAllRows(torch.autograd.Function):
-    """cross_entropy ('mean') whose backward divides by every row, ignored ones counted."""
-
-    @staticmethod
-    def forward(ctx, x, t, ignore_index):
-        ctx.save_for_backward(x, t)
-        ctx.ignore_index = ignore_index
-        return F.cross_entropy(x, t, ignore_index=ignore_index)
-
-    @staticmethod
-    def backward(ctx, g):
-        x, t = ctx.saved_tensors
-        keep = t != ctx.ignore_index
-        q = torch.zeros_like(x)
-        rows = keep.nonzero()[:, 0]
-        q[rows, t[rows]] = 1.0
-        return g / x.shape[0] * (torch.softmax(x, -1) - q) * keep[:, None], None, None
-
-
 def test_cross_entropy_through_autograd_judges_the_logits_gradient(daemon):
     # The scalar loss's gradient: cross_entropy_backward's cases (reduction mean and sum) fed to
     # F.cross_entropy's autograd; a backward that counts ignored rows in 'mean' is caught on grad_logits.
     with Client() as c:
-        ok = c.fuzz_op_client_side("cross_entropy", lambda i: _ce(i, i["logits"]), iterations=30,
+        ok = c.fuzz_op_client_side("cross_entropy", lambda i: cross_entropy(i, i["logits"]), iterations=30,
                                    dtypes=["float32"], seed=5, backward=True)
         bad = c.fuzz_op_client_side(
-            "cross_entropy", lambda i: CeMeanOverAllRows.apply(i["logits"], i["target"], i.get("ignore_index", -100))
-            if i.get("reduction", "mean") == "mean" else _ce(i, i["logits"]),
+            "cross_entropy", lambda i: CrossEntropyMeanOverAllRows.apply(
+                i["logits"], i["target"], i.get("ignore_index", -100), i.get("label_smoothing", 0.0))
+            if i.get("reduction", "mean") == "mean" else cross_entropy(i, i["logits"]),
             iterations=30, dtypes=["float32"], seed=5, backward=True)
     assert ok.ok, str(ok)
     assert ok.gradients is not None and ok.gradients.op == "cross_entropy_backward" and ok.gradients.passed == 30
