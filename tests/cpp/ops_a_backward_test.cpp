@@ -770,6 +770,57 @@ TEST(OpsABackward, LayerNormGradientsMatchCentralFiniteDifferences) {
   EXPECT_EQ(bad.error().code, ErrorCode::shape_mismatch);
 }
 
+// Two rows of a boundary case on which PyTorch's CUDA backward (compute_gI: N * w * g, x - mean and
+// x_hat * sum(wg * x_hat) formed in fp32 before the scaling by rstd / N) returned NaN and Inf where
+// the exact gradient is finite (-0.093): those fp32 intermediates overflow, so the rows are
+// indeterminate, and the same kernel emulated here must pass.
+TEST(OpsABackward, LayerNormCudaOrderOverflowIsIndeterminate) {
+  const std::vector<double> x = {-2.106031656265259, 1.7014117331926443e+38, 1.0000001192092896, 2.413750171661377, -1.0,
+                                 3.5264830524668625e-38, -0.4877733588218689, 3.4028234663852886e+38, 0.7501550912857056,
+                                 -3.4028234663852886e+38};
+  const std::vector<double> g = {-0.9999999403953552, 0.17158035933971405, -0.12951408326625824, -3.5264830524668625e-38,
+                                 -0.5388887524604797, -3.4028234663852886e+38, 1.7014117331926443e+38, 0.0,
+                                 -1.401298464324817e-45, -0.05395575612783432};
+  const std::vector<double> w = {0.9999999403953552, 1.7014117331926443e+38, -0.5035023093223572, -0.0, -0.9999999403953552};
+  const std::vector<double> mean = {3.4028234663852886e+37, 0.0}, rstd = {1.4693680786577058e-38, 4.6465501635715534e-39};
+  const RefContext ctx = make_ctx("layer_norm_backward", DType::float32,
+                                  {{"grad_out", arg(DType::float32, {2, 5}, g)},
+                                   {"x", arg(DType::float32, {2, 5}, x)},
+                                   {"mean", arg(DType::float32, {2}, mean)},
+                                   {"rstd", arg(DType::float32, {2}, rstd)},
+                                   {"weight", arg(DType::float32, {5}, w)}});
+  auto ref = builtin_of("layer_norm_backward").reference(ctx);
+  ASSERT_TRUE(ref.ok()) << ref.error().message;
+  std::vector<double> gx(10);
+  bool nonfinite = false;
+  for (int r = 0; r < 2; ++r) {
+    float s1 = 0.0f, s2 = 0.0f;
+    const auto fm = static_cast<float>(mean[r]), fr = static_cast<float>(rstd[r]);
+    for (int k = 0; k < 5; ++k) {
+      const auto fg = static_cast<float>(g[r * 5 + k]), fw = static_cast<float>(w[k]), fx = static_cast<float>(x[r * 5 + k]);
+      s1 += fg * fw;
+      s2 += fg * fw * (fx - fm) * fr;
+    }
+    for (int k = 0; k < 5; ++k) {
+      const auto fg = static_cast<float>(g[r * 5 + k]), fw = static_cast<float>(w[k]), fx = static_cast<float>(x[r * 5 + k]);
+      float f = 5.0f * fw * fg;
+      f -= (fx - fm) * fr * s2;
+      f -= s1;
+      f *= (1.0f / 5.0f) * fr;
+      gx[static_cast<std::size_t>(r * 5 + k)] = f;
+      nonfinite |= !std::isfinite(f);
+    }
+  }
+  ASSERT_TRUE(nonfinite) << "the emulation no longer overflows: the test lost its point";
+  for (std::size_t i = 0; i < gx.size(); ++i) {
+    const RefOutput& o = ref->at(0);
+    EXPECT_LE(element_error(gx[i], o.value[i], o.c_acc[i], o.c_in.empty() ? 0.0 : o.c_in[i], DType::float32,
+                            DType::float32, o.alt_nonfinite.empty() ? 0 : o.alt_nonfinite[i]),
+              2.0)
+        << i << ": kernel " << gx[i] << " reference " << o.value[i] << " c_acc " << o.c_acc[i];
+  }
+}
+
 TEST(OpsABackward, LayerNormBackward) {
   // Rows of plain normals, of an offset over a small spread (100 +- 0.5), of the largest offset the
   // dtype still resolves (spread 1e-2, offset 2^(mantissa - 3) of it: the forward's adversarial

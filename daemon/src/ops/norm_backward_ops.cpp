@@ -377,7 +377,7 @@ Result<std::vector<RefOutput>> ln_backward_reference(const RefContext& ctx) {
       const double a_r = rs_hi * st.growth;  // x_hat's error per |x|, in units of u
       lin[ri] = lin_r, amp[ri] = a_r, mabs[ri] = st.mean_abs;
       double s2 = 0.0, s1 = 0.0, a2 = 0.0, a1 = 0.0, lo2 = k_no_lo, hi2 = 0.0, lo1 = k_no_lo, hi1 = 0.0,
-             me = 0.0, ds_abs = 0.0, ds_lo = k_no_lo, ds_hi = 0.0, wg_max = 0.0, x_max = 0.0, g_max = 0.0,
+             me = 0.0, ds_abs = 0.0, ds_lo = k_no_lo, ds_hi = 0.0, wg_max = 0.0, w_max = 0.0, x_max = 0.0, g_max = 0.0,
              gx_max = 0.0;
       for (std::int64_t k = 0; k < N; ++k) {
         const double wg = p.weight(k) * gr[k], xh = (xr[k] - mu) * rs, t = wg * xh;
@@ -393,6 +393,7 @@ Result<std::vector<RefOutput>> ln_backward_reference(const RefContext& ctx) {
         ds_abs += awg * std::fabs(xr[k]);
         ds_lo = std::min(ds_lo, awg * std::fabs(xr[k])), ds_hi = std::max(ds_hi, awg * std::fabs(xr[k]));
         wg_max = std::max(wg_max, awg);
+        w_max = std::max(w_max, std::fabs(p.weight(k)));
         x_max = std::max(x_max, std::fabs(xr[k]));
         g_max = std::max(g_max, std::fabs(gr[k]));
         gx_max = std::max(gx_max, std::fabs(gr[k] * xr[k]));
@@ -416,9 +417,15 @@ Result<std::vector<RefOutput>> ln_backward_reference(const RefContext& ctx) {
       // fp32 intermediates of the row that may overflow where the result does not: every w * g,
       // and g * x, rstd * g (PyTorch's CPU kernel forms rstd * g * w left to right), their sums
       // (and sum(w*g*x) uncentred, sum(w*g) * mean, as that kernel forms them), rstd^3 times those,
-      // (x - mean) * rstd^2 * c1; and a recomputing kernel's sums of x.
+      // (x - mean) * rstd^2 * c1; and a recomputing kernel's sums of x. PyTorch's CUDA kernel
+      // (compute_gI) forms x - mean before it multiplies by rstd, and N * w (then times g: Inf, or
+      // NaN where g is 0) and x_hat * sum(wg * x_hat) before it subtracts and scales by rstd / N:
+      // with values near fp32's range those overflow where the result does not (2 of 100 boundary
+      // cases on the H200 gave NaN for -0.093; an fp32 emulation of compute_gI gives the same NaN
+      // here).
       const double rs3 = rs * rs * rs;
-      const double inter = std::max({a2, ds_abs, a2 * std::fabs(mu), wg_max, rs * wg_max, rs * g_max, gx_max,
+      const double xh_max = rs * (x_max + std::fabs(mu));
+      const double inter = std::max({a2, ds_abs, a2 * std::fabs(mu), wg_max, n * wg_max, n * w_max, xh_max * a1, x_max + std::fabs(mu), rs * wg_max, rs * g_max, gx_max,
                                      a1 / std::max(rs, 1e-300), rs3 * std::max(ds_abs, a2 * std::fabs(mu)),
                                      rs * rs * m1 * 2.0 * x_max, st.sum_guard});
       guard[ri] = st.sum_guard;
