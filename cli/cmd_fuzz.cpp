@@ -29,13 +29,6 @@ Engine make_engine() {
   return std::move(e).value();
 }
 
-std::string fmt(double v) {
-  if (!std::isfinite(v)) return v > 0 ? "inf" : (std::isnan(v) ? "nan" : "-inf");
-  std::ostringstream os;
-  os << std::setprecision(4) << v;
-  return os.str();
-}
-
 // One calibration result (CalibrationResult::to_json, or the daemon's) as a line for humans.
 void print_calibration(const Json& r) {
   std::cout << std::left << std::setw(20) << r.value("op", "") << std::setw(14)
@@ -65,42 +58,6 @@ void finish_calibration(const Json& results, bool json, std::int64_t cases, std:
   if (!out) throw GpuemuException(make_error(ErrorCode::io_error, "cannot write " + write_path));
 }
 
-
-std::string dims_text(const TestCase& c) {
-  std::string s;
-  for (const auto& [k, v] : c.dims) s += (s.empty() ? "" : " ") + k + "=" + std::to_string(v);
-  return s;
-}
-
-std::string layouts_text(const TestCase& c) {
-  std::string s;
-  for (const auto& [k, l] : c.layouts)
-    if (l.kind != "contiguous") s += (s.empty() ? "" : " ") + k + "=" + l.kind;
-  return s.empty() ? "contiguous" : s;
-}
-
-void print_failure(const CaseResult& f, const std::optional<Minimized>& minimized) {
-  const TestCase& c = f.test_case;
-  std::cout << "\n"
-            << red("FAIL") << " case " << c.index << "  seed " << c.seed << "  "
-            << dtype_name(c.dtype) << "  " << dims_text(c) << "  layouts: " << layouts_text(c)
-            << "\n";
-  if (!c.attrs.empty()) std::cout << "  attrs:      " << c.attrs.dump() << "\n";
-  std::cout << "  verdict:    " << f.verdict.message << "\n";
-  for (const auto& o : f.verdict.outputs) {
-    if (o.passed || o.worst_index < 0) continue;
-    std::string coords;
-    for (auto x : o.worst_coords) coords += (coords.empty() ? "" : ", ") + std::to_string(x);
-    std::cout << "  worst:      " << o.name << "[" << coords << "] got " << fmt(o.worst_out)
-              << ", expected " << fmt(o.worst_ref) << " (error " << fmt(o.max_error)
-              << " vs envelope " << fmt(f.verdict.envelope) << ", " << o.failing
-              << " failing elements)\n";
-  }
-  std::cout << "  diagnosis:  " << f.diagnosis.bug_class << ": " << f.diagnosis.summary << "\n";
-  for (const auto& e : f.diagnosis.evidence) std::cout << "              - " << e << "\n";
-  if (minimized) std::cout << "  minimized:  " << minimized->summary << "\n";
-  std::cout << "  repro:      " << f.repro << "\n";
-}
 
 // The custom op `op` of the project's gpuemu.toml (--config, else the nearest one), or null. A
 // missing or broken gpuemu.toml only matters when --config names it.
@@ -217,7 +174,7 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
              : std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32);
     wreq.iterations = iterations;
     wreq.fail_fast = fail_fast;
-    wreq.minimize = do_minimize;
+    wreq.minimize = do_minimize && only_case < 0;
     wreq.kernel = kernel_spec;
     wreq.client = {{"name", "gpuemu-cli"}, {"version", GPUEMU_VERSION_STRING}};
     std::string prefix = "gpuemu fuzz " + op + kernel_flags + (no_daemon ? " --no-daemon" : "");
@@ -268,66 +225,33 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
       return server::make_script_kernel(spec);
     }();
     if (!runner) throw GpuemuException(runner.error());
+    // --case I: the run's case I alone, through the same loop (diagnosed, with its repro).
     if (only_case >= 0) {
-      // Replay one case of the run.
+      req.start_index = only_case;
       req.iterations = 1;
-      auto schema = engine.catalogue().get(op);
-      if (!schema) throw GpuemuException(schema.error());
-      CaseGenerator gen(**schema, req.options);
-      if (auto st = gen.validate(); !st) throw GpuemuException(st.error());
-      auto c = gen.generate(req.seed, only_case);
-      if (!c) throw GpuemuException(c.error());
-      auto r = engine.run_case(op, req.options, *c, *runner);
-      if (!r) throw GpuemuException(r.error());
-      r->repro =
-          prefix + " --seed " + std::to_string(req.seed) + " --case " + std::to_string(only_case);
-      if (!r->verdict.passed) r->diagnosis = engine.diagnose(op, req.options, *r, &*runner);
-      if (json)
-        std::cout << r->to_json(true).dump(2) << "\n";
-      else if (r->verdict.passed)
-        std::cout << green("PASS") << " case " << only_case << ": " << r->verdict.message << "\n";
-      else
-        print_failure(*r, std::nullopt);
-      ctx.exit_code = r->verdict.passed ? k_exit_ok : k_exit_failed;
-      return;
+      req.minimize = 0;
     }
-    const bool tty = isatty(2) && !json;
+    std::optional<CaseResult> replayed;
+    if (only_case >= 0) req.on_case = [&replayed](const CaseResult& r) { replayed = r; };
+    const bool tty = isatty(2) && !json && only_case < 0;
     auto report = engine.fuzz(req, *runner, [&](std::int64_t done, std::int64_t total) {
       if (tty) std::cerr << "\r  " << done << "/" << total << std::flush;
     });
     if (tty) std::cerr << "\r\033[K";
     if (!report) throw GpuemuException(report.error());
-    std::optional<Minimized> minimized;
-    if (!report->failures.empty() && do_minimize) {
-      auto m = engine.minimize(op, req.options, report->failures.front().test_case, *runner);
-      if (m) minimized = std::move(m).value();
+    if (only_case >= 0 && replayed) {
+      const CaseResult& one = report->failures.empty() ? *replayed : report->failures.front();
+      if (json)
+        std::cout << one.to_json(true).dump(2) << "\n";
+      else if (one.verdict.passed)
+        std::cout << green("PASS") << " case " << only_case << ": " << one.verdict.message << "\n";
+      else
+        print_failure_json(one.to_json(false), nullptr);
+      ctx.exit_code = one.verdict.passed ? k_exit_ok : k_exit_failed;
+      return;
     }
-    if (json) {
-      Json j = report->to_json();
-      if (minimized) j["minimized"] = minimized->to_json();
-      std::cout << j.dump(2) << "\n";
-    } else {
-      std::cout << "gpuemu fuzz " << op << "  kernel " << (kernel.empty() ? script : kernel)
-                << "  strategy " << flags.strategy << "  seed " << req.seed << "  cases " << report->total
-                << "\n";
-      if (report->failures.empty()) {
-        std::cout << green("PASSED") << " " << report->passed << "/" << report->total
-                  << " cases in " << fmt(report->elapsed_s) << " s\n";
-      } else {
-        std::cout << red("FAILED") << " " << (report->total - report->passed) << "/"
-                  << report->total << " cases (first failure at case " << report->first_failure
-                  << ") in " << fmt(report->elapsed_s) << " s\n";
-        print_failure(report->failures.front(), minimized);
-        if (report->failures.size() > 1) {
-          std::cout << "\n  other failing cases:";
-          for (std::size_t i = 1; i < report->failures.size() && i < 12; ++i)
-            std::cout << " " << report->failures[i].test_case.index;
-          if (report->failures.size() > 12) std::cout << " ...";
-          std::cout << "\n";
-        }
-      }
-    }
-    ctx.exit_code = report->failures.empty() ? k_exit_ok : k_exit_failed;
+    ctx.exit_code = print_fuzz_report(report->to_json(), json, op, kernel.empty() ? script : kernel,
+                                      flags.strategy, req.seed, false);
   });
 
   auto* cal = app.add_subcommand("calibrate", "Calibrate envelopes from correct controls");

@@ -127,17 +127,15 @@ void print_failure_json(const Json& f, const Json* minimized) {
   if (f.contains("replay")) std::cout << "  replay:     " << f["replay"].get<std::string>() << "\n";
 }
 
-int fuzz_through_daemon(const wire::FuzzRequest& req, bool json, const std::string& kernel_label,
-                        const std::string& strategy) {
-  auto client = connect_daemon();
-  const Json r = call_daemon_with_progress(*client, req, req.op, progress_enabled(json));
+int print_fuzz_report(const Json& r, bool json, const std::string& op, const std::string& kernel_label,
+                      const std::string& strategy, std::uint64_t seed, bool stored) {
   const auto failures = r.value("failures", Json::array());
   if (json) {
     std::cout << r.dump(2) << "\n";
     return failures.empty() ? k_exit_ok : k_exit_failed;
   }
-  std::cout << "gpuemu fuzz " << req.op << "  kernel " << kernel_label << "  strategy " << strategy
-            << "  seed " << req.seed.value_or(0) << "  cases " << r.value("total", 0) << "\n";
+  std::cout << "gpuemu fuzz " << op << "  kernel " << kernel_label << "  strategy " << strategy
+            << "  seed " << seed << "  cases " << r.value("total", 0) << "\n";
   if (failures.empty()) {
     std::cout << green("PASSED") << " " << r.value("passed", 0) << "/" << r.value("total", 0)
               << " cases in " << fmt_number(r.value("elapsed", Json(0.0))) << " s\n";
@@ -153,9 +151,17 @@ int fuzz_through_daemon(const wire::FuzzRequest& req, bool json, const std::stri
     for (std::size_t i = 1; i < failures.size() && i < 12; ++i)
       std::cout << " " << failures[i].value("index", Json()).dump();
     if (failures.size() > 12) std::cout << " ...";
-    std::cout << "\n  all stored: gpuemu failures list --op " << req.op << "\n";
+    std::cout << "\n";
+    if (stored) std::cout << "  all stored: gpuemu failures list --op " << op << "\n";
   }
   return k_exit_failed;
+}
+
+int fuzz_through_daemon(const wire::FuzzRequest& req, bool json, const std::string& kernel_label,
+                        const std::string& strategy) {
+  auto client = connect_daemon();
+  const Json r = call_daemon_with_progress(*client, req, req.op, progress_enabled(json));
+  return print_fuzz_report(r, json, req.op, kernel_label, strategy, req.seed.value_or(0), req.store);
 }
 
 }  // namespace gpuemu::cli

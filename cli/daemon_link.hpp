@@ -36,6 +36,12 @@ Json call_daemon(DaemonClient& client, const Request& request, protocol::Frame* 
 int fuzz_through_daemon(const wire::FuzzRequest& req, bool json, const std::string& kernel_label,
                         const std::string& strategy);
 
+// A fuzz run's report (the daemon's `fuzz` reply, or FuzzReport::to_json of a run in this process:
+// the same fields) as JSON or for a human; returns the exit code. `stored`: the failures went to
+// the daemon's store.
+int print_fuzz_report(const Json& report, bool json, const std::string& op, const std::string& kernel_label,
+                      const std::string& strategy, std::uint64_t seed, bool stored);
+
 // One failing case (a failure JSON of the daemon) for a human.
 void print_failure_json(const Json& failure, const Json* minimized);
 

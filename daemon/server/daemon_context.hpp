@@ -4,6 +4,7 @@
 #pragma once
 
 #include "gpuemu/engine.hpp"
+#include "gpuemu/fuzz_run.hpp"
 #include "gpuemu/protocol.hpp"
 #include "gpuemu/store.hpp"
 #include "gpuemu/wire/fields.hpp"
@@ -177,6 +178,69 @@ struct HeldSubmission {
   std::int64_t first_failure = -1, first_index = -1;
   std::optional<std::uint64_t> master_seed;
   std::vector<std::string> used;  // the kept cases judged (case cache keys)
+  std::vector<std::pair<std::int64_t, Verdict>> passes;  // (index, verdict) of the passing items
+  std::string repro_prefix;  // the client-side run's (empty: "gpuemu fuzz OP")
+};
+
+// A client-side run (get_test_batch's `run`): the engine's FuzzRun, fed by every submit_outputs
+// naming its id. Lock `mutex` to use it.
+struct ClientRun {
+  explicit ClientRun(FuzzRequest r) : run(std::move(r)) {}
+  std::mutex mutex;
+  std::string options_key;  // protocol::options_to_json(options).dump() of the opening request
+  FuzzRun run;
+  bool closed = false;  // done: later submissions are refused
+};
+
+// The open client-side runs by id. A run is dropped once done, or 30 minutes after its last use
+// (a client that died mid-run), and the oldest goes when 1,024 are open.
+class RunBoard {
+ public:
+  static constexpr std::size_t k_max = 1024;
+  static constexpr std::chrono::minutes k_ttl{30};
+
+  std::string open(std::shared_ptr<ClientRun> run) {
+    std::lock_guard lock(m_mutex);
+    expire_locked();
+    if (m_runs.size() >= k_max) {
+      auto oldest = m_runs.begin();
+      for (auto it = m_runs.begin(); it != m_runs.end(); ++it)
+        if (it->second.used < oldest->second.used) oldest = it;
+      m_runs.erase(oldest);
+    }
+    const std::string id = "run-" + std::to_string(++m_next);
+    m_runs.emplace(id, Slot{std::chrono::steady_clock::now(), std::move(run)});
+    return id;
+  }
+  std::shared_ptr<ClientRun> find(const std::string& id) {
+    std::lock_guard lock(m_mutex);
+    expire_locked();
+    auto it = m_runs.find(id);
+    if (it == m_runs.end()) return nullptr;
+    it->second.used = std::chrono::steady_clock::now();
+    return it->second.run;
+  }
+  void close(const std::string& id) {
+    std::lock_guard lock(m_mutex);
+    m_runs.erase(id);
+  }
+  std::size_t size() const {
+    std::lock_guard lock(m_mutex);
+    return m_runs.size();
+  }
+
+ private:
+  struct Slot {
+    std::chrono::steady_clock::time_point used;
+    std::shared_ptr<ClientRun> run;
+  };
+  void expire_locked() {
+    const auto now = std::chrono::steady_clock::now();
+    std::erase_if(m_runs, [&](const auto& kv) { return now - kv.second.used > k_ttl; });
+  }
+  mutable std::mutex m_mutex;
+  std::uint64_t m_next = 0;
+  std::map<std::string, Slot> m_runs;
 };
 
 class Pusher;  // pusher.hpp
@@ -201,6 +265,7 @@ struct DaemonContext {
   std::function<void()> request_stop;  // set by the transport: starts a graceful shutdown
   ProgressBoard progress;
   HeldBoard<HeldSubmission> held;
+  RunBoard runs;
   Pusher* pusher = nullptr;  // set while this daemon pushes to a central one (--push-to)
 
   double uptime_s() const {

@@ -1,5 +1,6 @@
 // fuzz, get_test_batch, submit_outputs, validate, calibrate: the fuzz family
 // (include/gpuemu/wire/fuzz.hpp).
+#include "gpuemu/fuzz_run.hpp"
 #include "gpuemu/verdict.hpp"
 #include "gpuemu/wire/fuzz.hpp"
 #include "server/coverage.hpp"
@@ -9,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -118,7 +120,7 @@ Result<wire::FuzzReply> fuzz(DaemonContext& ctx, const wire::FuzzRequest& p) {
   if (p.start_index < 0 || p.start_index > (std::int64_t{1} << 53))
     return make_error(ErrorCode::invalid_argument, "'start_index' must be in [0, 2^53]");
   FuzzRequest fr = wire::engine_request(p, p.seed ? *p.seed : random_seed());
-  const bool do_minimize = p.minimize, store = p.store;
+  const bool store = p.store;
   const Json& kernel = p.kernel;
   const Json& client = p.client;
   GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p.op, p.custom_op, p.envelope));
@@ -139,11 +141,6 @@ Result<wire::FuzzReply> fuzz(DaemonContext& ctx, const wire::FuzzRequest& p) {
   GPUEMU_TRY(
       FuzzReport report,
       re.engine().fuzz(fr, *runner, progress_reporter(ctx, p.progress_token, progress_entry)));
-  std::optional<Minimized> minimized;
-  if (do_minimize && !report.failures.empty()) {
-    auto m = re.engine().minimize(fr.op, fr.options, report.failures.front().test_case, *runner);
-    if (m) minimized = std::move(m).value();
-  }
   std::vector<CaseResult>& failures = report.failures;
   GPUEMU_TRY(auto ids, store_failures(ctx, failures, fr.options, {kernel}, client, store, re));
   wire::FuzzReply j;
@@ -156,7 +153,7 @@ Result<wire::FuzzReply> fuzz(DaemonContext& ctx, const wire::FuzzRequest& p) {
   for (std::size_t i = 0; i < described; ++i)
     j.failures.push_back(case_result_json(failures[i], ids[i]));
   if (described < failures.size()) j.failures_not_described = failures.size() - described;
-  if (minimized) j.minimized = minimized->to_json();
+  if (!failures.empty() && failures.front().minimized) j.minimized = failures.front().minimized->to_json();
   j.kernel = kernel_identity(kernel);
   j.options = fr.options;
   {  // what judged each dtype of the run, and why
@@ -222,7 +219,7 @@ Result<wire::CaseBatch> hand_out(DaemonContext& ctx, const Json& custom_op, cons
   if (start < 0) return make_error(ErrorCode::invalid_argument, "'start_index' must be >= 0");
   CaseGenerator gen(schema, options);
   GPUEMU_TRY_STATUS(gen.validate());
-  wire::CaseBatch batch{op, master, Json::array(), options};
+  wire::CaseBatch batch{op, master, Json::array(), options, std::nullopt};
   CaseCache* cache = cacheable(ctx, custom_op) ? ctx.case_cache.get() : nullptr;
   const std::string options_key = cache ? protocol::options_to_json(options).dump() : "";
   for (std::int64_t i = start; i < start + count; ++i) {
@@ -271,13 +268,49 @@ Result<Frame> get_test_batch(DaemonContext& ctx, const wire::GetTestBatchRequest
   GPUEMU_TRY(RequestEngine re, RequestEngine::make(ctx, p.op, p.custom_op, p.envelope));
   GPUEMU_TRY(const OpSchema* schema, re.engine().catalogue().get(p.op));
   GPUEMU_TRY_STATUS(check_case_budget(ctx, *schema, p.options));
+  if (p.run && (p.run->iterations < 1 || p.run->iterations > 10'000'000))
+    return make_error(ErrorCode::invalid_argument, "'run.iterations' must be in [1, 10000000]");
   Frame reply = protocol::make_reply();
   GPUEMU_TRY(wire::CaseBatch batch, hand_out(ctx, p.custom_op, re, p.op, *schema, p.options, master,
                                              p.start_index, p.count, p.digests, reply));
   GPUEMU_TRY_STATUS(prefetch(ctx, p.custom_op, re, p.op, *schema, p.options, master,
                              p.start_index + p.count, p.prefetch));
+  if (p.run) {  // a client-side run: its books are the engine's FuzzRun, kept here
+    FuzzRequest fr;
+    fr.op = p.op;
+    fr.options = p.options;
+    fr.seed = master;
+    fr.iterations = p.run->iterations;
+    fr.start_index = p.start_index;
+    fr.fail_fast = p.run->fail_fast;
+    fr.diagnose_limit = std::max(p.run->diagnose_limit, 0);
+    fr.repro_prefix = p.run->repro_prefix;
+    auto run = std::make_shared<ClientRun>(std::move(fr));
+    run->options_key = protocol::options_to_json(p.options).dump();
+    run->run.take(p.count);
+    batch.run_id = ctx.runs.open(std::move(run));
+  }
   reply.header["result"] = to_json(batch);
   return reply;
+}
+
+// A client-side run's summary (submit_outputs's `run`).
+Json run_summary(const std::string& id, const FuzzRun& run) {
+  const FuzzReport& r = run.report();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - run.started()).count();
+  return {{"run_id", id},
+          {"op", r.op},
+          {"seed", r.master_seed},
+          {"iterations", run.request().iterations},
+          {"total", r.total},
+          {"passed", r.passed},
+          {"failed", r.total - r.passed},
+          {"first_failure", r.first_failure},
+          {"worst", Json{{"index", r.worst_index},
+                         {"ratio", std::isfinite(r.worst_ratio) ? Json(r.worst_ratio) : Json("inf")}}},
+          {"elapsed", elapsed},
+          {"done", run.done()}};
 }
 
 // The case a submitted item refers to, regenerated from its seed (the daemon never trusts inputs a
@@ -466,8 +499,7 @@ Status judge_items(DaemonContext& ctx, const Frame& req, const wire::SubmitOutpu
         undiagnosed = true;
       }
     }
-    r.repro = "gpuemu fuzz " + op + " --seed " + std::to_string(c.master_seed) + " --case " +
-              std::to_string(c.index);
+    r.repro = repro_command(h.repro_prefix, op, c.master_seed, c.index);
     h.results.push_back({{"passed", r.verdict.passed},
                          {"max_error", r.verdict.to_json().value("max_error", Json())},
                          {"envelope", r.verdict.envelope},
@@ -475,6 +507,7 @@ Status judge_items(DaemonContext& ctx, const Frame& req, const wire::SubmitOutpu
                          {"seed", c.seed},
                          {"index", c.index}});
     count_case(h.by_dtype, c, r.verdict.passed);
+    if (r.verdict.passed) h.passes.emplace_back(c.index, r.verdict);
     if (!r.verdict.passed) {
       if (h.first_failure < 0 || c.index < h.first_failure) h.first_failure = c.index;
       h.results.back()["diagnosis"] = r.diagnosis.to_json();
@@ -513,6 +546,24 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const wire::SubmitOutputsReques
   CaseGenerator gen(*schema, options);
   GPUEMU_TRY_STATUS(gen.validate());
   const std::string options_key = protocol::options_to_json(options).dump();
+  // A client-side run these items belong to: its books are kept here, in the engine's FuzzRun.
+  std::shared_ptr<ClientRun> crun;
+  std::unique_lock<std::mutex> run_lock;
+  if (!p.run_id.empty()) {
+    crun = ctx.runs.find(p.run_id);
+    if (!crun)
+      return make_error(ErrorCode::not_found,
+                        "no client-side run '" + p.run_id + "' (a run is kept " +
+                            std::to_string(RunBoard::k_ttl.count()) +
+                            " min after its last submission, and not past a daemon restart)");
+    run_lock = std::unique_lock(crun->mutex);
+    if (crun->closed)
+      return make_error(ErrorCode::invalid_argument, "client-side run '" + p.run_id + "' is over");
+    if (crun->run.request().op != op || crun->options_key != options_key)
+      return make_error(ErrorCode::invalid_argument,
+                        "client-side run '" + p.run_id + "' fuzzes " + crun->run.request().op +
+                            " under other options than this request's");
+  }
   HeldSubmission h;
   if (!held_id.empty()) {
     if (p.items)
@@ -536,15 +587,29 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const wire::SubmitOutputsReques
   } else {
     h.op = op;
     h.options_key = options_key;
+    if (crun) h.repro_prefix = crun->run.request().repro_prefix;
     bool undiagnosed = false;
     GPUEMU_TRY_STATUS(judge_items(ctx, req, p, engine, gen, options, kernel, h, undiagnosed));
     // The client diagnoses these failures by re-running its kernel on the probes, then finishes
     // the submission: nothing is stored and no run is recorded now.
-    if (hold && undiagnosed) {
+    // In a run, its diagnosis budget names the failures the client diagnoses (`diagnose`), and a
+    // submission with none to diagnose is not held.
+    std::vector<std::size_t> to_diagnose;
+    if (crun) {
+      int left = crun->run.diagnoses_left();
+      for (std::size_t f = 0; f < h.failures.size() && left > 0; ++f, --left) {
+        const CaseResult& r = h.failures[f];
+        const std::string& bug = r.diagnosis.bug_class;
+        if (r.kernel_error.empty() && bug != "contract" && bug != "kernel_error")
+          to_diagnose.push_back(h.failure_item[f]);
+      }
+    }
+    if (hold && undiagnosed && (!crun || !to_diagnose.empty())) {
       wire::SubmitOutputsReply j;
       j.op = op;
       j.results = h.results;
       j.held = true;
+      for (std::size_t item : to_diagnose) j.results[item]["diagnose"] = true;
       if (hold_by_id) {
         const std::size_t bytes = held_bytes(h);
         j.held_id = ctx.held.put(std::move(h), bytes);
@@ -589,7 +654,21 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const wire::SubmitOutputsReques
   wire::SubmitOutputsReply j;
   j.op = op;
   j.results = std::move(h.results);
-  if (p.next) {
+  if (crun) {
+    for (auto& [index, verdict] : h.passes) {
+      CaseResult r;
+      r.test_case.index = index;
+      r.verdict = std::move(verdict);
+      crun->run.record(std::move(r));
+    }
+    for (std::size_t f = 0; f < h.failures.size(); ++f) crun->run.record(h.failures[f]);
+    j.run = run_summary(p.run_id, crun->run);
+    if (crun->run.done()) {
+      crun->closed = true;
+      ctx.runs.close(p.run_id);
+    }
+  }
+  if (p.next && !(crun && crun->closed)) {
     const wire::NextBatch& next = *p.next;
     const std::uint64_t master = next.seed ? *next.seed : h.master_seed.value_or(0);
     GPUEMU_TRY(j.next, hand_out(ctx, p.custom_op, re, op, *schema, options, master,

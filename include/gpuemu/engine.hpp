@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,12 +48,23 @@ struct Diagnosis {
   Json to_json() const;
 };
 
+struct Minimized {
+  TestCase test_case;
+  Verdict verdict;
+  std::string summary;  // "fails at N=129, passes at N=128"
+  std::map<std::string, std::int64_t, std::less<>> dims;
+  std::map<std::string, std::string, std::less<>> transforms;
+  int evaluations = 0;
+  Json to_json() const;
+};
+
 struct CaseResult {
   TestCase test_case;
   Verdict verdict;
   std::string kernel_error;  // non-empty when the kernel raised
   Diagnosis diagnosis;
   std::string repro;         // a command that replays it
+  std::optional<Minimized> minimized;  // the smallest failing case found (FuzzRequest::minimize)
   Json to_json(bool with_inputs = false) const;
 };
 
@@ -84,18 +96,11 @@ struct FuzzRequest {
   bool diagnose = true;
   int diagnose_limit = 3;    // failures diagnosed per run (each diagnosis re-runs the kernel)
   std::string repro_prefix;  // how to replay: "gpuemu fuzz softmax --kernel tail_leak"
+  // The first `minimize` failures are shrunk (Engine::minimize, with the run's kernel) once the
+  // cases have run: CaseResult::minimized. 0: none.
+  int minimize = 0;
   // Called for every case judged (passing or not), in order: coverage accounting.
   std::function<void(const CaseResult&)> on_case;
-};
-
-struct Minimized {
-  TestCase test_case;
-  Verdict verdict;
-  std::string summary;  // "fails at N=129, passes at N=128"
-  std::map<std::string, std::int64_t, std::less<>> dims;
-  std::map<std::string, std::string, std::less<>> transforms;
-  int evaluations = 0;
-  Json to_json() const;
 };
 
 struct CalibrationResult {

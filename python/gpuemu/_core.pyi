@@ -104,7 +104,9 @@ class Engine:
     def fuzz(self, op: str, kernel: Kernel, seed: int, iterations: int = 100, dtypes: Optional[List[str]] = None,
              strategy: str = "adversarial", dims: Optional[Dict[str, Any]] = None,
              attrs: Optional[Dict[str, Any]] = None, vary_attrs: Optional[List[str]] = None, layouts: bool = True,
-             fail_fast: bool = False, diagnose: bool = True, repro_prefix: str = "") -> Dict[str, Any]: ...
+             fail_fast: bool = False, diagnose: bool = True, repro_prefix: str = "",
+             present: Optional[Dict[str, bool]] = None, precision: Optional[Dict[str, str]] = None,
+             minimize: int = 0) -> Dict[str, Any]: ...
     def minimize(self, case: TestCase, kernel: Kernel, dims: Optional[Dict[str, Any]] = None,
                  layouts: Optional[bool] = None, max_evaluations: int = 200) -> Dict[str, Any]: ...
     def diagnose(self, case: TestCase, outputs: Outputs, kernel: Kernel, dtypes: Optional[List[str]] = None,

@@ -162,14 +162,6 @@ def _wire_input(inp: _fw.Input, key: str, pristine: Optional[np.ndarray] = None)
     return (key, inp.dtype, inp.shape, inp.strides, inp.offset, data)
 
 
-def _envelope_ratio(r: Dict[str, Any]) -> float:
-    """max_error / envelope of one judged case, as the engine's FuzzReport counts it: infinity
-    for a failure the error does not measure (kernel error, contract, non-finite mismatch)."""
-    err, env = r.get("max_error"), r.get("envelope") or 0.0
-    ratio = float("inf") if err is None else float(err) / env if env > 0 else (float("inf") if float(err) > 0 else 0.0)
-    return ratio if r["passed"] or ratio > 1.0 else float("inf")
-
-
 def _outputs_of(result: Any) -> List[Any]:
     if isinstance(result, (list, tuple)):
         return list(result)
@@ -294,11 +286,14 @@ class Client:
         return args
 
     def _batch(self, op, options, seed, start, count, framework, device, keep_wire: bool = False,
-               prefetch: int = 0, digests: bool = True):
+               prefetch: int = 0, digests: bool = True, run: Optional[Dict[str, Any]] = None):
         """[(case json, {name: _fw.Input})] and the master seed (``keep_wire``: see _cases_of;
         ``prefetch``: the daemon generates that many cases after these meanwhile; ``digests``:
-        the cases' JSON carries each input's digest, which the daemon hashes every byte for)."""
+        the cases' JSON carries each input's digest, which the daemon hashes every byte for;
+        ``run``: open a client-side run in the daemon, whose id is then ``self._run_id``)."""
         params = {"op": op, "count": count, "start_index": start, "options": options}
+        if run is not None:
+            params["run"] = run
         if prefetch > 0:
             params["prefetch"] = int(prefetch)
         if not digests:
@@ -306,6 +301,7 @@ class Client:
         if seed is not None:
             params["seed"] = int(seed)
         res, tens = self.request("get_test_batch", params)
+        self._run_id = res.get("run_id")
         return self._cases_of(res, tens, framework, device, keep_wire), int(res["master_seed"])
 
     @staticmethod
@@ -472,18 +468,26 @@ class Client:
         kernel = _kernel_identity(run_op)
         kernel["framework"] = fw  # what the kernel was handed (an editor's repro script needs it)
         t0 = time.perf_counter()
-        total = passed = 0
-        first_failure = -1
         failures: List[ClientFailure] = []
         master = seed
-        worst_ratio, worst_index = 0.0, -1
-        budget = max(0, int(diagnose_limit))  # failures still to diagnose here
-        batch = None
-        while total < iterations:
-            n = min(_CHUNK, iterations - total)
-            if batch is None:
-                batch, master = self._batch(op, options, master, total, n, fw, device, check_determinism,
-                                            prefetch=min(_CHUNK, iterations - total - n), digests=False)
+        if iterations <= 0:
+            return FuzzResults(op=op, seed=int(master if master is not None else 0),
+                               value_distribution=value_distribution, framework=fw, total=0, passed=0,
+                               elapsed=time.perf_counter() - t0, first_failure=-1, failures=[],
+                               worst_ratio=None, worst_index=-1)
+        # The run's books (counts, first failure, worst case, fail-fast, which failures this
+        # process diagnoses) are the daemon's: one FuzzRun in the engine, whose summary every
+        # reply carries. This loop only runs the kernel and renders that summary.
+        summary: Dict[str, Any] = {}
+        sent = 0  # cases handed out so far
+        n = min(_CHUNK, iterations)
+        batch, master = self._batch(op, options, master, 0, n, fw, device, check_determinism,
+                                    prefetch=min(_CHUNK, iterations - n), digests=False,
+                                    run={"iterations": int(iterations), "fail_fast": bool(fail_fast),
+                                         "diagnose_limit": max(0, int(diagnose_limit))})
+        run_id = self._run_id
+        sent = n
+        while batch is not None:
             items, tensors = [], []
             for i, (case, inputs) in enumerate(batch):
                 def rebuild(case=case):
@@ -496,58 +500,54 @@ class Client:
             for item in items:
                 item["case"] = {k: v for k, v in item["case"].items() if k != "_wire"}
             params = {"op": op, "options": options, "items": items, "kernel": kernel, "store": True,
-                      "client": {"name": "gpuemu-python"}, "snapshots": True}
-            left = iterations - total - n
+                      "client": {"name": "gpuemu-python"}, "snapshots": True, "run_id": run_id}
+            left = iterations - sent
             if left > 0:  # the next chunk comes back with this one's verdicts: one request a chunk
                 # ... and the daemon makes the one after it while this process runs the kernel
-                params["next"] = {"count": min(_CHUNK, left), "start_index": total + n, "seed": master,
-                                  "prefetch": min(_CHUNK, left - min(_CHUNK, left)), "digests": False}
-            if budget > 0:
+                nxt = min(_CHUNK, left)
+                params["next"] = {"count": nxt, "start_index": sent, "seed": master,
+                                  "prefetch": min(_CHUNK, left - nxt), "digests": False}
+            if diagnose_limit > 0:
                 params["hold_for_diagnosis"] = True  # failures come back unstored, to be diagnosed
                 params["hold_by_id"] = True  # ... and kept by the daemon: only diagnoses go back
             res, tens = self.request("submit_outputs", params, tensors)
             if res.get("held"):
                 diagnoses = []
-                for i, ((case, _inputs), item, r) in enumerate(zip(batch, items, res["results"])):
-                    if budget <= 0:
-                        break
-                    if r["passed"] or "kernel_error" in item or "contract_error" in item or \
-                            r.get("diagnosis", {}).get("bug_class") in ("contract", "kernel_error"):
+                for i, ((case, _inputs), r) in enumerate(zip(batch, res["results"])):
+                    if not r.get("diagnose"):  # the run's diagnosis budget names these
                         continue
-                    budget -= 1
                     d = self._diagnose_here(op, options, case, tensors, i, run_op, fw, device, r.get("envelope"))
                     if d is not None:
-                        item["diagnosis"] = d
+                        items[i]["diagnosis"] = d
                         diagnoses.append({"item": i, "diagnosis": d})
                 del params["hold_for_diagnosis"], params["hold_by_id"]
                 res, tens = self._finish_held(params, res.get("held_id"), diagnoses, tensors)
+            summary = res.get("run") or summary
             done, batch = batch, (self._cases_of(res["next"], tens, fw, device, check_determinism)
                                   if "next" in res else None)
-            stop = False
+            if batch is not None:
+                sent += len(batch)
             for i, ((case, inputs), item, r) in enumerate(zip(done, items, res["results"])):
-                ratio = _envelope_ratio(r)
-                if worst_index < 0 or ratio > worst_ratio:
-                    worst_ratio, worst_index = ratio, total
-                total += 1
                 if r["passed"]:
-                    passed += 1
                     continue
-                if first_failure < 0:
-                    first_failure = total - 1
                 snap = tens.get(f"snapshots/{i}")  # the stored snapshot's bytes (`snapshots`)
                 if snap is not None:
                     r = {**r, "snapshot": base64.b64encode(snap[4].tobytes()).decode("ascii")}
                 failures.append(self._failure(case, item, r, kernel))
-                stop = stop or fail_fast
             if progress is not None:
-                progress(total, iterations)
-            if stop:
+                progress(int(summary.get("total", 0)), iterations)
+            if summary.get("done"):
                 break
+        worst = summary.get("worst", {})
+        ratio = worst.get("ratio")
         return FuzzResults(op=op, seed=int(master if master is not None else 0),
-                           value_distribution=value_distribution, framework=fw, total=total,
-                           passed=passed, elapsed=time.perf_counter() - t0, first_failure=first_failure,
-                           failures=failures, worst_ratio=worst_ratio if worst_index >= 0 else None,
-                           worst_index=worst_index)
+                           value_distribution=value_distribution, framework=fw,
+                           total=int(summary.get("total", 0)), passed=int(summary.get("passed", 0)),
+                           elapsed=time.perf_counter() - t0, first_failure=int(summary.get("first_failure", -1)),
+                           failures=failures,
+                           worst_ratio=(float("inf") if ratio == "inf" else float(ratio))
+                           if int(worst.get("index", -1)) >= 0 else None,
+                           worst_index=int(worst.get("index", -1)))
 
     def _fuzz_with_gradients(self, op: str, run_op: Callable[[Dict[str, Any]], Any], **kw: Any) -> FuzzResults:
         """``fuzz_op_client_side(..., backward=True)``: the forward run, then ``<op>_backward``'s

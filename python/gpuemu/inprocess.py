@@ -364,10 +364,14 @@ def fuzz_op_in_process(
 
     engine = _engine()
     kernel = _Kernel(run_op, framework, device)
+    n_min = int(minimize) if not isinstance(minimize, bool) else (1 if minimize else 0)
     started = time.perf_counter()
+    # One run in the engine (Engine::fuzz): generation, judging, the diagnosis budget, the first
+    # failures minimized with this kernel.
     report = engine.fuzz(
         op, kernel, int(seed), int(iterations), dtypes=dtype_names, strategy=value_distribution, dims=dims_arg,
-        attrs=attrs_arg, vary_attrs=vary_arg, layouts=layouts, fail_fast=fail_fast, diagnose=diagnose, **pins,
+        attrs=attrs_arg, vary_attrs=vary_arg, layouts=layouts, fail_fast=fail_fast, diagnose=diagnose,
+        minimize=max(n_min, 0), **pins,
     )
     if kernel.abort is not None:
         raise kernel.abort
@@ -377,14 +381,8 @@ def fuzz_op_in_process(
         repro = _repro(op, int(f["seed"]), value_distribution, dtype_names, dims_arg, attrs_arg, vary_arg, layouts,
                        framework, **pins)
         failures.append(_failure(op, int(seed), f, kernel, repro))
-
-    n_min = int(minimize) if not isinstance(minimize, bool) else (1 if minimize else 0)
-    for failure in failures[:n_min]:
-        case = engine.cases(op, int(seed), 1, dtypes=dtype_names, strategy=value_distribution, dims=dims_arg,
-                            attrs=attrs_arg, vary_attrs=vary_arg, layouts=layouts, start=failure.index, **pins)[0]
-        failure.minimized = engine.minimize(case, kernel, dims=dims_arg, layouts=layouts, **pins)
-        if kernel.abort is not None:
-            raise kernel.abort
+        if "minimized" in f:
+            failures[-1].minimized = f["minimized"]
 
     return FuzzResults(
         op=op,

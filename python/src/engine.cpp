@@ -245,7 +245,8 @@ void register_engine(py::module_& m) {
       .def("fuzz", [](const Engine& e, const std::string& op, py::function kernel, std::uint64_t seed,
                       std::int64_t iterations, py::object dtypes, const std::string& strategy, py::object dims,
                       py::object attrs, py::object vary_attrs, bool layouts, bool fail_fast, bool diagnose,
-                      const std::string& repro_prefix, py::object present, py::object precision) {
+                      const std::string& repro_prefix, py::object present, py::object precision,
+                      int minimize) {
         FuzzRequest req;
         req.op = op;
         req.options = options_from(dtypes, strategy, dims, attrs, vary_attrs, layouts, present, precision);
@@ -254,12 +255,15 @@ void register_engine(py::module_& m) {
         req.fail_fast = fail_fast;
         req.diagnose = diagnose;
         req.repro_prefix = repro_prefix;
+        req.minimize = std::max(minimize, 0);
         return py_from_json(unwrap(e.fuzz(req, runner_of(kernel))).to_json());
       }, py::arg("op"), py::arg("kernel"), py::arg("seed"), py::arg("iterations") = 100,
          py::arg("dtypes") = py::none(), py::arg("strategy") = "adversarial", py::arg("dims") = py::none(),
          py::arg("attrs") = py::none(), py::arg("vary_attrs") = py::none(), py::arg("layouts") = true,
          py::arg("fail_fast") = false, py::arg("diagnose") = true, py::arg("repro_prefix") = "",
-         py::arg("present") = py::none(), py::arg("precision") = py::none())
+         py::arg("present") = py::none(), py::arg("precision") = py::none(), py::arg("minimize") = 0,
+         "One fuzz run (Engine::fuzz): the report's JSON; `minimize`: the first that many failures "
+         "are shrunk with the same kernel (each failure's `minimized`)")
       .def("minimize", [](const Engine& e, const TestCase& c, py::function kernel, py::object dims,
                           py::object layouts_flag, int max_evaluations, py::object present, py::object precision) {
         FuzzOptions o = options_from(py::none(), std::string(distribution_name(c.distribution)), dims, py::none(),

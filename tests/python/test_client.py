@@ -412,9 +412,70 @@ def test_a_failing_client_side_run_sends_no_tensor_twice_and_asks_nothing_per_fa
             in f.diagnosis.get("evidence", [])]
     assert len(here) == 3 and {f.index for f in here} == {0, 1, 2}
     assert daemon.cli_json("failures", "show", here[0].id)["diagnosis"] == here[0].diagnosis
-    # a held id is finished once: the second time it is gone
+    # a held id is finished once: the second time it is gone (and the run it belonged to is over)
     with pytest.raises(gpuemu.NotFoundError, match="submit the items again"):
+        client.request("submit_outputs", {**{k: v for k, v in finish.items() if k != "run_id"}, "diagnoses": []})
+    with pytest.raises(gpuemu.NotFoundError, match="no client-side run"):
         client.request("submit_outputs", {**finish, "diagnoses": []})
+
+
+def test_a_client_side_run_keeps_its_books_in_the_daemon_as_the_engine_does_in_process(daemon):
+    """One fuzz run (FuzzRun): the daemon's books of a client-side run are those the engine keeps
+    for the same kernel in process (counts, first failure, worst case), its diagnosis budget names
+    the failures the client diagnoses, and a finished run is closed."""
+    kernel = lambda i: tail_tile_softmax(i["x"], i["dim"])  # noqa: E731
+    client = Client()
+    rec = _Recorder(client)
+    r = client.fuzz_op_client_side("softmax", run_op=kernel, iterations=40, dtypes=["float32"], seed=11,
+                                   framework="numpy", diagnose_limit=2)
+    here = gpuemu.inprocess.fuzz_op_in_process("softmax", kernel, iterations=40, dtypes=["float32"], seed=11,
+                                               framework="numpy", diagnose=False)
+    assert 0 < r.passed < r.total == 40
+    assert (r.total, r.passed, r.first_failure, r.worst_index) == \
+        (here.total, here.passed, here.first_failure, here.worst_index)
+    assert r.worst_ratio == pytest.approx(here.worst_ratio)
+    assert [f.index for f in r.failures] == [f.index for f in here.failures]
+    # get_test_batch opened the run; every submission named it; the budget of 2 went to the first
+    # two failures of the run, and only to them
+    opened = rec.calls[0][1]
+    assert opened["run"] == {"iterations": 40, "fail_fast": False, "diagnose_limit": 2}
+    run_ids = {c[1].get("run_id") for c in rec.calls[1:] if "held_id" not in c[1]}
+    assert len(run_ids) == 1 and next(iter(run_ids)).startswith("run-")
+    diagnosed = [f.index for f in r.failures
+                 if "probes re-ran the kernel in the client (gpuemu-python)" in f.diagnosis.get("evidence", [])]
+    assert diagnosed == [f.index for f in r.failures][:2]
+    # the run is over: a later submission naming it is refused
+    batch = client.get_test_batch("softmax", count=1, seed=11, dtypes=["float32"])
+    held = client._cases[("softmax", batch[0]["seed"])]
+    item, t = client._run_item("softmax", lambda a: np_softmax(a["x"], a["dim"]), held[0], held[2], 0, False, None)
+    with pytest.raises(gpuemu.NotFoundError, match="no client-side run"):
+        client.request("submit_outputs", {"op": "softmax", "options": held[1], "items": [item],
+                                          "run_id": next(iter(run_ids))}, t)
+
+
+def test_a_client_side_run_stops_where_fail_fast_says_and_refuses_other_options(daemon):
+    client = Client()
+    rec = _Recorder(client)
+    r = client.fuzz_op_client_side("softmax", run_op=lambda i: buggy_softmax(i["x"], i["dim"]), iterations=64,
+                                   dtypes=["float32"], seed=7, fail_fast=True, diagnose_limit=0)
+    # the first chunk is judged whole, then the daemon's run says done: no second chunk is asked for
+    assert r.total == 16 and r.first_failure == 0 and len(r.failures) == 16
+    assert rec.methods() == ["get_test_batch", "submit_outputs"]
+    assert "next" in rec.calls[1][1]  # asked for, but not handed out by the reply that closed the run
+    # a run fuzzes one op under one set of options
+    batch, _ = client._batch("softmax", {"dtypes": ["float32"]}, 3, 0, 1, "numpy", None,
+                             run={"iterations": 5})
+    rid = client._run_id
+    case, inputs = batch[0]
+    item, t = client._run_item("softmax", lambda a: np_softmax(a["x"], a["dim"]), case, inputs, 0, False, None)
+    with pytest.raises(gpuemu.ValidationError, match="other options"):
+        client.request("submit_outputs", {"op": "softmax", "options": {"dtypes": ["float16"]}, "items": [item],
+                                          "run_id": rid}, t)
+    res, _ = client.request("submit_outputs", {"op": "softmax", "options": {"dtypes": ["float32"]},
+                                               "items": [item], "run_id": rid}, t)
+    assert res["run"]["total"] == 1 and res["run"]["passed"] == 1 and res["run"]["done"] is False
+    with pytest.raises(gpuemu.ValidationError, match="iterations"):
+        client._batch("softmax", {"dtypes": ["float32"]}, 3, 0, 1, "numpy", None, run={"iterations": 0})
 
 
 def test_held_submission_by_id_is_checked(daemon):

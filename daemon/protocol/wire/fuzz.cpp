@@ -47,7 +47,16 @@ gpuemu::FuzzRequest engine_request(const FuzzRequest& r, std::uint64_t seed) {
   e.fail_fast = r.fail_fast;
   e.diagnose_limit = r.diagnose_limit;
   e.repro_prefix = r.repro_prefix;
+  e.minimize = r.minimize ? 1 : 0;
   return e;
+}
+
+template <class M, class S>
+void RunSpec::map(M& m, S& s) {
+  m.opt("iterations", s.iterations);
+  m.opt("fail_fast", s.fail_fast);
+  m.opt("diagnose_limit", s.diagnose_limit);
+  m.opt("repro_prefix", s.repro_prefix);
 }
 
 template <class M, class S>
@@ -61,6 +70,7 @@ void GetTestBatchRequest::map(M& m, S& s) {
   m.opt("digests", s.digests);
   m.opt("custom_op", s.custom_op);
   m.opt("envelope", s.envelope);
+  m.opt("run", s.run, "'run' must be an object {iterations, fail_fast, diagnose_limit, repro_prefix}");
 }
 
 template <class M, class S>
@@ -69,6 +79,7 @@ void CaseBatch::map(M& m, S& s) {
   m.opt("master_seed", s.master_seed);
   m.opt("cases", s.cases);
   m.opt("options", s.options);
+  m.opt("run_id", s.run_id);
 }
 
 template <class M, class S>
@@ -105,6 +116,7 @@ void SubmitOutputsRequest::map(M& m, S& s) {
   m.opt("envelope", s.envelope);
   m.opt("items", s.items, "'items' must be a non-empty array");
   m.opt("diagnoses", s.diagnoses);
+  m.opt("run_id", s.run_id);
 }
 
 template <class M, class S>
@@ -114,6 +126,7 @@ void SubmitOutputsReply::map(M& m, S& s) {
   m.opt("held", s.held);
   m.opt("held_id", s.held_id);
   m.opt("next", s.next);
+  m.opt("run", s.run);
 }
 
 template <class M, class S>
@@ -154,6 +167,7 @@ GPUEMU_WIRE_DEFINE_REPLY(FuzzReply)
 GPUEMU_WIRE_DEFINE_REQUEST(GetTestBatchRequest)
 GPUEMU_WIRE_DEFINE_REPLY(CaseBatch)
 GPUEMU_WIRE_DEFINE_REQUEST(NextBatch)
+GPUEMU_WIRE_DEFINE_REQUEST(RunSpec)
 GPUEMU_WIRE_DEFINE_REQUEST(SubmitItem)
 GPUEMU_WIRE_DEFINE_REQUEST(SubmitOutputsRequest)
 GPUEMU_WIRE_DEFINE_REPLY(SubmitOutputsReply)

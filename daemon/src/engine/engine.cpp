@@ -1,5 +1,7 @@
 #include "gpuemu/engine.hpp"
 
+#include "gpuemu/fuzz_run.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -19,16 +21,6 @@ namespace {
 
 RefContext context_of(const OpSchema& schema, const TestCase& c) {
   return case_ref_context(schema, c).value();
-}
-
-// max_error / envelope of a verdict: infinity for a failure without a finite error (the kernel
-// raised, a non-finite mismatch), or a failing verdict whose error alone stays under the envelope.
-double envelope_ratio(const Verdict& v) {
-  const double inf = std::numeric_limits<double>::infinity();
-  if (!std::isfinite(v.max_error)) return inf;
-  const double ratio = v.envelope > 0 ? v.max_error / v.envelope : (v.max_error > 0 ? inf : 0.0);
-  if (!v.passed && !(ratio > 1.0)) return inf;  // failed on what the error does not measure
-  return ratio;
 }
 
 }  // namespace
@@ -126,41 +118,26 @@ Result<FuzzReport> Engine::fuzz(const FuzzRequest& req, const KernelRunner& kern
   GPUEMU_TRY(const OpSchema* schema, m_catalogue->get(req.op));
   CaseGenerator gen(*schema, req.options);
   GPUEMU_TRY_STATUS(gen.validate());
-  FuzzReport report;
-  report.op = req.op;
-  report.master_seed = req.seed;
-  const auto start = std::chrono::steady_clock::now();
-  for (std::int64_t i = req.start_index; i < req.start_index + req.iterations; ++i) {
+  FuzzRun run(req);
+  while (run.take(1) == 1) {
+    const std::int64_t i = run.next_index() - 1;
     GPUEMU_TRY(TestCase c, gen.generate(req.seed, i));
     GPUEMU_TRY(CaseResult r, run_case(req.op, req.options, c, kernel));
-    ++report.total;
     if (req.on_case) req.on_case(r);
-    if (const double ratio = envelope_ratio(r.verdict); report.worst_index < 0 || ratio > report.worst_ratio) {
-      report.worst_ratio = ratio;
-      report.worst_index = i;
+    switch (run.diagnosis_for(r)) {
+      case FuzzRun::Diagnose::full: r.diagnosis = diagnose(req.op, req.options, r, &kernel); break;
+      case FuzzRun::Diagnose::probes: r.diagnosis = diagnose(req.op, req.options, r, nullptr); break;
+      case FuzzRun::Diagnose::none: break;
     }
-    if (r.verdict.passed) {
-      ++report.passed;
-    } else {
-      if (report.first_failure < 0) report.first_failure = i;
-      // Diagnosis re-runs the kernel on probe cases: the first few failures get one.
-      if (req.diagnose && report.failures.size() < static_cast<std::size_t>(req.diagnose_limit))
-        r.diagnosis = diagnose(req.op, req.options, r, &kernel);
-      else if (!r.kernel_error.empty())  // only the signature probes (absent_input, ...): a few runs
-        r.diagnosis = diagnose(req.op, req.options, r, req.diagnose ? &kernel : nullptr);
-      else
-        r.diagnosis = {"not_diagnosed", "not diagnosed (only the first " + std::to_string(req.diagnose_limit) +
-                       " failures of a run are)", {}};
-      std::ostringstream repro;
-      repro << (req.repro_prefix.empty() ? "gpuemu fuzz " + req.op : req.repro_prefix) << " --seed " << req.seed
-            << " --case " << i;
-      r.repro = repro.str();
-      report.failures.push_back(std::move(r));
-    }
+    run.record(std::move(r));
     if (progress) progress(i - req.start_index + 1, req.iterations);
-    if (req.fail_fast && !report.failures.empty()) break;
   }
-  report.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  FuzzReport report = run.finish();
+  // Minimize-first: the first failures, shrunk with the same kernel (not counted in elapsed).
+  for (int k = 0; k < req.minimize && static_cast<std::size_t>(k) < report.failures.size(); ++k) {
+    CaseResult& f = report.failures[static_cast<std::size_t>(k)];
+    if (auto m = minimize(req.op, req.options, f.test_case, kernel)) f.minimized = std::move(m).value();
+  }
   return report;
 }
 
@@ -183,6 +160,7 @@ Json CaseResult::to_json(bool with_inputs) const {
   if (!kernel_error.empty()) j["kernel_error"] = kernel_error;
   j["diagnosis"] = diagnosis.to_json();
   j["repro"] = repro;
+  if (minimized) j["minimized"] = minimized->to_json();
   return j;
 }
 
@@ -193,6 +171,8 @@ Json FuzzReport::to_json() const {
   j["worst"] = Json{{"index", worst_index}, {"ratio", std::isfinite(worst_ratio) ? Json(worst_ratio) : Json("inf")}};
   j["failures"] = Json::array();
   for (const auto& f : failures) j["failures"].push_back(f.to_json(true));
+  // The first failure's smallest case, where the run minimized (as the daemon's reply names it).
+  if (!failures.empty() && failures.front().minimized) j["minimized"] = failures.front().minimized->to_json();
   return j;
 }
 

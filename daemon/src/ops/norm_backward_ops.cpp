@@ -54,7 +54,7 @@ double growth_of(std::int64_t n, double abs_sum, double lo, double hi) {
   return SumGrowth::growth(static_cast<double>(n), abs_sum / static_cast<double>(n), hi - lo);
 }
 
-Result<std::vector<RefOutput>> reference(const RefContext& ctx) {
+Result<std::vector<RefOutput>> rms_backward_reference(const RefContext& ctx) {
   GPUEMU_TRY(RmsBackwardProblem p, problem(ctx));
   const std::int64_t R = p.rows, N = p.n;
   const auto total = static_cast<std::size_t>(R * N);
@@ -654,7 +654,7 @@ BuiltinOp make_layer_norm_backward_op() {
 void register_norm_backward_ops(BuiltinRegistry& r) {
   BuiltinOp op;
   op.name = "rms_norm_backward";
-  op.reference = reference;
+  op.reference = rms_backward_reference;
   op.controls = {
       {"fp32_saved", "fp32 with the saved rstd; grad_weight summed over blocks of 64 rows",
        emulated(Variant::saved)},

@@ -64,7 +64,7 @@ Result<RopeProblem> problem_of(const RefContext& ctx) {
   return p;
 }
 
-Result<std::vector<RefOutput>> reference(const RefContext& ctx) {
+Result<std::vector<RefOutput>> rope_forward_reference(const RefContext& ctx) {
   GPUEMU_TRY(RopeProblem p, problem_of(ctx));
   const RefVec& x = ctx.input("x").data;
   const std::int64_t half = p.D / 2;
@@ -224,7 +224,7 @@ Result<std::pair<RefContext, RopeProblem>> backward_context(const RefContext& ct
 
 Result<std::vector<RefOutput>> backward_reference(const RefContext& ctx) {
   GPUEMU_TRY(auto cp, backward_context(ctx));
-  GPUEMU_TRY(std::vector<RefOutput> out, reference(cp.first));
+  GPUEMU_TRY(std::vector<RefOutput> out, rope_forward_reference(cp.first));
   RefOutput& o = out.front();
   negate_second(o.value, cp.second);
   if (!o.alt_nonfinite.empty()) {  // a negated element's accepted +Inf is -Inf and back
@@ -260,7 +260,7 @@ KernelFn backward_kernel(KernelFn rope_kernel, bool forward = false) {
 void register_rope_ops(BuiltinRegistry& r) {
   BuiltinOp op;
   op.name = "rope";
-  op.reference = reference;
+  op.reference = rope_forward_reference;
   op.controls = {
       {"fp32_hf",
        "HF's angles in fp32 (inv_freq = 1 / theta^(arange(0, D, 2) / D)), fp32 "

@@ -56,6 +56,20 @@ struct FuzzReply {
 // --no-daemon run read the same struct).
 gpuemu::FuzzRequest engine_request(const FuzzRequest& r, std::uint64_t seed);
 
+// get_test_batch's `run`: the client-side run these cases open, kept by the daemon (a FuzzRun,
+// gpuemu/fuzz_run.hpp) and fed by every submit_outputs naming its `run_id`: the daemon keeps the
+// run's books (counts, first failure, worst case, fail-fast, the diagnosis budget, repro commands)
+// and each reply carries its summary (`run`).
+struct RunSpec {
+  using Fields = void;
+  std::int64_t iterations = 100;  // [1, 10,000,000]
+  bool fail_fast = false;
+  int diagnose_limit = 3;         // failures the client diagnoses (results' `diagnose`)
+  std::string repro_prefix;       // how a failure's repro command starts
+  template <class M, class S>
+  static void map(M& m, S& s);
+};
+
 // `get_test_batch`: cases for a kernel the client runs.
 struct GetTestBatchRequest {
   using Fields = void;
@@ -68,6 +82,7 @@ struct GetTestBatchRequest {
   std::int64_t prefetch = 0;          // cases after these to make meanwhile
   bool digests = true;                // each input's digest in the cases' JSON
   Json custom_op, envelope;
+  std::optional<RunSpec> run;         // open a client-side run (its id comes back: `run_id`)
   template <class M, class S>
   static void map(M& m, S& s);
 };
@@ -78,6 +93,7 @@ struct CaseBatch {
   std::uint64_t master_seed = 0;
   Json cases = Json::array();  // protocol::case_to_json of each
   FuzzOptions options;
+  std::optional<std::string> run_id;  // the run get_test_batch's `run` opened
   template <class M, class S>
   static void map(M& m, S& s);
 };
@@ -122,6 +138,7 @@ struct SubmitOutputsRequest {
   Json custom_op, envelope;
   std::optional<std::vector<SubmitItem>> items;
   Json diagnoses;  // [{item, diagnosis}] of a held submission
+  std::string run_id;  // the client-side run these items belong to (get_test_batch's `run`)
   template <class M, class S>
   static void map(M& m, S& s);
 };
@@ -132,6 +149,9 @@ struct SubmitOutputsReply {
   std::optional<bool> held;
   std::optional<std::string> held_id;
   std::optional<CaseBatch> next;
+  // The run's summary once these items are recorded (with `run_id`): run_id, op, seed, total,
+  // passed, failed, first_failure, worst {index, ratio}, elapsed, done.
+  Json run;
   template <class M, class S>
   static void map(M& m, S& s);
 };
@@ -183,6 +203,7 @@ GPUEMU_WIRE_DECLARE(FuzzReply);
 GPUEMU_WIRE_DECLARE(GetTestBatchRequest);
 GPUEMU_WIRE_DECLARE(CaseBatch);
 GPUEMU_WIRE_DECLARE(NextBatch);
+GPUEMU_WIRE_DECLARE(RunSpec);
 GPUEMU_WIRE_DECLARE(SubmitItem);
 GPUEMU_WIRE_DECLARE(SubmitOutputsRequest);
 GPUEMU_WIRE_DECLARE(SubmitOutputsReply);
