@@ -35,6 +35,15 @@ struct DimDomain {
 
 enum class InputDtypeRule { case_dtype, fixed };
 
+// When the fuzzer gives an optional input (schema key "presence"; a `present=` pin overrides each):
+//   drawn                 absent in one case of 4 (a bias, a weight)
+//   when_pinned           absent unless pinned present: a mode of the op that the caller asks for
+//                         (softmax_backward's forward logits x, for autograd's backward=True)
+//   unless_pinned_absent  present unless pinned absent: an input a caller may drop
+//                         (flash_attention_backward's saved out and lse)
+// The draw of "present:<name>" is made either way, so the mode changes no other draw of a case.
+enum class InputPresence { drawn, when_pinned, unless_pinned_absent };
+
 struct InputSpec {
   std::string name;
   std::vector<std::string> shape;   // one integer expression per dim (usually a dim name)
@@ -43,6 +52,7 @@ struct InputSpec {
   std::string domain = "real";      // real | positive | nonnegative | probabilities | unit |
                                     // indices:<expr> | lengths:<expr> | targets:<expr> | scale
   bool optional = false;            // may be absent (e.g. bias); the fuzzer sometimes omits it
+  InputPresence presence = InputPresence::drawn;  // when the fuzzer omits it (optional only)
   std::vector<std::string> layouts; // non-contiguous layouts it may take: transposed, strided,
                                     // offset, expanded
   // PyTorch's (*, N): the first shape entry (a dim name) stands for any number of leading dims,

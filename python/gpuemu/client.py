@@ -455,8 +455,11 @@ class Client:
         autograd runs the backward, and every input gradient is judged by the backward op's fp64
         reference; ``results.gradients`` holds that run (its failures name the gradient, e.g.
         ``output 'grad_x'``) and ``results.ok`` covers both. Ops whose backward takes a saved
-        output of the forward (softmax's ``y``, rms_norm's ``rstd``) are refused with the reason:
-        fuzz their backward kernel directly (``fuzz_op_client_side("softmax_backward", ...)``)."""
+        output of the forward are judged from the forward's inputs: softmax's and log_softmax's
+        backward op with the logits ``x`` (``y`` is then the forward of ``x``), flash_attention's
+        without the saved ``out`` and ``lse``; the error model adds what the kernel's own forward
+        output may deviate by (docs/error-model.md). An op whose backward op has no such mode is
+        refused with the reason: fuzz its backward kernel directly."""
         if backward:
             return self._fuzz_with_gradients(
                 op, run_op, iterations=iterations, value_distribution=value_distribution, dtypes=dtypes,
@@ -566,10 +569,26 @@ class Client:
         bschema = _core.op_schema(bop)
         # What the backward op takes beyond the forward's inputs: saved statistics (rms_norm's rstd,
         # layer_norm's mean and rstd), which the kernel's own forward recomputes from x and whose
-        # recomputation the backward op's error model covers, are left to it; a saved output
-        # (softmax's y) is not recomputed that way, so such ops are refused.
-        saved = [i["name"] for i in bschema.get("inputs", []) if i["name"] != "grad_out" and
-                 i["name"] not in fwd_inputs and i.get("domain") not in _RECOMPUTED_STATISTICS]
+        # recomputation the backward op's error model covers, are left to it. A saved output is the
+        # kernel's own forward's under autograd, so the backward op must have a mode that judges
+        # from the forward's inputs (its autograd mode, docs/python.md): an optional forward input
+        # present only when pinned (softmax_backward's x: the saved y is then derived from it and
+        # the reference is the exact forward of it) or saved outputs the case may drop
+        # (flash_attention_backward's out and lse, presence "unless_pinned_absent"); the mode's pins
+        # go to the backward run. Otherwise the op is refused.
+        mode_pins: Dict[str, bool] = {}
+        for i in bschema.get("inputs", []):
+            if i.get("optional", False) and i.get("presence") == "when_pinned" and i["name"] in fwd_inputs:
+                mode_pins[i["name"]] = True
+        from_inputs = bool(mode_pins)  # the saved outputs it keeps are derived from pinned inputs
+        saved = []
+        for i in bschema.get("inputs", []):
+            if i["name"] == "grad_out" or i["name"] in fwd_inputs or i.get("domain") in _RECOMPUTED_STATISTICS:
+                continue
+            if i.get("optional", False) and i.get("presence") == "unless_pinned_absent":
+                mode_pins[i["name"]] = False  # the kernel's forward makes its own
+            elif not from_inputs:
+                saved.append(i["name"])
         if saved:
             raise errors.ValidationError(
                 f"backward=True: {bop} takes the forward's saved {', '.join(saved)} beside its inputs, which "
@@ -612,7 +631,9 @@ class Client:
             return forward
         kernel = _autograd_kernel(run_op, fwd_inputs, grads, b_inputs, zero_leaves, fschema)
         # pins of inputs the backward op's cases carry (a forward-only input's, the bias's, are not its)
-        bkw = {**kw, "present": {k: v for k, v in present.items() if k in b_inputs} or None}
+        # ... and the autograd mode's own pins (softmax_backward's x present, flash_attention_backward's
+        # saved out and lse absent)
+        bkw = {**kw, "present": {**{k: v for k, v in present.items() if k in b_inputs}, **mode_pins} or None}
         forward.gradients = self.fuzz_op_client_side(bop, kernel, **bkw)
         return forward
 

@@ -1043,5 +1043,222 @@ TEST(OpsABackward, FlashAttentionBackward) {
   score_op("flash_attention_backward", flash_backward_scenarios());
 }
 
+// ---- Autograd's mode (backward=True): the forward's inputs in the case, the saved output the
+// kernel's own. softmax_backward / log_softmax_backward with the logits x, flash_attention_backward
+// without out and lse: the reference is the exact forward of the inputs, and the model adds what
+// the kernel's own forward output may deviate by (docs/error-model.md). The probe: a kernel pair
+// made of the forward as a correct fp32 kernel computes it (rounded to the dtype) and a builtin
+// fp32 backward control reading that output, judged (a) by the autograd mode's reference and (b)
+// by the direct reference given the exact fp64 forward output unrounded (the same value; the
+// bound without the new terms).
+
+// softmax / log_softmax of rows of x in fp32 (max pass, fp32 sum of exp), rounded to dt.
+std::vector<double> forward_f32(const std::vector<double>& x, std::int64_t rows, std::int64_t len, bool log, DType dt) {
+  std::vector<double> y(x.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const double* xr = x.data() + r * len;
+    float m = -std::numeric_limits<float>::infinity(), s = 0.0f;
+    for (std::int64_t k = 0; k < len; ++k) m = std::max(m, static_cast<float>(xr[k]));
+    for (std::int64_t k = 0; k < len; ++k) s += std::exp(static_cast<float>(xr[k]) - m);
+    const float ls = std::log(s);
+    for (std::int64_t k = 0; k < len; ++k) {
+      const float v = static_cast<float>(xr[k]);
+      y[static_cast<std::size_t>(r * len + k)] =
+          round_to(dt, log ? static_cast<double>((v - m) - ls) : static_cast<double>(std::exp(v - m) / s));
+    }
+  }
+  return y;
+}
+
+struct ProbeMax {
+  double with_term = 0.0, without_term = 0.0;
+  std::string worst_without;
+};
+
+TEST(OpsABackward, AutogradModeSoftmaxJudgesTheKernelsOwnForwardOutput) {
+  for (bool log : {false, true}) {
+    const std::string op = log ? "log_softmax_backward" : "softmax_backward";
+    const BuiltinOp& b = builtin_of(op);
+    Rng rng(log ? 4711 : 4710);
+    const std::pair<std::int64_t, std::int64_t> shapes[] = {{8, 7}, {6, 129}, {4, 1000}, {2, 4099}};
+    const std::pair<Grad, const char*> grads[] = {{Grad::normal, "normal"}, {Grad::sparse, "sparse"},
+                                                  {Grad::one_hot, "one-hot"}, {Grad::constant, "constant"},
+                                                  {Grad::wide, "wide"}};
+    for (DType dt : k_dtypes) {
+      ProbeMax pm;
+      std::map<std::string, double> bugs;
+      for (auto [rows, len] : shapes)
+        for (auto [kind, gname] : grads)
+          for (double spread : {1.0, 8.0}) {
+            const std::string label = std::to_string(rows) + "x" + std::to_string(len) + " " + gname +
+                                      " spread " + std::to_string(static_cast<int>(spread));
+            const auto x = normal_values(rng, rows * len, 0.0, spread, dt);
+            const auto g = grad_values(rng, rows, len, kind, dt);
+            const auto y64 = forward(x, rows, len, log, false);
+            std::vector<double> y_rounded = y64;
+            for (auto& v : y_rounded) v = round_to(dt, v);
+            // The autograd mode's case: x, and y as the fuzzer derives it (the exact forward rounded).
+            RefContext ctx = make_ctx(op, dt, {{"grad_out", arg(dt, {rows, len}, g)},
+                                               {"y", arg(dt, {rows, len}, y_rounded)},
+                                               {"x", arg(dt, {rows, len}, x)}});
+            // The direct reference on the exact forward output, unrounded: the bound without the terms.
+            RefContext direct = make_ctx(op, dt, {{"grad_out", arg(dt, {rows, len}, g)},
+                                                  {"y", arg(DType::float64, {rows, len}, y64)}});
+            auto ref = b.reference(ctx);
+            auto ref0 = b.reference(direct);
+            ASSERT_TRUE(ref.ok() && ref0.ok());
+            // The kernel pair: an fp32 forward (its own y, rounded), then each fp32 control on it.
+            RefContext own = make_ctx(op, dt, {{"grad_out", arg(dt, {rows, len}, g)},
+                                               {"y", arg(dt, {rows, len}, forward_f32(x, rows, len, log, dt))}});
+            for (const auto& k : b.controls) {
+              auto out = k.run(own);
+              ASSERT_TRUE(out.ok());
+              const double e = max_error(*ref, *out, dt), e0 = max_error(*ref0, *out, dt);
+              EXPECT_LE(e, k_control_limit) << op << " " << k.name << " on " << label << " (" << dtype_name(dt) << ")";
+              pm.with_term = std::max(pm.with_term, e);
+              if (e0 > pm.without_term) pm.without_term = e0, pm.worst_without = k.name + " on " + label;
+            }
+            for (const auto& k : b.buggy) {
+              auto out = k.run(own);
+              ASSERT_TRUE(out.ok());
+              bugs[k.name] = std::max(bugs[k.name], max_error(*ref, *out, dt));
+            }
+          }
+      std::printf("[autograd] %-21s %-8s own forward + controls: %s with the term, %s without (%s)\n", op.c_str(),
+                  std::string(dtype_name(dt)).c_str(), fmt_err(pm.with_term).c_str(),
+                  fmt_err(pm.without_term).c_str(), pm.worst_without.c_str());
+      for (const auto& [name, e] : bugs) {
+        std::printf("[autograd] %-21s %-8s buggy %-14s %s\n", op.c_str(), std::string(dtype_name(dt)).c_str(),
+                    name.c_str(), fmt_err(e).c_str());
+        // lowp_sum: in float32 the accumulator's own dtype (nothing lost). In float16, softmax's
+        // is the one bug the term costs margin: a correct pair's y_k no longer sums to 1, so a
+        // constant grad_out no longer cancels exactly and the bound holds u_in |y| sum|g y|, about
+        // what one fp16 rounding of the sum costs (direct mode: 451; here 12, 6x the envelope of 2).
+        const double floor = name == "lowp_sum" && dt == DType::float16 && !log ? 6.0 : k_bug_floor;
+        if (!(name == "lowp_sum" && dt == DType::float32))
+          EXPECT_GT(e, floor) << op << " buggy " << name << " (" << dtype_name(dt) << ")";
+      }
+      // The saved output's deviation is the term's reason: in 16-bit dtypes a correct pair fails
+      // without it (constant upstream gradients: y_k's row sums 1 + O(u_in sqrt N), not 1).
+      if (dt != DType::float32) EXPECT_GT(pm.without_term, k_control_limit) << op << " " << dtype_name(dt);
+    }
+  }
+}
+
+TEST(OpsABackward, AutogradModeSoftmaxTakesXOnlyWithItsShape) {
+  auto bad = builtin_of("softmax_backward")
+                 .reference(make_ctx("softmax_backward", DType::float32,
+                                     {{"grad_out", arg(DType::float32, {2, 3}, std::vector<double>(6, 1.0))},
+                                      {"y", arg(DType::float32, {2, 3}, std::vector<double>(6, 0.25))},
+                                      {"x", arg(DType::float32, {3, 2}, std::vector<double>(6, 0.0))}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::shape_mismatch);
+}
+
+// FlashAttention-2's forward as a correct kernel computes it: fp32 scores, running max and sum,
+// P = exp(s - m) rounded to the input dtype before P·V, out = (P·V) / l rounded to dt, lse in fp32.
+void attn_forward_fa2(const AttnShape& s, DType dt, const std::vector<double>& q, const std::vector<double>& k,
+                      const std::vector<double>& v, std::vector<double>& out, std::vector<double>& lse) {
+  const double scale = s.scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(s.D)) : s.scale;
+  out.assign(static_cast<std::size_t>(s.B * s.H * s.Lq * s.D), 0.0);
+  lse.assign(static_cast<std::size_t>(s.B * s.H * s.Lq), 0.0);
+  std::vector<float> sc(static_cast<std::size_t>(s.Lk)), acc(static_cast<std::size_t>(s.D));
+  for (std::int64_t b = 0; b < s.B; ++b)
+    for (std::int64_t h = 0; h < s.H; ++h) {
+      const std::int64_t hk = h / (s.H / s.Hkv);
+      for (std::int64_t i = 0; i < s.Lq; ++i) {
+        const std::int64_t row = (b * s.H + h) * s.Lq + i, n = s.causal ? std::min(i + 1, s.Lk) : s.Lk;
+        float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+        for (std::int64_t j = 0; j < n; ++j) {
+          float dot = 0.0f;
+          for (std::int64_t c = 0; c < s.D; ++c)
+            dot += static_cast<float>(q[row * s.D + c]) * static_cast<float>(k[((b * s.Hkv + hk) * s.Lk + j) * s.D + c]);
+          sc[j] = dot * static_cast<float>(scale);
+          m = std::max(m, sc[j]);
+        }
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (std::int64_t j = 0; j < n; ++j) {
+          const float p = std::exp(sc[j] - m);
+          l += p;
+          const float pr = static_cast<float>(round_to(dt, static_cast<double>(p)));
+          for (std::int64_t c = 0; c < s.D; ++c)
+            acc[c] += pr * static_cast<float>(v[((b * s.Hkv + hk) * s.Lk + j) * s.D + c]);
+        }
+        lse[row] = static_cast<double>(m + std::log(l));
+        for (std::int64_t c = 0; c < s.D; ++c) out[row * s.D + c] = round_to(dt, static_cast<double>(acc[c] / l));
+      }
+    }
+}
+
+TEST(OpsABackward, AutogradModeFlashAttentionJudgesTheKernelsOwnForward) {
+  const BuiltinOp& b = builtin_of("flash_attention_backward");
+  const std::vector<Scenario> scenarios = flash_backward_scenarios();
+  std::map<DType, ProbeMax> pm;
+  std::map<std::string, std::map<DType, double>> bugs;
+  for (const Scenario& sc : scenarios) {
+    const DType dt = sc.ctx.case_dtype;
+    const RefArg &q = sc.ctx.input("q"), &k = sc.ctx.input("k"), &v = sc.ctx.input("v");
+    AttnShape s{q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], sc.ctx.attr_bool("causal"),
+                sc.ctx.attr_is_null("scale") ? 0.0 : sc.ctx.attr_float("scale")};
+    auto vec = [](const RefArg& a) { return std::vector<double>(a.data.begin(), a.data.end()); };
+    // The autograd mode's case: no out, no lse.
+    RefContext ctx = sc.ctx;
+    ctx.inputs.erase("out");
+    ctx.inputs.erase("lse");
+    // The direct reference given the exact forward unrounded (lse and out in fp64).
+    std::vector<double> o64, l64;
+    attn_forward64(s, vec(q), vec(k), vec(v), o64, l64);
+    RefContext direct = sc.ctx;
+    direct.inputs["out"] = arg(DType::float64, q.shape, o64);
+    direct.inputs["lse"] = arg(DType::float64, {s.B, s.H, s.Lq}, l64);
+    // The kernel's own forward (FA-2's, P rounded before P·V), saved as it stores it.
+    std::vector<double> ok, lk;
+    attn_forward_fa2(s, dt, vec(q), vec(k), vec(v), ok, lk);
+    RefContext own = sc.ctx;
+    own.inputs["out"] = arg(dt, q.shape, ok);
+    own.inputs["lse"] = arg(DType::float32, {s.B, s.H, s.Lq}, lk);
+    auto ref = b.reference(ctx);
+    auto ref0 = b.reference(direct);
+    ASSERT_TRUE(ref.ok()) << ref.error().message;
+    ASSERT_TRUE(ref0.ok()) << ref0.error().message;
+    // The autograd mode's reference is the direct one's on the exact forward: the same values.
+    for (std::size_t o = 0; o < ref->size(); ++o)
+      for (std::size_t i = 0; i < (*ref)[o].value.size(); ++i)
+        ASSERT_NEAR((*ref)[o].value[i], (*ref0)[o].value[i], 1e-9 * (1.0 + std::fabs((*ref0)[o].value[i])));
+    for (const auto& kn : b.controls) {
+      auto out = kn.run(own);
+      ASSERT_TRUE(out.ok()) << out.error().message;
+      const double e = max_error(*ref, *out, dt), e0 = max_error(*ref0, *out, dt);
+      EXPECT_LE(e, k_control_limit) << kn.name << " on " << sc.label << " (" << dtype_name(dt) << ")";
+      pm[dt].with_term = std::max(pm[dt].with_term, e);
+      if (e0 > pm[dt].without_term) pm[dt].without_term = e0, pm[dt].worst_without = kn.name + " on " + sc.label;
+    }
+    for (const auto& kn : b.buggy) {
+      auto out = kn.run(own);
+      ASSERT_TRUE(out.ok()) << out.error().message;
+      double& slot = bugs[kn.name][dt];
+      slot = std::max(slot, max_error(*ref, *out, dt));
+    }
+    // The controls run in the mode too (the reference's exact out and lse stand in for the saved).
+    auto plain = b.controls.front().run(ctx);
+    ASSERT_TRUE(plain.ok()) << plain.error().message;
+    EXPECT_LE(max_error(*ref, *plain, dt), k_control_limit) << sc.label;
+  }
+  for (DType dt : k_dtypes) {
+    std::printf("[autograd] flash_attention_backward %-8s FA-2 forward + controls: %s with the term, %s without (%s)\n",
+                std::string(dtype_name(dt)).c_str(), fmt_err(pm[dt].with_term).c_str(),
+                fmt_err(pm[dt].without_term).c_str(), pm[dt].worst_without.c_str());
+    for (auto& [name, by] : bugs) {
+      std::printf("[autograd] flash_attention_backward %-8s buggy %-20s %s\n", std::string(dtype_name(dt)).c_str(),
+                  name.c_str(), fmt_err(by[dt]).c_str());
+      EXPECT_GT(by[dt], k_bug_floor) << name << " (" << dtype_name(dt) << ")";
+    }
+  }
+  // Out and lse go together.
+  RefContext half = scenarios.front().ctx;
+  half.inputs.erase("lse");
+  EXPECT_FALSE(b.reference(half).ok());
+}
+
 }  // namespace
 }  // namespace gpuemu::test_a

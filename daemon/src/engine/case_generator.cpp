@@ -240,8 +240,10 @@ Result<TestCase> CaseGenerator::generate_pinned(
       // leaves every other draw of the case unchanged.
       Rng presence = Rng::substream(seed, "present:" + spec.name);
       const bool drawn_absent = presence.chance(1, 4);
+      const bool absent = spec.presence == InputPresence::drawn ? drawn_absent
+                                                                : spec.presence == InputPresence::when_pinned;
       auto pin = m_options.present.find(spec.name);
-      if (pin != m_options.present.end() ? !pin->second : drawn_absent) continue;
+      if (pin != m_options.present.end() ? !pin->second : absent) continue;
     }
     Shape shape;
     for (const auto& e : spec.shape) {

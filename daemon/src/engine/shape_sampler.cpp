@@ -107,6 +107,10 @@ std::int64_t ShapeSampler::input_elements(const std::map<std::string, std::int64
   constexpr std::int64_t too_many = std::numeric_limits<std::int64_t>::max();
   std::int64_t total = 0;
   for (const auto& in : m_schema.inputs) {
+    // An input present only when pinned (a mode the caller asks for: softmax_backward's logits)
+    // is not counted, so that pinning it changes no dim of a case (and not pinning it, none of
+    // the cases drawn before it existed).
+    if (in.optional && in.presence == InputPresence::when_pinned) continue;
     std::int64_t n = 1;
     for (const auto& e : in.shape) {
       auto v = eval_expr(e, dims, attrs);

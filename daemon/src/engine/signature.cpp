@@ -67,7 +67,9 @@ std::optional<Diagnosis> signature_diagnosis(const Engine& engine, const OpSchem
                                              const KernelRunner* kernel) {
   std::vector<std::string> absent;
   for (const auto& in : schema.inputs)
-    if (in.optional && !c.inputs.count(in.name) && !options.present.count(in.name)) absent.push_back(in.name);
+    if (in.optional && in.presence == InputPresence::drawn && !c.inputs.count(in.name) &&
+        !options.present.count(in.name))
+      absent.push_back(in.name);  // drawn absent (a mode asked for by a pin is not a draw)
   std::vector<const AttrSpec*> unusual;  // attrs the run drew away from their default
   for (const auto& a : schema.attrs)
     if (c.attrs.contains(a.name) && c.attrs[a.name] != a.default_value &&

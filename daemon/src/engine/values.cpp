@@ -613,8 +613,32 @@ void derive_saved_attention(const OpSchema& s, TestCase& c) {
 
 }  // namespace
 
+namespace {
+
+// softmax_backward's and log_softmax_backward's saved y where the case also holds the forward's
+// logits x (the optional input "x", present when pinned: autograd's backward=True): y is then the
+// forward of those exact values, fp64 along `dim` and rounded once to y's dtype (as a forward
+// kernel returns it), whatever y's own draw was, so that the case is one forward's.
+void derive_saved_softmax_output(const OpSchema& s, TestCase& c) {
+  auto xi = c.inputs.find("x");
+  if (xi == c.inputs.end()) return;
+  for (const auto& spec : s.inputs) {
+    if (spec.domain != "saved_softmax" && spec.domain != "saved_log_softmax") continue;
+    auto yi = c.inputs.find(spec.name);
+    if (yi == c.inputs.end() || yi->second.shape() != xi->second.shape()) continue;
+    std::vector<double> v = xi->second.to_f64();
+    apply_saved_forward(v, xi->second.shape(), &c.attrs, spec.domain == "saved_log_softmax");
+    Tensor& y = yi->second;
+    for (std::size_t k = 0; k < v.size(); ++k)
+      y.set_flat(static_cast<std::int64_t>(k), round_to(y.dtype(), v[k]));
+  }
+}
+
+}  // namespace
+
 void derive_saved(const OpSchema& s, TestCase& c) {
   derive_saved_attention(s, c);
+  derive_saved_softmax_output(s, c);
   for (const auto& spec : s.inputs) {
     if (spec.domain == "saved_mean" || spec.domain == "saved_ln_rstd") {
       derive_layer_norm_stat(c, spec.name, spec.domain == "saved_mean");

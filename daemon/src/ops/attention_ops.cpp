@@ -364,20 +364,30 @@ struct AttnBwdProblem {
   bool causal = false;
   const double *g = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *lse = nullptr;
   Shape q_shape, kv_shape;
+  // Without the saved out and lse (autograd's mode: the case pins them absent), the exact forward
+  // of q, k, v computed here (attn_bwd_exact_forward), which o and lse then point into, and the
+  // forward's c_in of out.
+  bool from_inputs = false;
+  RefVec own_o, own_lse, own_o_c_in;
   std::int64_t group() const { return H / Hkv; }
 };
 
 Result<AttnBwdProblem> attn_bwd_problem(const RefContext& ctx) {
-  const RefArg &g = ctx.input("grad_out"), &q = ctx.input("q"), &k = ctx.input("k"),
-               &v = ctx.input("v"), &o = ctx.input("out"), &lse = ctx.input("lse");
+  const RefArg &g = ctx.input("grad_out"), &q = ctx.input("q"), &k = ctx.input("k"), &v = ctx.input("v");
+  if (ctx.has_input("out") != ctx.has_input("lse"))
+    return shape_error("flash_attention_backward takes the saved out and lse together, or neither (autograd's "
+                       "mode: the reference computes the forward of q, k, v)");
+  const bool saved = ctx.has_input("out");
+  const RefArg* o = saved ? &ctx.input("out") : nullptr;
+  const RefArg* lse = saved ? &ctx.input("lse") : nullptr;
   if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape != k.shape || g.shape != q.shape ||
-      o.shape != q.shape || k.shape[0] != q.shape[0] || k.shape[3] != q.shape[3] ||
-      lse.shape != Shape{q.shape[0], q.shape[1], q.shape[2]})
+      k.shape[0] != q.shape[0] || k.shape[3] != q.shape[3] ||
+      (saved && (o->shape != q.shape || lse->shape != Shape{q.shape[0], q.shape[1], q.shape[2]})))
     return shape_error(
         "flash_attention_backward needs grad_out, q and out [B, H, Lq, D], k and v [B, Hkv, Lk, D] "
         "and lse [B, H, Lq]; got grad_out " + shape_to_string(g.shape) + ", q " + shape_to_string(q.shape) +
-        ", k " + shape_to_string(k.shape) + ", v " + shape_to_string(v.shape) + ", out " +
-        shape_to_string(o.shape) + ", lse " + shape_to_string(lse.shape));
+        ", k " + shape_to_string(k.shape) + ", v " + shape_to_string(v.shape) +
+        (saved ? ", out " + shape_to_string(o->shape) + ", lse " + shape_to_string(lse->shape) : std::string()));
   AttnBwdProblem p;
   p.B = q.shape[0], p.H = q.shape[1], p.Lq = q.shape[2], p.D = q.shape[3];
   p.Hkv = k.shape[1], p.Lk = k.shape[2];
@@ -390,13 +400,62 @@ Result<AttnBwdProblem> attn_bwd_problem(const RefContext& ctx) {
   p.scale = resolve_scale(ctx, p.D);
   p.causal = ctx.attr_bool("causal");
   p.g = g.data.data(), p.q = q.data.data(), p.k = k.data.data(), p.v = v.data.data();
-  p.o = o.data.data(), p.lse = lse.data.data();
+  if (saved) p.o = o->data.data(), p.lse = lse->data.data();
+  p.from_inputs = !saved;
   p.q_shape = q.shape, p.kv_shape = k.shape;
   return p;
 }
 
+// flash_attention_backward without the saved out and lse (autograd's mode: the kernel's own forward
+// made them): the exact forward of the case's q, k, v in fp64, as attention's own reference (out,
+// with the forward's c_in kept for the backward's model) and lse = m + log sum_j exp(s_ij - m) over
+// the attended keys (NaN where a score is, -Inf over no key), unrounded. p.o and p.lse point there.
+void attn_bwd_exact_forward(const RefContext& ctx, AttnBwdProblem& p) {
+  if (!p.from_inputs) return;
+  const std::int64_t nq = shape_numel(p.q_shape), qh = p.Lq * p.D, kh = p.Lk * p.D;
+  p.own_o.assign(static_cast<std::size_t>(nq), 0.0);
+  p.own_o_c_in.assign(static_cast<std::size_t>(nq), 0.0);
+  p.own_lse.assign(static_cast<std::size_t>(p.B * p.H * p.Lq), 0.0);
+  const DTypeInfo& in = dtype_info(ctx.input("q").dtype);
+  const double flush_w = in.is_floating && in.unit_roundoff > 0 ? in.min_subnormal / 2 / in.unit_roundoff : 0.0;
+  RefVec c_acc(static_cast<std::size_t>(qh));
+  std::vector<double> sc(static_cast<std::size_t>(std::max<std::int64_t>(p.Lk, 1)));
+  for (std::int64_t b = 0; b < p.B; ++b)
+    for (std::int64_t h = 0; h < p.H; ++h) {
+      const std::int64_t q0 = (b * p.H + h) * qh, kv0 = (b * p.Hkv + h / p.group()) * kh;
+      AttentionBlock blk;
+      blk.q = p.q + q0, blk.k = p.k + kv0, blk.v = p.v + kv0;
+      blk.lq = p.Lq, blk.lk = p.Lk, blk.d = p.D, blk.scale = p.scale, blk.causal = p.causal;
+      blk.out = p.own_o.data() + q0, blk.c_acc = c_acc.data(), blk.c_in = p.own_o_c_in.data() + q0;
+      blk.p_min_normal = in.min_normal;
+      blk.p_flush_weight = flush_w >= 0x1.0p-60 ? flush_w : 0.0;
+      blk.policy_weight = policy_weight(ctx);
+      attention_block_reference(blk);
+      for (std::int64_t i = 0; i < p.Lq; ++i) {
+        const double* qr = p.q + q0 + i * p.D;
+        const std::int64_t n = attended_keys(i, p.Lk, p.causal);
+        double m = -std::numeric_limits<double>::infinity();
+        bool nan = false;
+        for (std::int64_t j = 0; j < n; ++j) {
+          double dot = 0.0;
+          for (std::int64_t c = 0; c < p.D; ++c) dot += qr[c] * p.k[kv0 + j * p.D + c];
+          sc[static_cast<std::size_t>(j)] = dot * p.scale;
+          nan |= std::isnan(sc[static_cast<std::size_t>(j)]);
+          m = std::max(m, sc[static_cast<std::size_t>(j)]);
+        }
+        double l = 0.0;
+        for (std::int64_t j = 0; j < n; ++j) l += std::exp(sc[static_cast<std::size_t>(j)] - m);
+        p.own_lse[static_cast<std::size_t>((b * p.H + h) * p.Lq + i)] =
+            nan ? std::numeric_limits<double>::quiet_NaN() : n == 0 ? -std::numeric_limits<double>::infinity()
+                                                                   : m + std::log(l);
+      }
+    }
+  p.o = p.own_o.data(), p.lse = p.own_lse.data();
+}
+
 Result<std::vector<RefOutput>> attn_bwd_reference(const RefContext& ctx) {
   GPUEMU_TRY(AttnBwdProblem p, attn_bwd_problem(ctx));
+  attn_bwd_exact_forward(ctx, p);
   const std::int64_t nq = shape_numel(p.q_shape), nkv = shape_numel(p.kv_shape);
   RefVec dq(nq), cdq(nq), idq(nq), dk(nkv), cdk(nkv), idk(nkv), dv(nkv), cdv(nkv), idv(nkv);
   const DTypeInfo& in = dtype_info(ctx.input("q").dtype);
@@ -425,6 +484,7 @@ Result<std::vector<RefOutput>> attn_bwd_reference(const RefContext& ctx) {
         const std::int64_t q0 = (b * p.H + h) * qh;
         AttentionBackwardBlock blk;
         blk.q = p.q + q0, blk.dout = p.g + q0, blk.out = p.o + q0, blk.lse = p.lse + (b * p.H + h) * p.Lq;
+        blk.out_c_in = p.from_inputs ? p.own_o_c_in.data() + q0 : nullptr;
         blk.k = p.k + kv0, blk.v = p.v + kv0;
         blk.lq = p.Lq, blk.lk = p.Lk, blk.d = p.D, blk.scale = p.scale, blk.causal = p.causal;
         blk.kv_rows = p.group() * p.Lq;
@@ -486,6 +546,7 @@ enum class AttnBwdBug { none, gqa_first_head };
 KernelFn attn_bwd_emulated(AttentionBackwardEmulation cfg, AttnBwdBug bug = AttnBwdBug::none) {
   return [=](const RefContext& ctx) -> KernelOut {
     GPUEMU_TRY(AttnBwdProblem p, attn_bwd_problem(ctx));
+    attn_bwd_exact_forward(ctx, p);  // without the saved out and lse: the exact ones
     const std::int64_t nq = shape_numel(p.q_shape), nkv = shape_numel(p.kv_shape);
     const std::int64_t qh = p.Lq * p.D, kh = p.Lk * p.D;
     const std::vector<float> q = to_f32(p.q, nq), g = to_f32(p.g, nq), o = to_f32(p.o, nq);

@@ -235,13 +235,17 @@ void attention_backward_block_reference(const AttentionBackwardBlock& blk) {
       double lse = blk.lse[row];
       // D and its condition; the saved out is known to u_in relative, or to half a subnormal
       // spacing below the input dtype's smallest normal (Dflush, in units of u_in).
-      double D = 0.0, Dabs = 0.0, Dflush = 0.0;
+      double D = 0.0, Dabs = 0.0, Dflush = 0.0, Dfwd = 0.0;
       for (std::int64_t c = 0; c < d; ++c) {
         const double o = blk.out[row * d + c], t = blk.dout[row * d + c] * o;
         D += t;
         Dabs += std::fabs(t);
         if (flush && std::fabs(o) < blk.p_min_normal) Dflush += std::fabs(blk.dout[row * d + c]) * blk.p_flush_weight;
+        // The kernel's own forward's out (autograd's mode): P rounded before P·V (header).
+        if (blk.out_c_in && std::isfinite(blk.out_c_in[row * d + c]))
+          Dfwd += std::fabs(blk.dout[row * d + c]) * blk.out_c_in[row * d + c];
       }
+      Dfwd = std::isfinite(Dfwd) ? Dfwd : 0.0;
       note(Dabs);
       double* s = S.data() + i * lk;
       double* e = E.data() + i * lk;
@@ -298,7 +302,7 @@ void attention_backward_block_reference(const AttentionBackwardBlock& blk) {
         const double c_ds = bwd_cap(dp * std::fabs(dpd) +
                                     p * (root_d * a[j] + (root_d + 1.0) * Dabs + std::fabs(gp[j]) + std::fabs(D)) +
                                     p * R + abs_ds);
-        const double in_ds = bwd_cap(p * (Dabs + Dflush) + abs_ds + (flush && abs_ds < blk.p_min_normal ? blk.p_flush_weight : 0.0));
+        const double in_ds = bwd_cap(p * (Dabs + Dflush + Dfwd) + abs_ds + (flush && abs_ds < blk.p_min_normal ? blk.p_flush_weight : 0.0));
         const std::size_t x = static_cast<std::size_t>(i * lk + j);
         CQ[x] = bwd_cap(abs_scale * (c_ds + (root_n + 1.0 + pw) * abs_ds));
         CK[x] = bwd_cap(abs_scale * (c_ds + kv_growth * abs_ds));

@@ -96,6 +96,12 @@ struct AttentionBackwardBlock {
   const double* dout = nullptr;  // [lq, d]
   const double* out = nullptr;   // [lq, d] the saved output
   const double* lse = nullptr;   // [lq] the saved natural-log log-sum-exp
+  // [lq, d], or null: the forward's c_in of out where the reference computed out itself (the case
+  // without the saved out and lse: autograd's mode). The kernel's own forward saved an out that
+  // may carry u_in·c_in_fwd (P rounded to the input dtype before P·V: Σ_j p_ij'|v_jd|, the flush
+  // weight below the normal range), which moves D by u_in·Σ_d |dO_id|·c_in_fwd[i,d]: dS's c_in
+  // gains P_ij times it. (Its fp32 part is R's, its own rounding Dabs's, lse's fp32 error w's.)
+  const double* out_c_in = nullptr;
   const double* k = nullptr;     // [lk, d]
   const double* v = nullptr;     // [lk, d]
   std::int64_t lq = 0, lk = 0, d = 0;

@@ -288,13 +288,30 @@ BuiltinOp make_op(const std::string& name, bool log) {
 //   log_softmax:  c_acc_i = |grad_x_i| + exp(y_i) * ((3 + |y_i|) * |S| + G * B),  B = sum_j |g_j|
 //     the sum's error (u G B) times exp(y_i); exp's own rounding, its argument's (an exp through
 //     exp2 rounds y * log2(e): u |y| relative), the product's; the subtraction's.
+// With the forward's logits x in the case (the optional input "x", present when pinned: autograd's
+// backward=True), y is not the kernel's: its forward computed its own y_k from x (rounded to the
+// dtype, with the forward's fp32 error) and saved it, or its backward recomputes it. The reference
+// is then the exact y = forward(x) in fp64, and the model adds what y_k's deviation dy can move the
+// result, with |dy_j| <= u_in * max(|y_j|, min_normal_in) (the output's rounding; half a
+// subnormal spacing below the normal range) + u_fp32 * cf_j (the forward's own fp32 term, its
+// c_acc: softmax p (2 + |x - m|) G, log_softmax |x| + |m| + |lse| + 1 + G + spread):
+//   softmax:      d(grad_x_i) = dy_i (g_i - s) - y_i sum_j g_j dy_j
+//                 c_in_i = |g_i - s| yin_i + |y_i| sum_j |g_j| yin_j, c_acc_i the same with cf
+//   log_softmax:  d(grad_x_i) = -exp(y_i) (e^{dy_i} - 1) S
+//                 c_in_i = e^{y_i} |S| f_i yin_i, c_acc_i the same with cf, f_i = expm1(d)/d at the
+//                 whole bound d (all orders: a y of -80 in bf16 is 0.3 nats off)
+// (docs/error-model.md, "softmax_backward and log_softmax_backward under autograd").
 // A non-finite element has no condition term (its propagation is exact, as the forward's); where
 // an fp32 intermediate may overflow, the element is indeterminate (overflow_guard).
 struct BackwardRows {
   bool log = false;
   std::int64_t len = 0;
+  double u_in = 0.0;         // the case dtype's unit roundoff (y_k's rounding)
+  double min_normal = 0.0;   // ... and its smallest normal
 
-  void row(const double* g, const double* y, double* out, double* c_acc) const {
+  // yc (the forward's c_acc per element) and c_in are null unless the case holds the logits.
+  void row(const double* g, const double* y, const double* yc, double* out, double* c_acc,
+           double* c_in) const {
     const std::int64_t n = len;
     double s = 0.0, a = 0.0, lo = k_inf, hi = 0.0;
     for (std::int64_t k = 0; k < n; ++k) {
@@ -309,63 +326,119 @@ struct BackwardRows {
         n > 0 ? SumGrowth::growth(static_cast<double>(n), a / static_cast<double>(n), hi - lo) +
                     SumGrowth::absorbed(n, a, [&](std::int64_t k) { return log ? g[k] : g[k] * y[k]; })
               : 0.0;
+    // y_k's deviation per element, in units of u_in (yin) and of u_fp32 (yc), and softmax's
+    // sums of |g_j| times them.
+    auto y_in = [&](std::int64_t k) {
+      return std::isfinite(y[k]) ? std::max(std::fabs(y[k]), min_normal) : 0.0;
+    };
+    auto y_acc = [&](std::int64_t k) { return std::isfinite(yc[k]) ? yc[k] : 0.0; };
+    double gy_in = 0.0, gy_acc = 0.0;
+    if (c_in && !log)
+      for (std::int64_t k = 0; k < n; ++k) {
+        gy_in += std::fabs(g[k]) * y_in(k);
+        gy_acc += std::fabs(g[k]) * y_acc(k);
+      }
     for (std::int64_t k = 0; k < n; ++k) {
-      double v = 0.0, c = 0.0;
+      double v = 0.0, c = 0.0, ci = 0.0, cy = 0.0;  // cy: the saved y's fp32 part (in c_acc)
       if (log) {
         const double p = std::exp(y[k]);
         v = g[k] - p * s;
         // y = -Inf (a probability of 0) carries no error: exp gives exactly 0.
         c = std::fabs(v) + (p > 0.0 ? p * ((3.0 + std::fabs(y[k])) * std::fabs(s) + growth * a) : 0.0);
+        if (c_in && p > 0.0) {
+          const double yi = y_in(k), ya = y_acc(k);
+          const double d = u_in * yi + 0x1p-24 * ya;  // u_fp32
+          const double f = d > 0.0 ? std::expm1(d) / d : 1.0;
+          ci = p * std::fabs(s) * f * yi;
+          cy = p * std::fabs(s) * f * ya;
+        }
       } else {
         v = y[k] * (g[k] - s);
         c = std::fabs(y[k]) * (std::fabs(g[k]) + std::fabs(s) + (1.0 + growth) * a) + std::fabs(v);
+        if (c_in) {
+          const double gs = std::fabs(g[k] - s);
+          ci = gs * y_in(k) + std::fabs(y[k]) * gy_in;
+          cy = gs * y_acc(k) + std::fabs(y[k]) * gy_acc;
+        }
       }
       out[k] = v;
       // Where an fp32 intermediate may overflow (the products and their sum, up to A, or
       // g - s, up to |g| + A), the element is indeterminate (overflow_guard), y = 0 included:
       // 0 * (g - Inf) is NaN in a correct kernel.
-      c_acc[k] = std::isfinite(v) && std::isfinite(c) ? overflow_guard(c, a + std::fabs(g[k])) : 0.0;
+      // The saved y's terms grow without bound where the forward's own bound passes fp32's range
+      // (boundary logits: y_k may then be anything, expm1 of it Inf): a huge finite term, which
+      // the verdict reads as indeterminate for a non-finite output and which any finite one meets.
+      auto cap = [](double t) { return std::isnan(t) ? 0.0 : std::min(t, 1e300); };
+      const bool finite = std::isfinite(v) && std::isfinite(c);
+      c_acc[k] = finite ? std::min(overflow_guard(c, a + std::fabs(g[k])) + cap(cy), 1e300) : 0.0;
+      if (c_in) c_in[k] = std::isfinite(v) ? cap(ci) : 0.0;
     }
   }
 };
 
 Result<std::vector<RefOutput>> backward_reference(const RefContext& ctx, bool log) {
+  const char* op_name = log ? "log_softmax_backward" : "softmax_backward";
   const RefArg& g = ctx.input("grad_out");
-  const RefArg& y = ctx.input("y");
-  if (g.shape != y.shape)
+  const RefArg& y_given = ctx.input("y");
+  if (g.shape != y_given.shape)
     return make_error(ErrorCode::shape_mismatch,
-                      std::string(log ? "log_softmax_backward" : "softmax_backward") +
-                          ": grad_out " + shape_to_string(g.shape) + " and y " +
-                          shape_to_string(y.shape) + " must have the same shape");
+                      std::string(op_name) + ": grad_out " + shape_to_string(g.shape) + " and y " +
+                          shape_to_string(y_given.shape) + " must have the same shape");
+  const bool from_logits = ctx.has_input("x");
+  if (from_logits && ctx.input("x").shape != g.shape)
+    return make_error(ErrorCode::shape_mismatch,
+                      std::string(op_name) + ": grad_out " + shape_to_string(g.shape) + " and x " +
+                          shape_to_string(ctx.input("x").shape) + " must have the same shape");
   GPUEMU_TRY(ReduceGeom geom, reduce_geom(g.shape, ctx.attr_int("dim")));
+  // With the logits: the exact forward y = softmax(x) (or log_softmax) and its fp32 term, from the
+  // forward's own reference (which reads x and dim from this context).
+  RefVec fwd_value, fwd_c_acc;
+  if (from_logits) {
+    RefContext fctx = ctx;
+    fctx.value_only = false;
+    GPUEMU_TRY(std::vector<RefOutput> fwd, reference(fctx, log));
+    fwd_value = std::move(fwd.front().value);
+    fwd_c_acc = std::move(fwd.front().c_acc);
+  }
+  const RefVec& yv = from_logits ? fwd_value : y_given.data;
   const std::int64_t n = g.numel();
-  RefVec out = uninit_output(n), c_acc = uninit_output(n);
+  RefVec out = uninit_output(n), c_acc = uninit_output(n), c_in = from_logits ? uninit_output(n) : RefVec{};
   BackwardRows rows;
   rows.log = log;
   rows.len = geom.len;
+  rows.u_in = dtype_info(ctx.case_dtype).unit_roundoff;
+  rows.min_normal = dtype_info(ctx.case_dtype).min_normal;
   parallel_rows(geom.outer * geom.inner,
                 std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(geom.len, 1)),
                 [&](std::int64_t rb, std::int64_t re) {
-                  std::vector<double> sg, sy, so, sc;
+                  std::vector<double> sg, sy, syc, so, sc, sci;
                   if (geom.inner > 1) {
                     const auto l = static_cast<std::size_t>(geom.len);
-                    sg.resize(l), sy.resize(l), so.resize(l), sc.resize(l);
+                    sg.resize(l), sy.resize(l), syc.resize(l), so.resize(l), sc.resize(l), sci.resize(l);
                   }
                   for (std::int64_t r = rb; r < re; ++r) {
                     const std::int64_t o = r / geom.inner, i = r % geom.inner;
                     if (geom.inner == 1) {
                       const std::int64_t b = r * geom.len;
-                      rows.row(g.data.data() + b, y.data.data() + b, out.data() + b, c_acc.data() + b);
+                      rows.row(g.data.data() + b, yv.data() + b, from_logits ? fwd_c_acc.data() + b : nullptr,
+                               out.data() + b, c_acc.data() + b, from_logits ? c_in.data() + b : nullptr);
                       continue;
                     }
-                    for (std::int64_t k = 0; k < geom.len; ++k)
-                      sg[k] = g.data[geom.index(o, k, i)], sy[k] = y.data[geom.index(o, k, i)];
-                    rows.row(sg.data(), sy.data(), so.data(), sc.data());
-                    for (std::int64_t k = 0; k < geom.len; ++k)
-                      out[geom.index(o, k, i)] = so[k], c_acc[geom.index(o, k, i)] = sc[k];
+                    for (std::int64_t k = 0; k < geom.len; ++k) {
+                      const auto at = static_cast<std::size_t>(geom.index(o, k, i));
+                      sg[k] = g.data[at], sy[k] = yv[at];
+                      if (from_logits) syc[k] = fwd_c_acc[at];
+                    }
+                    rows.row(sg.data(), sy.data(), from_logits ? syc.data() : nullptr, so.data(), sc.data(),
+                             from_logits ? sci.data() : nullptr);
+                    for (std::int64_t k = 0; k < geom.len; ++k) {
+                      const auto at = static_cast<std::size_t>(geom.index(o, k, i));
+                      out[at] = so[k], c_acc[at] = sc[k];
+                      if (from_logits) c_in[at] = sci[k];
+                    }
                   }
                 });
-  return single_output(ctx.output_dtype(), g.shape, std::move(out), std::move(c_acc));
+  return single_output(ctx.output_dtype(), g.shape, std::move(out), std::move(c_acc), std::move(c_in));
 }
 
 // How the emulated backward kernels treat one line.

@@ -189,7 +189,7 @@ class SchemaReader {
     for (const auto& in : doc["inputs"]) {
       if (!in.is_object()) return error({"inputs"}, "entries must be objects");
       std::vector<std::string> p = {"inputs", in.value("name", std::string("?"))};
-      GPUEMU_TRY_STATUS(check_keys(in, p, {"name", "shape", "dtype", "domain", "optional", "layouts", "any_leading_dims", "description"}));
+      GPUEMU_TRY_STATUS(check_keys(in, p, {"name", "shape", "dtype", "domain", "optional", "presence", "layouts", "any_leading_dims", "description"}));
       InputSpec spec;
       GPUEMU_TRY(spec.name, get_string(in, p, "name", true));
       if (!in.contains("shape") || !in["shape"].is_array()) return error(p, "shape must be a list");
@@ -248,6 +248,16 @@ class SchemaReader {
       if (in.contains("optional")) {
         if (!in["optional"].is_boolean()) return error(p, "optional must be a bool");
         spec.optional = in["optional"].get<bool>();
+      }
+      if (in.contains("presence")) {
+        const Json& pr = in["presence"];
+        const std::string name = pr.is_string() ? pr.get<std::string>() : std::string();
+        if (name == "drawn") spec.presence = InputPresence::drawn;
+        else if (name == "when_pinned") spec.presence = InputPresence::when_pinned;
+        else if (name == "unless_pinned_absent") spec.presence = InputPresence::unless_pinned_absent;
+        else return error(p, "presence must be one of drawn, when_pinned, unless_pinned_absent");
+        if (!spec.optional && spec.presence != InputPresence::drawn)
+          return error(p, "presence '" + name + "' needs optional: true");
       }
       if (in.contains("layouts")) {
         static const std::set<std::string> k_layouts = {"transposed", "strided", "offset", "expanded"};
