@@ -1,6 +1,9 @@
 // Frame encoding and decoding (docs/protocol.md, "Framing").
 #include "gpuemu/protocol.hpp"
 
+#include <sys/mman.h>
+
+#include <cstdint>
 #include <cstring>
 #include <functional>
 
@@ -77,6 +80,23 @@ Result<shm::SegmentRef> segment_ref(const Json& d, const std::string& key) {
   if (ref.offset % k_alignment != 0)
     return frame_error("tensor '" + key + "': shm.offset is not 64-byte aligned");
   return ref;
+}
+
+// A storage copied out of an arena. Large ones are asked for huge pages before the copy touches
+// them: a fresh 64 MiB block faulted 16,384 pages in one by one here (about 15 us each on this VM,
+// 25x the copy), with huge pages 32.
+std::shared_ptr<std::vector<std::byte>> copy_out(std::span<const std::byte> src) {
+  auto v = std::make_shared<std::vector<std::byte>>();
+  v->reserve(src.size());
+  constexpr std::uintptr_t k_huge = std::uintptr_t{2} << 20;
+  if (src.size() >= 2 * k_huge) {
+    const auto p = reinterpret_cast<std::uintptr_t>(v->data());
+    const std::uintptr_t lo = (p + k_huge - 1) & ~(k_huge - 1);
+    const std::uintptr_t hi = (p + src.size()) & ~(k_huge - 1);
+    if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+  }
+  v->insert(v->end(), src.begin(), src.end());
+  return v;
 }
 
 Json descriptor(const std::string& key, DType dtype, const Shape& shape,
@@ -244,7 +264,7 @@ Result<Frame> decode(std::span<const std::byte> bytes, const DecodeOptions& opti
         continue;
       }
       // Copied out: what the receiver keeps is its own, and the arena is free once decoded.
-      auto storage = std::make_shared<std::vector<std::byte>>(sb.bytes.begin(), sb.bytes.end());
+      auto storage = copy_out(sb.bytes);
       auto t = Tensor::view(*dt, shape, strides, offset, std::move(storage));
       if (!t) return frame_error("tensor '" + key + "': " + t.error().message);
       if (frame.shared.count(key) || !frame.tensors.emplace(key, std::move(t).value()).second)
