@@ -359,9 +359,21 @@ void NngServer::handle_received(Slot* slot) {
   protocol::DecodeOptions decode_options;
   if (!slot->from_tcp) {
     peer = peer_of(*m_impl, nng_msg_get_pipe(msg));
+    // --max-message-mb bounds what a local request makes the daemon hold, wherever its bytes
+    // travel: the message and its storages in shared memory together.
+    const std::size_t limit = m_ctx.config.max_message_bytes;
+    auto total = std::make_shared<std::size_t>(bytes.size());
     if (peer)
-      decode_options.resolve = [peer](const shm::SegmentRef& ref,
-                                      std::size_t nbytes) -> Result<protocol::SharedBytes> {
+      decode_options.resolve = [peer, limit, total](const shm::SegmentRef& ref,
+                                                    std::size_t nbytes) -> Result<protocol::SharedBytes> {
+        *total += nbytes;
+        if (*total > limit)
+          return make_error(ErrorCode::invalid_argument,
+                            "the request's message and its tensors in shared memory are over this "
+                            "daemon's limit of " + std::to_string(limit >> 20) +
+                                " MiB (--max-message-mb): this request was " +
+                                std::to_string(*total >> 20) +
+                                " MiB (counted up to the tensor that passed the limit)");
         GPUEMU_TRY(auto m, peer->map(ref, nbytes));
         return protocol::SharedBytes{std::span(m->data + ref.offset, nbytes), m};
       };
