@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -54,6 +55,15 @@ struct DaemonClient::Impl {
   std::condition_variable pipe_up;
   std::set<std::uint32_t> live;                             // the ids of the pipes up now
   std::chrono::steady_clock::time_point empty_since{};      // when `live` last became empty
+  // Shared memory: this connection's arenas (kept mapped while it lives), the threshold, the
+  // size the next reply arena should have (the largest reply's large storages so far).
+  shm::ClientSettings shm_settings;
+  std::unique_ptr<shm::ArenaPool> pool;
+  bool shm_on = false;
+  std::string shm_status = "off";
+  std::atomic<std::size_t> reply_hint{std::size_t{4} << 20};
+  std::atomic<std::uint64_t> sent_bytes{0}, sent_tensors{0}, received_bytes{0},
+      received_tensors{0};
   ~Impl() {
     if (nng_socket_id(sock) > 0) nng_close(sock);
   }
@@ -291,25 +301,119 @@ struct MsgGuard {
 
 }  // namespace
 
+namespace {
+std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
+
+// Requests whose replies never carry tensors: no reply arena is offered.
+bool replies_without_tensors(const std::string& method) {
+  return method == "hello" || method == "stats" || method == "shutdown" || method == "progress";
+}
+}  // namespace
+
 Result<protocol::Frame> DaemonClient::call(protocol::Frame request,
-                                           std::optional<std::chrono::milliseconds> timeout) {
+                                           std::optional<std::chrono::milliseconds> timeout,
+                                           bool keep_shared) {
   if (!m_impl->token.empty() && !request.header.contains("token"))
     request.header["token"] = m_impl->token;
   const std::string method = request.header.value("method", "");
+  Impl& impl = *m_impl;
+  // Large storages go to an arena of the pool (one copy; the daemon copies them out while it
+  // decodes), and an arena is offered for the reply's (docs/protocol.md, "Shared memory").
+  std::shared_ptr<shm::Arena> request_arena, reply_arena;
+  std::optional<protocol::ShmTarget> target;
+  if (impl.shm_on) {
+    std::size_t large = 0;
+    for (const auto& [key, t] : request.tensors)
+      if (t.storage_bytes() >= impl.shm_settings.min_bytes) large += align64(t.storage_bytes());
+    if (large > 0) request_arena = impl.pool->acquire(large);
+    if (request_arena) {
+      target.emplace();
+      target->data = request_arena->data();
+      target->segment = {static_cast<std::int64_t>(::getpid()), request_arena->fd(),
+                         request_arena->size(), 0};
+      target->min_bytes = impl.shm_settings.min_bytes;
+    }
+    if (!replies_without_tensors(method)) reply_arena = impl.pool->acquire(impl.reply_hint.load());
+    if (reply_arena)
+      request.header["shm_reply"] = {{"pid", ::getpid()},
+                                     {"fd", reply_arena->fd()},
+                                     {"size", reply_arena->size()},
+                                     {"min_bytes", impl.shm_settings.min_bytes}};
+  }
   // The frame is written straight into the message NNG sends, and the reply decoded from the
   // message NNG received: each tensor is copied once on either side (docs/performance.md).
   nng_msg* msg = nullptr;
   int alloc_rv = 0;
-  protocol::encode_to(request, [&](std::size_t n) -> std::byte* {
-    alloc_rv = nng_msg_alloc(&msg, n);
-    return alloc_rv == 0 ? static_cast<std::byte*>(nng_msg_body(msg)) : nullptr;
-  });
+  protocol::encode_to(
+      request,
+      [&](std::size_t n) -> std::byte* {
+        alloc_rv = nng_msg_alloc(&msg, n);
+        return alloc_rv == 0 ? static_cast<std::byte*>(nng_msg_body(msg)) : nullptr;
+      },
+      target ? &*target : nullptr);
   if (alloc_rv != 0) return nng_failure("cannot allocate a message", alloc_rv);
-  GPUEMU_TRY(nng_msg * reply, exchange(*m_impl, msg, timeout.value_or(m_impl->timeout),
-                                       method, m_url));
+  if (target) {
+    impl.sent_bytes += target->used;
+    impl.sent_tensors += target->placed;
+  }
+  for (const auto& [key, t] : request.shared) {
+    impl.sent_bytes += t.bytes.size();
+    ++impl.sent_tensors;
+  }
+  GPUEMU_TRY(nng_msg * reply, exchange(impl, msg, timeout.value_or(impl.timeout), method, m_url));
   MsgGuard guard{reply};
-  return protocol::decode(
-      std::span(static_cast<const std::byte*>(nng_msg_body(reply)), nng_msg_len(reply)));
+  protocol::DecodeOptions options;
+  options.keep_shared = keep_shared;
+  std::size_t shared_bytes = 0, shared_tensors = 0;
+  if (reply_arena)
+    options.resolve = [&](const shm::SegmentRef& ref,
+                          std::size_t nbytes) -> Result<protocol::SharedBytes> {
+      // Only the arena this request offered: a reply names nothing else of ours.
+      if (ref.pid != ::getpid() || ref.fd != reply_arena->fd() || ref.size != reply_arena->size() ||
+          ref.offset > ref.size || nbytes > ref.size - ref.offset)
+        return make_error(ErrorCode::protocol_error,
+                          "the reply names shared memory other than the arena offered for it");
+      shared_bytes += nbytes;
+      ++shared_tensors;
+      return protocol::SharedBytes{std::span(reply_arena->data() + ref.offset, nbytes),
+                                   reply_arena};
+    };
+  auto frame = protocol::decode(
+      std::span(static_cast<const std::byte*>(nng_msg_body(reply)), nng_msg_len(reply)), options);
+  if (frame && impl.shm_on) {
+    impl.received_bytes += shared_bytes;
+    impl.received_tensors += shared_tensors;
+    // The next reply arena holds what this reply's large storages needed.
+    std::size_t large = 0;
+    for (const auto& [key, t] : frame->tensors)
+      if (t.storage_bytes() >= impl.shm_settings.min_bytes) large += align64(t.storage_bytes());
+    for (const auto& [key, t] : frame->shared) large += align64(t.bytes.size());
+    std::size_t hint = impl.reply_hint.load();
+    while (large > hint && !impl.reply_hint.compare_exchange_weak(hint, large)) {
+    }
+  }
+  return frame;
+}
+
+bool DaemonClient::shm_enabled() const { return m_impl->shm_on; }
+const std::string& DaemonClient::shm_status() const { return m_impl->shm_status; }
+std::size_t DaemonClient::shm_min_bytes() const { return m_impl->shm_settings.min_bytes; }
+
+std::shared_ptr<shm::Arena> DaemonClient::shm_arena(std::size_t n) {
+  return m_impl->shm_on ? m_impl->pool->acquire(n) : nullptr;
+}
+
+DaemonClient::ShmCounters DaemonClient::shm_counters() const {
+  ShmCounters c;
+  c.sent_bytes = m_impl->sent_bytes;
+  c.sent_tensors = m_impl->sent_tensors;
+  c.received_bytes = m_impl->received_bytes;
+  c.received_tensors = m_impl->received_tensors;
+  if (m_impl->pool) {
+    c.arenas = m_impl->pool->arenas();
+    c.mapped_bytes = m_impl->pool->mapped_bytes();
+  }
+  return c;
 }
 
 Result<std::vector<std::byte>> DaemonClient::call_raw(
@@ -431,7 +535,34 @@ Result<std::unique_ptr<DaemonClient>> DaemonClient::connect(ClientOptions option
     wire::HelloRequest hello;
     hello.client = "gpuemu-cpp";
     hello.protocol = protocol::k_protocol_version;
-    GPUEMU_TRY(c->m_hello, c->request(hello, std::chrono::seconds(10)));
+    protocol::Frame hello_frame = protocol::make_request("hello", to_json(hello));
+    // Shared memory is tried on the local socket only: hello carries a probe arena, and the
+    // daemon says whether it could map it (an old daemon says nothing: inline).
+    Impl& ci = *c->m_impl;
+    ci.shm_settings = shm::ClientSettings::from_environment();
+    std::shared_ptr<shm::Arena> probe;
+    if (url.rfind("ipc://", 0) != 0) {
+      ci.shm_status = "off: shared memory is for the local socket";
+    } else if (!ci.shm_settings.enabled) {
+      ci.shm_status = "off: GPUEMU_SHM=0";
+    } else {
+      ci.pool = std::make_unique<shm::ArenaPool>(ci.shm_settings.pool_bytes);
+      probe = ci.pool->acquire(shm::k_min_arena_bytes);
+      if (!probe) ci.shm_status = "off: no memfd here";
+      else
+        hello_frame.header["shm_probe"] = {
+            {"pid", ::getpid()}, {"fd", probe->fd()}, {"size", probe->size()}};
+    }
+    GPUEMU_TRY(protocol::Frame hello_reply, c->call(std::move(hello_frame), std::chrono::seconds(10)));
+    GPUEMU_TRY(c->m_hello, protocol::reply_result(hello_reply));
+    if (probe) {
+      const Json said = hello_reply.header.value("shm_probe", Json());
+      ci.shm_on = said == "ok";
+      ci.shm_status = ci.shm_on ? "on"
+                      : said.is_string() ? "off: the daemon cannot map this client's arenas: " +
+                                               said.get<std::string>()
+                                         : "off: the daemon does not take shared memory";
+    }
     // A daemon asked to stop answers hello while it drains, and refuses the rest: not one to use.
     if (c->m_hello.value("stopping", false))
       return make_error(ErrorCode::unavailable, "the gpuemu daemon at " + url + " is stopping");

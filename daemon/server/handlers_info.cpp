@@ -34,7 +34,8 @@ Result<wire::HelloReply> hello(DaemonContext& ctx, const wire::HelloRequest&) {
   return r;
 }
 
-Result<wire::PingReply> ping(DaemonContext& ctx, const wire::PingRequest&) {
+Result<protocol::Frame> ping(DaemonContext& ctx, const wire::PingRequest& req,
+                             const protocol::Frame& request) {
   wire::PingReply r;
   r.uptime_s = ctx.uptime_s();
   r.stopping = ctx.stopping.load();
@@ -42,7 +43,9 @@ Result<wire::PingReply> ping(DaemonContext& ctx, const wire::PingRequest&) {
   // list failures again only when it moves (with started_ms, which tells a restarted daemon).
   if (ctx.store) r.changes = ctx.store->changes();
   r.started_ms = ctx.started_ms;
-  return r;
+  protocol::Frame reply = protocol::make_reply(to_json(r));
+  if (req.echo) reply.tensors = request.tensors;
+  return reply;
 }
 
 Result<wire::StatsReply> stats(DaemonContext& ctx, const wire::StatsRequest&) {

@@ -15,12 +15,18 @@
 #include <sstream>
 
 #include <unistd.h>
+#include <csignal>
+#include <optional>
 
 namespace gpuemu::server {
 
 struct NngServer::Impl {
   nng_socket sock = NNG_SOCKET_INITIALIZER;
   bool open = false;
+  // The mappings of each local pipe's shared-memory arenas (include/gpuemu/shm.hpp), dropped when
+  // the pipe closes; a request holds its peer's while it runs.
+  std::mutex peers_mu;
+  std::map<std::uint32_t, std::shared_ptr<shm::PeerMappings>> peers;
 };
 
 struct NngServer::Slot {
@@ -30,6 +36,12 @@ struct NngServer::Slot {
   nng_aio* aio = nullptr;
   State state = State::receiving;
   bool from_tcp = false;
+  // The request's offer of an arena for the reply's large tensors (the envelope's shm_reply),
+  // mapped and checked before the request ran; the outcome of a hello's shm_probe.
+  std::shared_ptr<shm::Mapping> reply_arena;
+  shm::SegmentRef reply_ref;
+  std::size_t reply_min_bytes = 0;
+  Json probe_result;
 };
 
 namespace {
@@ -45,9 +57,54 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 
 }  // namespace
 
+namespace {
+// A pipe closed: its peer's arenas are unmapped (a request still running keeps its own reference
+// until it ends). Peers that died without their pipe's news reaching us go too.
+void on_pipe_removed(nng_pipe pipe, nng_pipe_ev, void* arg) {
+  auto* impl = static_cast<NngServer::Impl*>(arg);
+  std::lock_guard lock(impl->peers_mu);
+  impl->peers.erase(nng_pipe_id(pipe));
+  for (auto it = impl->peers.begin(); it != impl->peers.end();) {
+    if (::kill(static_cast<pid_t>(it->second->pid()), 0) != 0 && errno == ESRCH)
+      it = impl->peers.erase(it);
+    else
+      ++it;
+  }
+}
+
+// The mappings of a local pipe's peer (created on its first request).
+std::shared_ptr<shm::PeerMappings> peer_of(NngServer::Impl& impl, nng_pipe pipe) {
+  std::uint64_t pid = 0;
+  if (nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_PID, &pid) != 0 || pid == 0) return nullptr;
+  std::lock_guard lock(impl.peers_mu);
+  auto& p = impl.peers[nng_pipe_id(pipe)];
+  if (!p || p->pid() != static_cast<std::int64_t>(pid))
+    p = std::make_shared<shm::PeerMappings>(static_cast<std::int64_t>(pid));
+  return p;
+}
+
+// The envelope's {pid, fd, size} (shm_probe, shm_reply): an arena of the peer's.
+Result<shm::SegmentRef> envelope_segment(const Json& j, const char* field) {
+  if (!j.is_object())
+    return make_error(ErrorCode::protocol_error, std::string("'") + field + "' must be an object");
+  shm::SegmentRef ref;
+  for (const char* f : {"pid", "fd", "size"}) {
+    auto it = j.find(f);
+    if (it == j.end() || !it->is_number_integer() || it->get<std::int64_t>() < 0)
+      return make_error(ErrorCode::protocol_error,
+                        std::string("'") + field + "." + f + "' must be a non-negative integer");
+  }
+  ref.pid = j["pid"].get<std::int64_t>();
+  ref.fd = j["fd"].get<std::int64_t>();
+  ref.size = j["size"].get<std::uint64_t>();
+  return ref;
+}
+}  // namespace
+
 NngServer::NngServer(DaemonContext& ctx) : m_ctx(ctx), m_impl(std::make_unique<Impl>()) {
   if (nng_rep0_open(&m_impl->sock) == 0) {
     m_impl->open = true;
+    nng_pipe_notify(m_impl->sock, NNG_PIPE_EV_REM_POST, on_pipe_removed, m_impl.get());
     nng_socket_set_size(m_impl->sock, NNG_OPT_RECVMAXSZ,
                         0);  // tensors are large; frames check sizes
   }
@@ -242,6 +299,9 @@ void NngServer::on_event(Slot* slot) {
 
 void NngServer::handle_received(Slot* slot) {
   nng_msg* msg = nng_aio_get_msg(slot->aio);
+  slot->reply_arena.reset();
+  slot->reply_min_bytes = 0;
+  slot->probe_result = Json();
   nng_sockaddr addr{};
   // Fail closed: only a pipe known to be the local socket is local; anything else (tcp, tls+tcp,
   // a pipe whose address cannot be read) is a remote peer, held to the token and the remote rules.
@@ -293,8 +353,61 @@ void NngServer::handle_received(Slot* slot) {
                                "with --allow-remote-shutdown"));
     }
   }
-  auto frame = protocol::decode(bytes);
+  // Shared memory (docs/protocol.md, "Shared memory"): only a local peer's, only the arenas of the
+  // process at the pipe's other end.
+  std::shared_ptr<shm::PeerMappings> peer;
+  protocol::DecodeOptions decode_options;
+  if (!slot->from_tcp) {
+    peer = peer_of(*m_impl, nng_msg_get_pipe(msg));
+    // --max-message-mb bounds what a local request makes the daemon hold, wherever its bytes
+    // travel: the message and its storages in shared memory together.
+    const std::size_t limit = m_ctx.config.max_message_bytes;
+    auto total = std::make_shared<std::size_t>(bytes.size());
+    if (peer)
+      decode_options.resolve = [peer, limit, total](const shm::SegmentRef& ref,
+                                                    std::size_t nbytes) -> Result<protocol::SharedBytes> {
+        *total += nbytes;
+        if (*total > limit)
+          return make_error(ErrorCode::invalid_argument,
+                            "the request's message and its tensors in shared memory are over this "
+                            "daemon's limit of " + std::to_string(limit >> 20) +
+                                " MiB (--max-message-mb): this request was " +
+                                std::to_string(*total >> 20) +
+                                " MiB (counted up to the tensor that passed the limit)");
+        GPUEMU_TRY(auto m, peer->map(ref, nbytes));
+        return protocol::SharedBytes{std::span(m->data + ref.offset, nbytes), m};
+      };
+  }
+  auto frame = protocol::decode(bytes, decode_options);
   nng_msg_free(msg);
+  if (frame) {
+    if (auto probe = frame->header.find("shm_probe"); probe != frame->header.end()) {
+      // The client's check that this daemon can map its arenas: answered, never refused.
+      auto ref = envelope_segment(*probe, "shm_probe");
+      if (ref && !peer) ref = make_error(ErrorCode::protocol_error,
+                                         "shared memory is for clients on the local socket");
+      Result<std::shared_ptr<shm::Mapping>> m = ref ? peer->map(*ref, 0) : Result<std::shared_ptr<shm::Mapping>>(ref.error());
+      slot->probe_result = m ? Json("ok") : Json(m.error().message);
+    }
+    if (auto offer = frame->header.find("shm_reply"); offer != frame->header.end()) {
+      auto ref = envelope_segment(*offer, "shm_reply");
+      if (ref && !peer)
+        ref = make_error(ErrorCode::protocol_error,
+                         "shm_reply: shared memory is for clients on the local socket");
+      auto m = ref ? peer->map(*ref, 0) : Result<std::shared_ptr<shm::Mapping>>(ref.error());
+      const Json min = offer->is_object() ? offer->value("min_bytes", Json()) : Json();
+      if (m && !min.is_null() && (!min.is_number_integer() || min.get<std::int64_t>() < 1))
+        m = make_error(ErrorCode::protocol_error, "'shm_reply.min_bytes' must be a positive integer");
+      if (!m) {
+        frame = make_error(m.error().code, "shm_reply: " + m.error().message);
+      } else {
+        slot->reply_arena = *m;
+        slot->reply_ref = *ref;
+        slot->reply_min_bytes =
+            min.is_null() ? shm::k_default_min_bytes : min.get<std::size_t>();
+      }
+    }
+  }
   if (!frame) {
     ++m_ctx.errors;
     spdlog::info("bad frame: {}", frame.error().message);
@@ -317,17 +430,35 @@ void NngServer::handle_received(Slot* slot) {
   m_cv.notify_one();
 }
 
-void NngServer::send_reply(Slot* slot, const protocol::Frame& reply) {
-  // The frame is written straight into the message NNG sends (one copy of each tensor).
+void NngServer::send_reply(Slot* slot, const protocol::Frame& reply_frame) {
+  // The frame is written straight into the message NNG sends (one copy of each tensor), its large
+  // tensors into the arena the client offered when it offered one.
   nng_msg* msg = nullptr;
   int alloc_rv = 0;
+  std::optional<protocol::Frame> probed;
+  if (!slot->probe_result.is_null()) {
+    probed = reply_frame;
+    probed->header["shm_probe"] = slot->probe_result;
+  }
+  const protocol::Frame& reply = probed ? *probed : reply_frame;
+  std::optional<protocol::ShmTarget> target;
+  if (slot->reply_arena) {
+    target.emplace();
+    target->data = slot->reply_arena->data;
+    target->segment = slot->reply_ref;
+    target->min_bytes = slot->reply_min_bytes;
+  }
   const auto encode = [&](const protocol::Frame& f) {
-    protocol::encode_to(f, [&](std::size_t n) -> std::byte* {
-      alloc_rv = nng_msg_alloc(&msg, n);
-      return alloc_rv == 0 ? static_cast<std::byte*>(nng_msg_body(msg)) : nullptr;
-    });
+    protocol::encode_to(
+        f,
+        [&](std::size_t n) -> std::byte* {
+          alloc_rv = nng_msg_alloc(&msg, n);
+          return alloc_rv == 0 ? static_cast<std::byte*>(nng_msg_body(msg)) : nullptr;
+        },
+        target ? &*target : nullptr);
   };
   encode(reply);
+  slot->reply_arena.reset();
   // A reply whose JSON is past the protocol's bound would be refused by every client: it becomes
   // an error that says what to ask for instead (the handlers that can grow keep under it).
   if (alloc_rv == 0) {

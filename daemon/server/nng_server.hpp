@@ -36,6 +36,7 @@ class NngServer {
   static constexpr std::chrono::seconds k_close_bound{5};
 
   struct Slot;
+  struct Impl;                // the socket and the peers' shared-memory mappings
   void on_event(Slot* slot);  // NNG's aio callback
 
  private:
@@ -44,7 +45,6 @@ class NngServer {
   void worker_loop();
 
   DaemonContext& m_ctx;
-  struct Impl;
   std::unique_ptr<Impl> m_impl;
   std::vector<std::unique_ptr<Slot>> m_slots;
   std::vector<std::thread> m_workers;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "gpuemu/protocol.hpp"
+#include "gpuemu/shm.hpp"
 
 #include <chrono>
 #include <memory>
@@ -38,9 +39,13 @@ class DaemonClient {
   DaemonClient(const DaemonClient&) = delete;
   DaemonClient& operator=(const DaemonClient&) = delete;
 
-  // One request, one reply frame (the reply may be an error reply: see call_json).
+  // One request, one reply frame (the reply may be an error reply: see call_json). With shared
+  // memory on (shm_enabled), request storages of at least shm_min_bytes go through an arena of
+  // this client's pool, and an arena is offered for the reply's; `keep_shared` leaves the reply's
+  // shared tensors in that arena (Frame::shared, which holds it) instead of copying them out.
   Result<protocol::Frame> call(protocol::Frame request,
-                               std::optional<std::chrono::milliseconds> timeout = {});
+                               std::optional<std::chrono::milliseconds> timeout = {},
+                               bool keep_shared = false);
   // One message of raw bytes (any bytes: a debugging and testing aid), its reply's raw bytes.
   Result<std::vector<std::byte>> call_raw(std::span<const std::byte> bytes,
                                           std::optional<std::chrono::milliseconds> timeout = {},
@@ -59,6 +64,20 @@ class DaemonClient {
   }
 
   const Json& hello() const { return m_hello; }  // the daemon's hello: version, capabilities, pid
+
+  // The shared-memory hand-off (docs/protocol.md, "Shared memory"): on when the daemon announced
+  // tensors.shm and mapped this process's probe arena at hello; shm_status says why not otherwise.
+  bool shm_enabled() const;
+  const std::string& shm_status() const;
+  std::size_t shm_min_bytes() const;
+  // A free arena of at least n bytes from this connection's pool (nullptr: send inline).
+  std::shared_ptr<shm::Arena> shm_arena(std::size_t n);
+  struct ShmCounters {
+    std::uint64_t sent_bytes = 0, sent_tensors = 0;          // request storages through arenas
+    std::uint64_t received_bytes = 0, received_tensors = 0;  // reply storages through arenas
+    std::uint64_t arenas = 0, mapped_bytes = 0;              // the pool now
+  };
+  ShmCounters shm_counters() const;
   const std::string& url() const { return m_url; }
   bool started_daemon() const { return m_started; }
 

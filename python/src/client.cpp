@@ -1,8 +1,8 @@
 // gpuemu._core.Connection: the C++ DaemonClient (include/gpuemu/client.hpp) for the Python Client
 // (python/gpuemu/client.py). Frames cross as (header JSON text, tensor tuples): request tensors are
-// read through the buffer protocol and copied once into the frame; reply tensors come back as
-// uint8 numpy arrays sharing the decoded frame's storage (no copy). The GIL is released while a
-// request is on the wire.
+// read through the buffer protocol and copied once into the frame, or, when large and shared
+// memory is on, into an arena; reply tensors come back as uint8 numpy arrays sharing the decoded
+// frame's storage or the reply arena (no copy). The GIL is released while a request is on the wire.
 #include "convert.hpp"
 #include "register.hpp"
 
@@ -10,6 +10,8 @@
 #include "gpuemu/malloc_tuning.hpp"
 
 #include <pybind11/stl.h>
+
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -45,29 +47,80 @@ std::shared_ptr<std::vector<std::byte>> storage_of(py::handle obj, const std::st
   return storage;
 }
 
-protocol::Frame frame_of(const std::string& header_json, const py::list& tensors) {
+// The request frame of (header, tensors). With shared memory on, storages of at least the
+// threshold are copied from their buffers straight into one arena of the connection's pool (one
+// copy in all; docs/protocol.md, "Shared memory"); the rest are copied once into the frame.
+protocol::Frame frame_of(const std::string& header_json, const py::list& tensors,
+                         DaemonClient& client) {
   protocol::Frame f;
   try {
     f.header = Json::parse(header_json);
   } catch (const Json::exception& e) {
     throw_error(ErrorCode::invalid_argument, std::string("request header: ") + e.what());
   }
+  struct Item {
+    std::string key;
+    DType dtype;
+    Shape shape;
+    std::vector<std::int64_t> strides;
+    std::int64_t offset;
+    py::handle storage;
+  };
+  std::vector<Item> items;
+  std::size_t large = 0;
+  const std::size_t min_bytes = client.shm_enabled() ? client.shm_min_bytes() : SIZE_MAX;
+  const auto buffer_len = [](py::handle obj) -> std::size_t {
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
+      PyErr_Clear();
+      return 0;  // storage_of says what is wrong with it
+    }
+    const auto n = static_cast<std::size_t>(view.len);
+    PyBuffer_Release(&view);
+    return n;
+  };
   for (py::handle item : tensors) {
     auto t = item.cast<py::tuple>();
     if (t.size() != 6)
       throw_error(ErrorCode::invalid_argument,
                   "each tensor is (key, dtype, shape, strides, offset, storage)");
-    auto key = t[0].cast<std::string>();
-    DType dtype = dtype_from_name(t[1].cast<std::string>());
     auto shape = t[2].cast<std::vector<std::int64_t>>();
-    auto strides = t[3].cast<std::vector<std::int64_t>>();
-    auto offset = t[4].cast<std::int64_t>();
-    auto storage = storage_of(t[5], key);
-    auto tensor = Tensor::view(dtype, Shape(shape.begin(), shape.end()), std::move(strides), offset,
+    items.push_back({t[0].cast<std::string>(), dtype_from_name(t[1].cast<std::string>()),
+                     Shape(shape.begin(), shape.end()), t[3].cast<std::vector<std::int64_t>>(),
+                     t[4].cast<std::int64_t>(), t[5]});
+    const std::size_t n = buffer_len(t[5]);
+    if (n >= min_bytes) large += (n + 63) / 64 * 64;
+  }
+  std::shared_ptr<shm::Arena> arena = large > 0 ? client.shm_arena(large) : nullptr;
+  std::size_t used = 0;
+  for (Item& it : items) {
+    Py_buffer view;
+    if (arena && PyObject_GetBuffer(it.storage.ptr(), &view, PyBUF_C_CONTIGUOUS) == 0) {
+      const auto n = static_cast<std::size_t>(view.len);
+      if (n >= min_bytes && used + n <= arena->size()) {
+        std::memcpy(arena->data() + used, view.buf, n);
+        PyBuffer_Release(&view);
+        // The view is checked by the daemon when it decodes, as an inline one is.
+        protocol::SharedTensor st;
+        st.dtype = it.dtype;
+        st.shape = it.shape;
+        st.strides = it.strides;
+        st.offset = it.offset;
+        st.bytes = std::span(arena->data() + used, n);
+        st.ref = {static_cast<std::int64_t>(::getpid()), arena->fd(), arena->size(), used};
+        st.keep = arena;
+        f.shared.insert_or_assign(std::move(it.key), std::move(st));
+        used = (used + n + 63) / 64 * 64;
+        continue;
+      }
+      PyBuffer_Release(&view);
+    }
+    auto storage = storage_of(it.storage, it.key);
+    auto tensor = Tensor::view(it.dtype, std::move(it.shape), std::move(it.strides), it.offset,
                                std::move(storage));
     if (!tensor)
-      throw_error(tensor.error().code, "tensor '" + key + "': " + tensor.error().message);
-    f.add(std::move(key), std::move(tensor).value());
+      throw_error(tensor.error().code, "tensor '" + it.key + "': " + tensor.error().message);
+    f.add(std::move(it.key), std::move(tensor).value());
   }
   return f;
 }
@@ -82,6 +135,17 @@ py::array storage_array(const Tensor& t) {
   auto* data = (*holder && n > 0) ? reinterpret_cast<std::uint8_t*>((*holder)->data()) : nullptr;
   static std::uint8_t empty = 0;
   return py::array_t<std::uint8_t>({n}, {py::ssize_t{1}}, data ? data : &empty, owner);
+}
+
+// A uint8 numpy array over a reply tensor's bytes in the reply arena (no copy): the array holds
+// the arena, which its pool lends to no other request until every such array is gone.
+py::array shared_array(const protocol::SharedTensor& t) {
+  auto* holder = new std::shared_ptr<void>(t.keep);
+  py::capsule owner(holder, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
+  static std::uint8_t empty = 0;
+  auto* data = t.bytes.empty() ? &empty : reinterpret_cast<std::uint8_t*>(t.bytes.data());
+  return py::array_t<std::uint8_t>({static_cast<py::ssize_t>(t.bytes.size())}, {py::ssize_t{1}},
+                                   data, owner);
 }
 
 class Connection {
@@ -116,25 +180,42 @@ class Connection {
 
   py::tuple call(const std::string& header_json, const py::list& tensors,
                  std::optional<double> timeout_s) {
-    protocol::Frame request = frame_of(header_json, tensors);
+    protocol::Frame request = frame_of(header_json, tensors, *m_client);
     std::optional<std::chrono::milliseconds> t;
     if (timeout_s) t = millis(*timeout_s);
     Result<protocol::Frame> reply = make_error(ErrorCode::internal, "no reply");
     {
       py::gil_scoped_release nogil;
-      reply = m_client->call(std::move(request), t);
+      reply = m_client->call(std::move(request), t, /*keep_shared=*/true);
     }
     if (!reply) throw GpuemuException(reply.error());
     py::list out;
     for (const auto& [key, tensor] : reply->tensors)
       out.append(py::make_tuple(key, std::string(dtype_name(tensor.dtype())), tensor.shape(),
                                 tensor.strides(), tensor.offset(), storage_array(tensor)));
+    for (const auto& [key, tensor] : reply->shared)
+      out.append(py::make_tuple(key, std::string(dtype_name(tensor.dtype)), tensor.shape,
+                                tensor.strides, tensor.offset, shared_array(tensor)));
     return py::make_tuple(reply->header.dump(), out);
   }
 
   py::object hello() const { return py_from_json(m_client->hello()); }
   const std::string& url() const { return m_client->url(); }
   bool started_daemon() const { return m_client->started_daemon(); }
+  py::dict shm() const {
+    const auto c = m_client->shm_counters();
+    py::dict d;
+    d["enabled"] = m_client->shm_enabled();
+    d["status"] = m_client->shm_status();
+    d["min_bytes"] = m_client->shm_min_bytes();
+    d["sent_bytes"] = c.sent_bytes;
+    d["sent_tensors"] = c.sent_tensors;
+    d["received_bytes"] = c.received_bytes;
+    d["received_tensors"] = c.received_tensors;
+    d["arenas"] = c.arenas;
+    d["mapped_bytes"] = c.mapped_bytes;
+    return d;
+  }
 
  private:
   std::unique_ptr<DaemonClient> m_client;
@@ -157,7 +238,10 @@ void register_client(py::module_& m) {
            "offset, storage as a uint8 array)])")
       .def_property_readonly("hello", &Connection::hello)
       .def_property_readonly("url", &Connection::url)
-      .def_property_readonly("started_daemon", &Connection::started_daemon);
+      .def_property_readonly("started_daemon", &Connection::started_daemon)
+      .def_property_readonly("shm", &Connection::shm,
+                             "The shared-memory hand-off: enabled, status, min_bytes, and the "
+                             "bytes and tensors sent and received through arenas so far");
   // The wire's version, from include/gpuemu/protocol.hpp: the one place it is written.
   m.attr("PROTOCOL_VERSION") = protocol::k_protocol_version;
   m.def("find_daemon_binary", &find_daemon_binary,

@@ -132,6 +132,79 @@ TEST(Frame, MalformedFramesAreProtocolErrors) {
   }
 }
 
+TEST(Frame, LargeStoragesGoToTheArenaWhileTheyFitAndComeBackBitForBit) {
+  // An arena (here plain memory) of 1 KiB; a threshold of 256 bytes.
+  std::vector<std::byte> arena(1024);
+  Frame f = make_request("ping");
+  auto filled = [](std::size_t n, int seed) {
+    Tensor t = Tensor::zeros(DType::float32, {static_cast<std::int64_t>(n)});
+    for (std::size_t i = 0; i < t.storage_bytes(); ++i)
+      (*t.storage())[i] = static_cast<std::byte>((i * 31 + static_cast<std::size_t>(seed)) & 0xff);
+    return t;
+  };
+  f.add("a_small", filled(63, 1));   // 252 bytes: inline
+  f.add("b_large", filled(64, 2));   // 256 bytes: the arena, at 0
+  f.add("c_large", filled(150, 3));  // 600 bytes: the arena, at 256
+  f.add("d_large", filled(100, 4));  // 400 bytes: no longer fits, inline
+  ShmTarget target;
+  target.data = arena.data();
+  target.segment = {1234, 7, arena.size(), 0};
+  target.min_bytes = 256;
+  std::vector<std::byte> bytes;
+  encode_to(f, [&](std::size_t n) { bytes.resize(n); return bytes.data(); }, &target);
+  EXPECT_EQ(target.placed, 2u);
+  EXPECT_EQ(target.used, 256u + 600u);
+  EXPECT_EQ(target.spilled, 448u);
+  auto header = decode_header(bytes);
+  ASSERT_TRUE(header.ok());
+  std::map<std::string, Json> descs;
+  for (const auto& d : (*header)["tensors"]) descs[d["key"].get<std::string>()] = d;
+  EXPECT_TRUE(descs["a_small"].contains("data_offset"));
+  EXPECT_EQ(descs["b_large"]["shm"], (Json{{"pid", 1234}, {"fd", 7}, {"size", 1024}, {"offset", 0}}));
+  EXPECT_EQ(descs["c_large"]["shm"]["offset"], 256);
+  EXPECT_TRUE(descs["d_large"].contains("data_offset"));
+  // Without a resolver, shared memory is refused by name.
+  auto refused = decode(bytes);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("names shared memory"), std::string::npos);
+  // With one, copied out or kept, every byte comes back.
+  DecodeOptions o;
+  o.resolve = [&](const shm::SegmentRef& r, std::size_t n) -> Result<SharedBytes> {
+    EXPECT_EQ(r.pid, 1234);
+    return SharedBytes{std::span(arena.data() + r.offset, n), nullptr};
+  };
+  for (bool keep : {false, true}) {
+    o.keep_shared = keep;
+    auto back = decode(bytes, o);
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(back->shared.size(), keep ? 2u : 0u);
+    for (const auto& [key, t] : f.tensors) {
+      std::span<const std::byte> got;
+      if (auto it = back->tensors.find(key); it != back->tensors.end())
+        got = std::span<const std::byte>(it->second.storage()->data(), it->second.storage_bytes());
+      else
+        got = back->shared.at(key).bytes;
+      ASSERT_EQ(got.size(), t.storage_bytes()) << key;
+      EXPECT_EQ(std::memcmp(got.data(), t.storage()->data(), got.size()), 0) << key;
+    }
+  }
+  // A view reaching past the arena's bytes is refused even when kept shared.
+  Json h = *header;
+  for (auto& d : h["tensors"])
+    if (d["key"] == "b_large") d["shape"] = {65};
+  const std::string text = h.dump();
+  std::vector<std::byte> lying(bytes.begin(), bytes.begin() + 8);
+  const auto n = static_cast<std::uint32_t>(text.size());
+  for (int i = 0; i < 4; ++i) lying[4 + i] = static_cast<std::byte>((n >> (8 * i)) & 0xff);
+  lying.insert(lying.end(), reinterpret_cast<const std::byte*>(text.data()),
+               reinterpret_cast<const std::byte*>(text.data()) + text.size());
+  lying.resize((lying.size() + 63) / 64 * 64 + 2048);
+  o.keep_shared = true;
+  auto r = decode(lying, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::protocol_error);
+}
+
 TEST(Frame, RandomBytesNeverCrashTheDecoder) {
   Frame f = make_request("fuzz", {{"op", "softmax"}});
   f.add("a", random_tensor(DType::float16, {8, 3}, 4).transpose(0, 1));

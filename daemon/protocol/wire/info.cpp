@@ -29,6 +29,11 @@ void HelloReply::map(M& m, S& s) {
 }
 
 template <class M, class S>
+void PingRequest::map(M& m, S& s) {
+  m.opt("echo", s.echo);
+}
+
+template <class M, class S>
 void PingReply::map(M& m, S& s) {
   m.opt("pong", s.pong);
   m.opt("uptime_s", s.uptime_s);

@@ -46,8 +46,11 @@ struct HelloReply {
 struct PingRequest {
   using Fields = void;
   static constexpr std::string_view k_method = "ping";
+  // The reply carries back the tensors of the request, as they arrived (a transport check and
+  // benchmark: bench/handoff.py, the shared-memory tests).
+  bool echo = false;
   template <class M, class S>
-  static void map(M&, S&) {}
+  static void map(M& m, S& s);
 };
 struct PingReply {
   using Fields = void;
