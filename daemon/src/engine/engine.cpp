@@ -126,7 +126,9 @@ Result<FuzzReport> Engine::fuzz(const FuzzRequest& req, const KernelRunner& kern
     if (req.on_case) req.on_case(r);
     switch (run.diagnosis_for(r)) {
       case FuzzRun::Diagnose::full: r.diagnosis = diagnose(req.op, req.options, r, &kernel); break;
-      case FuzzRun::Diagnose::probes: r.diagnosis = diagnose(req.op, req.options, r, nullptr); break;
+      case FuzzRun::Diagnose::probes:  // a raised kernel's signature: a few runs of it
+        r.diagnosis = diagnose(req.op, req.options, r, req.diagnose ? &kernel : nullptr);
+        break;
       case FuzzRun::Diagnose::none: break;
     }
     run.record(std::move(r));
