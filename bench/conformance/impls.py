@@ -433,21 +433,25 @@ def cross_entropy_backward_fused_fp32(args: Args) -> torch.Tensor:
 def flash_attention_backward_sdpa(args: Args) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """PyTorch's autograd through torch 1.13's SDPA (torch._scaled_dot_product_attention_math: no
     scale argument and no GQA there, F.scaled_dot_product_attention arrived in 2.0), in the case dtype
-    (native) or upcast: a scale other than 1/sqrt(D) is folded into q (q * scale * sqrt(D), in the
-    graph), GQA by repeat_interleave of k and v (its backward sums each group). The saved out and lse
+    (native) or upcast. Under torch 1.13 (no scale argument, no GQA) a scale other than 1/sqrt(D) is
+    folded into q (q * scale * sqrt(D), in the graph: in the case dtype when native, which rounds q) and
+    GQA is a repeat_interleave of k and v (its backward sums each group); torch 2 takes both as arguments. The saved out and lse
     are not read: autograd recomputes them."""
     q = args["q"].detach().requires_grad_(True)
     k = args["k"].detach().requires_grad_(True)
     v = args["v"].detach().requires_grad_(True)
     h, hkv, d = q.shape[-3], k.shape[-3], q.shape[-1]
-    kk, vv = (k.repeat_interleave(h // hkv, dim=-3), v.repeat_interleave(h // hkv, dim=-3)) if h != hkv else (k, v)
-    qq = q
-    if args.get("scale") is not None:
-        qq = q * (args["scale"] * math.sqrt(d))
     if torch.__version__.startswith("1."):  # (q, k, v, attn_mask, dropout_p, need_attn_weights, is_causal)
+        kk, vv = (k.repeat_interleave(h // hkv, dim=-3), v.repeat_interleave(h // hkv, dim=-3)) if h != hkv else (k, v)
+        qq = q
+        if args.get("scale") is not None:
+            qq = q * (args["scale"] * math.sqrt(d))
         out, _ = torch._scaled_dot_product_attention_math(qq, kk, vv, None, 0.0, False, bool(args.get("causal")))
-    else:  # torch 2: (q, k, v, attn_mask, dropout_p, is_causal, dropout_mask, *, scale, enable_gqa)
-        out, _ = torch._scaled_dot_product_attention_math(qq, kk, vv, None, 0.0, bool(args.get("causal")))
+    else:  # torch 2: (q, k, v, attn_mask, dropout_p, is_causal, dropout_mask, *, scale, enable_gqa). The
+        # scale and GQA go in as arguments: a fold of the scale into q in the case dtype rounds q itself
+        # (bench/conformance/classify_sdpa_math_backward.py: that rounding alone fails the fp32 math).
+        out, _ = torch._scaled_dot_product_attention_math(q, k, v, None, 0.0, bool(args.get("causal")), None,
+                                                          scale=args.get("scale"), enable_gqa=h != hkv)
     out.backward(args["grad_out"])
     return q.grad, k.grad, v.grad
 

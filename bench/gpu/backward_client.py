@@ -123,6 +123,80 @@ class CrossEntropyMeanOverAllRows(torch.autograd.Function):
         return (k * (torch.softmax(x.float(), -1) - q) * keep[:, None]).to(x.dtype), None, None, None
 
 
+class SoftmaxNoRowSum(torch.autograd.Function):
+    """softmax whose backward forgets − Σ g·y: grad_x = y·g."""
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        y = torch.softmax(x.float(), dim).to(x.dtype)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return (y.float() * g.float()).to(y.dtype), None
+
+
+class LogSoftmaxWithSoftmaxBackward(torch.autograd.Function):
+    """log_softmax whose backward is softmax's formula p·(g − Σ g·p) instead of g − p·Σ g."""
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        ctx.dim = dim
+        out = torch.log_softmax(x.float(), dim)
+        ctx.save_for_backward(out)
+        return out.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        p, gf = out.exp(), g.float()
+        return (p * (gf - (gf * p).sum(ctx.dim, keepdim=True))).to(g.dtype), None
+
+
+def _attention_fp32(q, k, v, causal, scale):
+    d = q.shape[-1]
+    s = 1.0 / d ** 0.5 if scale is None else scale
+    h, hkv = q.shape[-3], k.shape[-3]
+    q, k, v = q.float(), k.float(), v.float()
+    if h != hkv:
+        k, v = k.repeat_interleave(h // hkv, dim=-3), v.repeat_interleave(h // hkv, dim=-3)
+    sc = (q @ k.transpose(-1, -2)) * s
+    if causal:
+        m = torch.ones(sc.shape[-2], sc.shape[-1], dtype=torch.bool, device=sc.device).tril()
+        sc = sc.masked_fill(~m, float("-inf"))
+    return torch.softmax(sc, -1).nan_to_num(0.0) @ v
+
+
+class AttentionDqWithoutScale(torch.autograd.Function):
+    """attention whose dq forgets the score scale (dq = dS·K, not scale·dS·K); dk and dv correct."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale):
+        ctx.save_for_backward(q, k, v)
+        ctx.causal, ctx.scale = causal, scale
+        return _attention_fp32(q, k, v, causal, scale).to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        q, k, v = ctx.saved_tensors
+        d = q.shape[-1]
+        s = 1.0 / d ** 0.5 if ctx.scale is None else ctx.scale
+        with torch.enable_grad():
+            leaves = [t.detach().float().requires_grad_(True) for t in (q, k, v)]
+            out = _attention_fp32(*leaves, ctx.causal, ctx.scale)
+            dq, dk, dv = torch.autograd.grad(out, leaves, g.float())
+        return (dq / s).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None
+
+
+def sdpa(i: Dict[str, Any]) -> torch.Tensor:
+    """F.scaled_dot_product_attention (torch 2: its backend's choice for the dtype and device)."""
+    h, hkv = i["q"].shape[-3], i["k"].shape[-3]
+    return F.scaled_dot_product_attention(i["q"], i["k"], i["v"], is_causal=bool(i.get("causal")),
+                                          scale=i.get("scale"), enable_gqa=h != hkv)
+
+
 def cross_entropy(i: Dict[str, Any], x: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(x, i["target"], ignore_index=i.get("ignore_index", -100),
                            reduction=i.get("reduction", "mean"), label_smoothing=i.get("label_smoothing", 0.0))
@@ -170,6 +244,22 @@ def kernels() -> List[Kernel]:
             i["x"], i["weight"] if i.get("weight") is not None else torch.ones_like(i["x"][..., 0, :]),
             i["bias"] if i.get("bias") is not None else torch.zeros_like(i["x"][..., 0, :]), i.get("eps", 1e-5)),
          False, ["float32"]),
+        ("softmax", "torch.softmax", lambda i: torch.softmax(i["x"], i.get("dim", -1)), True, ["float32"]),
+        ("softmax", "torch.softmax in fp32, cast back",
+         lambda i: upcast(lambda x: torch.softmax(x, i.get("dim", -1)))(i["x"]), True, HALF),
+        ("softmax", "softmax whose backward forgets − Σ g·y", lambda i: SoftmaxNoRowSum.apply(i["x"], i.get("dim", -1)),
+         False, ["float32"]),
+        ("log_softmax", "torch.log_softmax", lambda i: torch.log_softmax(i["x"], i.get("dim", -1)), True, ["float32"]),
+        ("log_softmax", "torch.log_softmax in fp32, cast back",
+         lambda i: upcast(lambda x: torch.log_softmax(x, i.get("dim", -1)))(i["x"]), True, HALF),
+        ("log_softmax", "log_softmax whose backward is softmax's",
+         lambda i: LogSoftmaxWithSoftmaxBackward.apply(i["x"], i.get("dim", -1)), False, ["float32"]),
+        ("flash_attention", "softmax(q kᵀ·scale) v in fp32, cast back",
+         lambda i: _attention_fp32(i["q"], i["k"], i["v"], bool(i.get("causal")), i.get("scale")).to(i["q"].dtype),
+         True, ["float32"] + HALF),
+        ("flash_attention", "attention whose dq forgets the scale",
+         lambda i: AttentionDqWithoutScale.apply(i["q"], i["k"], i["v"], bool(i.get("causal")), i.get("scale")),
+         False, ["float32"]),
         ("cross_entropy", "F.cross_entropy", lambda i: cross_entropy(i, i["logits"]), True, ["float32"]),
         ("cross_entropy", "F.cross_entropy in fp32, cast back", lambda i: cross_entropy(i, i["logits"].float()).to(
             i["logits"].dtype), True, HALF),
@@ -177,7 +267,8 @@ def kernels() -> List[Kernel]:
          lambda i: CrossEntropyMeanOverAllRows.apply(i["logits"], i["target"], i.get("ignore_index", -100),
                                                      i.get("label_smoothing", 0.0))
          if i.get("reduction", "mean") == "mean" else cross_entropy(i, i["logits"]), False, ["float32"]),
-    ]
+    ] + ([("flash_attention", "F.scaled_dot_product_attention", sdpa, True, ["float32"] + HALF)]
+         if hasattr(F, "scaled_dot_product_attention") else [])
 
 
 def main() -> int:

@@ -12,7 +12,9 @@
 #                                    against the CPU oracle (bench_oracle_gpu), verdicts of a cuda-oracle daemon
 #   scripts/gpu/run.sh backward      fuzz_op_client_side(..., backward=True, device="cuda") on correct and buggy
 #                                    autograd kernels (bench/gpu/backward_client.py; BACKWARD_ARGS passed on)
-#   scripts/gpu/run.sh all           all six
+#   scripts/gpu/run.sh classify      which step makes SDPA math's native fp16/bf16 backward fail
+#                                    (bench/conformance/classify_sdpa_math_backward.py; CLASSIFY_ARGS passed on)
+#   scripts/gpu/run.sh all           all six (not classify)
 #
 # CORPUS_JOBS, CORPUS_DEADLINE, SWEEP_SEEDS, SWEEP_CASES, SWEEP_JOBS tune the runs; SWEEP_ARGS is
 # passed on to sweep.py (e.g. "--ops matmul bmm --strategies adversarial").
@@ -66,6 +68,12 @@ if [ "$what" = backward ] || [ "$what" = all ]; then
   python3 bench/gpu/backward_client.py --device cuda --markdown "$OUT/backward_client.md" ${BACKWARD_ARGS:-} \
     > "$OUT/backward_client.log" 2>&1 || status=1
   cat "$OUT/backward_client.md" 2>/dev/null || tail -20 "$OUT/backward_client.log"
+fi
+if [ "$what" = classify ]; then
+  phase classify
+  python3 bench/conformance/classify_sdpa_math_backward.py ${CLASSIFY_ARGS:-} > "$OUT/classify_sdpa_math_backward.txt" \
+    2> "$OUT/classify_sdpa_math_backward.log" || status=1
+  head -16 "$OUT/classify_sdpa_math_backward.txt"; tail -3 "$OUT/classify_sdpa_math_backward.log"
 fi
 if [ "$what" = lint ] || [ "$what" = all ]; then
   phase lint
