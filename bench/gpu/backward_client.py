@@ -191,10 +191,14 @@ class AttentionDqWithoutScale(torch.autograd.Function):
 
 
 def sdpa(i: Dict[str, Any]) -> torch.Tensor:
-    """F.scaled_dot_product_attention (torch 2: its backend's choice for the dtype and device)."""
+    """F.scaled_dot_product_attention (torch 2: its backend's choice for the dtype and device), on
+    contiguous copies of q, k and v: its flash and efficient backends crash on an operand at a storage
+    offset of one element ("CUDA error: misaligned address", which breaks the process's CUDA context;
+    listed in docs/gpu.md), so the wrapper a user needs is the kernel here."""
     h, hkv = i["q"].shape[-3], i["k"].shape[-3]
-    return F.scaled_dot_product_attention(i["q"], i["k"], i["v"], is_causal=bool(i.get("causal")),
-                                          scale=i.get("scale"), enable_gqa=h != hkv)
+    q, k, v = (i[n].contiguous() for n in ("q", "k", "v"))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=bool(i.get("causal")), scale=i.get("scale"),
+                                          enable_gqa=h != hkv)
 
 
 def cross_entropy(i: Dict[str, Any], x: torch.Tensor) -> torch.Tensor:
@@ -267,7 +271,7 @@ def kernels() -> List[Kernel]:
          lambda i: CrossEntropyMeanOverAllRows.apply(i["logits"], i["target"], i.get("ignore_index", -100),
                                                      i.get("label_smoothing", 0.0))
          if i.get("reduction", "mean") == "mean" else cross_entropy(i, i["logits"]), False, ["float32"]),
-    ] + ([("flash_attention", "F.scaled_dot_product_attention", sdpa, True, ["float32"] + HALF)]
+    ] + ([("flash_attention", "F.scaled_dot_product_attention (contiguous q, k, v)", sdpa, True, ["float32"] + HALF)]
          if hasattr(F, "scaled_dot_product_attention") else [])
 
 

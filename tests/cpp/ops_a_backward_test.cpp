@@ -1002,6 +1002,56 @@ TEST(OpsABackward, FlashAttentionBackwardSpecialValuesAndShapeErrors) {
   EXPECT_EQ(r2.error().code, ErrorCode::shape_mismatch);
 }
 
+TEST(OpsABackward, FlashAttentionBackwardMaskedOverflowIsIndeterminate) {
+  // The CUDA sweep's seed-5 case in small (docs/gpu.md): causal, one query, boundary values. Key 0
+  // is attended and its dS is exactly 0; key 1 is masked, but a kernel that forms the whole tile's
+  // dP = dO·v in fp32 gets dO·v1 = Inf there and P·Inf = 0·Inf = NaN in dS: grad_q of the row and
+  // grad_k (of every key: softmax's backward sums dP·P over the row) may be NaN. grad_v does not
+  // read dP and stays strict.
+  const AttnShape s{1, 1, 1, 1, 2, 1, true, 1.0};
+  const std::vector<double> q = {-2.1372432708740234}, k = {-1.1754943508222875e-38, 1.0},
+                            v = {-1.0, 3.4028234663852886e+38}, g = {1.151806116104126};
+  const RefContext ctx = attn_bwd_ctx(s, DType::float32, g, q, k, v);
+  auto ref = builtin_of("flash_attention_backward").reference(ctx);
+  ASSERT_TRUE(ref.ok()) << ref.error().message;
+  // FA2's backward in fp32 over the whole tile, then the mask's P = 0.
+  const auto f = [](double x) { return static_cast<float>(x); };
+  const float dp1 = f(g[0]) * f(v[1]), D = f(g[0]) * f(-1.0f);
+  const float ds1 = 0.0f * (dp1 - D);
+  ASSERT_TRUE(std::isnan(ds1)) << "the emulation no longer overflows: the test lost its point";
+  const float dq = (f(1.0f) * (f(g[0]) * f(v[0]) - D)) * f(k[0]) + ds1 * f(k[1]);
+  const RefOutput& gq = ref->at(0);
+  const RefOutput& gk = ref->at(1);
+  const RefOutput& gv = ref->at(2);
+  EXPECT_EQ(gq.value[0], 0.0);
+  EXPECT_LE(element_error(dq, gq.value[0], gq.c_acc[0], gq.c_in[0], DType::float32, DType::float32, gq.alt_nonfinite[0]), 2.0);
+  EXPECT_LE(element_error(ds1 * f(q[0]), gk.value[1], gk.c_acc[1], gk.c_in[1], DType::float32, DType::float32,
+                          gk.alt_nonfinite[1]), 2.0);
+  EXPECT_LE(element_error(std::nan(""), gk.value[0], gk.c_acc[0], gk.c_in[0], DType::float32, DType::float32,
+                          gk.alt_nonfinite[0]), 2.0);  // the row sum's NaN reaches key 0's dS
+  EXPECT_EQ(gv.alt_nonfinite[1], 0);  // dv_1 = P_01 dO = 0 exactly: strict
+  EXPECT_EQ(gv.value[1], 0.0);
+  // Without the overflow (v1 = 1) nothing is excused: a NaN grad_q fails.
+  const RefContext calm = attn_bwd_ctx(s, DType::float32, g, q, k, {-1.0, 1.0});
+  auto ref2 = builtin_of("flash_attention_backward").reference(calm);
+  ASSERT_TRUE(ref2.ok());
+  EXPECT_GT(element_error(std::nan(""), ref2->at(0).value[0], ref2->at(0).c_acc[0], ref2->at(0).c_in[0], DType::float32,
+                          DType::float32, ref2->at(0).alt_nonfinite[0]), 2.0);
+  // A masked score of 4e38 (+Inf in fp32) against the additive -Inf mask: the row's P is NaN, so
+  // its grad_q and every key's grad_k and grad_v may be NaN (the forward's row_nan).
+  const RefContext big = attn_bwd_ctx(s, DType::float32, g, {2e19}, {1e-19, 2e19}, {-1.0, 1.0});
+  auto ref3 = builtin_of("flash_attention_backward").reference(big);
+  ASSERT_TRUE(ref3.ok());
+  for (int o = 0; o < 3; ++o)
+    for (std::size_t x = 0; x < ref3->at(static_cast<std::size_t>(o)).value.size(); ++x) {
+      const RefOutput& r = ref3->at(static_cast<std::size_t>(o));
+      EXPECT_LE(element_error(std::nan(""), r.value[x], r.c_acc[x], r.c_in[x], DType::float32, DType::float32,
+                              r.alt_nonfinite[x]),
+                2.0)
+          << o << " " << x;
+    }
+}
+
 std::vector<Scenario> flash_backward_scenarios() {
   struct S {
     AttnShape shape;

@@ -311,6 +311,24 @@ void attention_backward_block_reference(const AttentionBackwardBlock& blk) {
         PIN[x] = bwd_cap(flush && p < blk.p_min_normal ? p + blk.p_flush_weight : p);
         gp[j] = blk.scale * ds;  // G now holds scale·dS
       }
+      // Masked keys take no part here, but a kernel that computes a whole tile (or the whole score
+      // matrix) and masks afterwards forms their fp32 products too (the forward's header): a masked
+      // score within a factor 2 of fp32's largest value may be +Inf, and the additive -Inf mask
+      // makes the row's P NaN (its grad_q, and every key's grad_k and grad_v); a masked dP = dO·v
+      // that large may be Inf, and its P of 0 times it NaN in dS: the row's grad_q and, since
+      // softmax's backward sums dP·P over the whole row (autograd through a masked softmax), every
+      // key's grad_k. grad_v (P·dO) does not read dP. Seen on the H200 and here: boundary values,
+      // Lq = 1, causal, dO = 1.15 against a masked v = 3.4e38 (docs/gpu.md, seed 5).
+      for (std::int64_t j = n; j < lk; ++j) {
+        if (blk.unresolved_q && std::isfinite(e[j]) && std::max(1.0, abs_scale) * e[j] >= k_fp32_max / 2) {
+          blk.unresolved_q[row] = 1;
+          if (blk.unresolved_k) std::fill(blk.unresolved_k, blk.unresolved_k + lk, std::uint8_t{1});
+        }
+        if (std::isfinite(a[j]) && a[j] >= k_fp32_max / 2) {
+          if (blk.ds_overflow_q) blk.ds_overflow_q[row] = 1;
+          if (blk.ds_overflow_k) std::fill(blk.ds_overflow_k, blk.ds_overflow_k + lk, std::uint8_t{1});
+        }
+      }
       for (std::int64_t j = n; j < lk; ++j) {
         const std::size_t x = static_cast<std::size_t>(i * lk + j);
         s[j] = gp[j] = CQ[x] = CK[x] = CIN[x] = PW[x] = PIN[x] = 0.0;

@@ -120,14 +120,17 @@ struct AttentionBackwardBlock {
   // The largest fp32 intermediate (unscaled dot products, dP, D, dS) this head forms, for the
   // overflow guard; and whether some |dS_ij| may overflow the input dtype when rounded to it
   // (in_max: that dtype's largest finite value): then grad_q's row i and grad_k's row j are marked
-  // in ds_overflow_q [lq] / ds_overflow_k [lk] (may be null).
+  // in ds_overflow_q [lq] / ds_overflow_k [lk] (may be null). A masked pair's dP = dO·v within a
+  // factor 2 of fp32's largest value marks its row and every key (0·Inf in a kernel that masks
+  // after the dot, and in softmax backward's row sum).
   double* max_intermediate = nullptr;
   double in_max = 0.0;
   std::uint8_t* ds_overflow_q = nullptr;
   std::uint8_t* ds_overflow_k = nullptr;
   // Pairs whose P fp32 cannot resolve (argument error past 2 nats): a correct kernel's P may be
   // anything there, Inf included, and its gradients of row i (grad_q) and key j (grad_k, grad_v)
-  // non-finite; marked in unresolved_q [lq] and unresolved_k [lk] (may be null).
+  // non-finite; marked in unresolved_q [lq] and unresolved_k [lk] (may be null). A masked score
+  // within a factor 2 of fp32's largest value marks its row and every key (+Inf meets the -Inf mask).
   std::uint8_t* unresolved_q = nullptr;
   std::uint8_t* unresolved_k = nullptr;
   // Inputs hold non-finite values: values by plain loops over the attended pairs only (a dgemm
