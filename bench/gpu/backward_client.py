@@ -192,13 +192,17 @@ class AttentionDqWithoutScale(torch.autograd.Function):
 
 def sdpa(i: Dict[str, Any]) -> torch.Tensor:
     """F.scaled_dot_product_attention (torch 2: its backend's choice for the dtype and device), on
-    contiguous copies of q, k and v: its flash and efficient backends crash on an operand at a storage
-    offset of one element ("CUDA error: misaligned address", which breaks the process's CUDA context;
-    listed in docs/gpu.md), so the wrapper a user needs is the kernel here."""
+    16-byte-aligned copies of q, k, v and of the gradient that reaches it: its flash and efficient
+    backends crash on an operand at a storage offset of one element, forward and backward ("CUDA
+    error: misaligned address", which breaks the process's CUDA context; listed in docs/gpu.md), and
+    ``.contiguous()`` keeps such an operand where it is, so the wrapper a user needs clones."""
     h, hkv = i["q"].shape[-3], i["k"].shape[-3]
-    q, k, v = (i[n].contiguous() for n in ("q", "k", "v"))
-    return F.scaled_dot_product_attention(q, k, v, is_causal=bool(i.get("causal")), scale=i.get("scale"),
-                                          enable_gqa=h != hkv)
+    q, k, v = (i[n].clone() for n in ("q", "k", "v"))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=bool(i.get("causal")), scale=i.get("scale"),
+                                         enable_gqa=h != hkv)
+    if out.requires_grad:
+        out.register_hook(lambda g: g.clone())
+    return out
 
 
 def cross_entropy(i: Dict[str, Any], x: torch.Tensor) -> torch.Tensor:
@@ -271,7 +275,7 @@ def kernels() -> List[Kernel]:
          lambda i: CrossEntropyMeanOverAllRows.apply(i["logits"], i["target"], i.get("ignore_index", -100),
                                                      i.get("label_smoothing", 0.0))
          if i.get("reduction", "mean") == "mean" else cross_entropy(i, i["logits"]), False, ["float32"]),
-    ] + ([("flash_attention", "F.scaled_dot_product_attention (contiguous q, k, v)", sdpa, True, ["float32"] + HALF)]
+    ] + ([("flash_attention", "F.scaled_dot_product_attention (aligned copies)", sdpa, True, ["float32"] + HALF)]
          if hasattr(F, "scaled_dot_product_attention") else [])
 
 
