@@ -5,7 +5,11 @@
 // seen over the envelope (the margin: below 1 passes) and every failing case with its replay
 // command. Each known-buggy built-in kernel is fuzzed the same way and must be caught.
 //
-//   build/bin/audit_controls [--cases N] [--bug-cases N] [--seed S] [--json FILE] [OP...]
+//   build/bin/audit_controls [--cases N] [--bug-cases N] [--seed S] [--json FILE] [--attr NAME=VALUE]... [OP...]
+//
+// --attr holds an attr at a value (a JSON value, or a bare string: --attr reduction=none) in every
+// run, controls' and bugs'; the op's other attrs are varied as usual. Pinned, a bug that only shows
+// under another value is reported as missed.
 //
 // Exit 0 when no control failed and every bug was caught, 1 otherwise. A long run, not a test.
 #include "gpuemu/engine.hpp"
@@ -43,14 +47,25 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 20261130;
   std::string json_path;
   std::vector<std::string> only;
+  Json pins = Json::object();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--cases" && i + 1 < argc) cases = std::atoll(argv[++i]);
     else if (a == "--bug-cases" && i + 1 < argc) bug_cases = std::atoll(argv[++i]);
     else if (a == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
-    else if (a == "-h" || a == "--help") {
-      std::puts("audit_controls [--cases N] [--bug-cases N] [--seed S] [--json FILE] [OP...]");
+    else if (a == "--attr" && i + 1 < argc) {
+      const std::string text = argv[++i];
+      const auto eq = text.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        std::fprintf(stderr, "audit_controls: --attr %s: expected NAME=VALUE\n", text.c_str());
+        return 2;
+      }
+      const std::string value = text.substr(eq + 1);
+      Json v = Json::parse(value, nullptr, false);
+      pins[text.substr(0, eq)] = v.is_discarded() ? Json(value) : v;
+    } else if (a == "-h" || a == "--help") {
+      std::puts("audit_controls [--cases N] [--bug-cases N] [--seed S] [--json FILE] [--attr NAME=VALUE]... [OP...]");
       return 0;
     } else only.push_back(a);
   }
@@ -79,7 +94,8 @@ int main(int argc, char** argv) {
     // Controls must be correct for every attr value, and bugs behind an attr (padding, dilation)
     // only show when it varies: vary every attr of the schema.
     std::vector<std::string> every_attr;
-    for (const auto& a : (*schema)->attrs) every_attr.push_back(a.name);
+    for (const auto& a : (*schema)->attrs)
+      if (!pins.contains(a.name)) every_attr.push_back(a.name);
     const auto t0 = std::chrono::steady_clock::now();
     std::map<std::string, Worst> per_dtype;  // controls, by dtype
     Json failures = Json::array();
@@ -91,6 +107,7 @@ int main(int argc, char** argv) {
         req.op = op;
         req.options.distribution = *parse_distribution(strategy);
         req.options.vary_attrs = every_attr;
+        req.options.attrs = pins;
         req.seed = derive_seed(seed, op + ":" + strategy);
         req.iterations = cases;
         req.diagnose = false;
@@ -134,6 +151,7 @@ int main(int argc, char** argv) {
         req.op = op;
         req.options.distribution = *parse_distribution(strategy);
         req.options.vary_attrs = every_attr;
+        req.options.attrs = pins;
         req.seed = derive_seed(seed, op + ":bug:" + bug.name);
         req.iterations = bug_cases;
         req.fail_fast = true;

@@ -74,6 +74,11 @@ void ops_show(const std::string& name, bool json) {
               << ", " << in.domain << (in.optional ? ", optional" : "")
               << (in.any_leading_dims ? ", any leading dims (" + in.shape.front() + " is their product)"
                                       : "");
+    for (const auto& [value, when] : in.shape_when) {
+      std::string w;
+      for (const auto& e : when) w += (w.empty() ? "" : ", ") + e;
+      std::cout << ", [" << w << "] when " << in.shape_attr << " = '" << value << "'";
+    }
     if (!in.layouts.empty()) {
       std::string l;
       for (const auto& x : in.layouts) l += (l.empty() ? "" : ", ") + x;

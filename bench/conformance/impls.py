@@ -419,7 +419,7 @@ def cross_entropy_backward_autograd(args: Args) -> torch.Tensor:
 
 def cross_entropy_backward_fused_fp32(args: Args) -> torch.Tensor:
     """The fused kernels' formula (Liger, Apex xentropy): k * (softmax(x) - q) per row in fp32, 0 on
-    ignored rows, one rounding at the end."""
+    ignored rows, one rounding at the end; k is grad_out[i] per row for reduction 'none'."""
     x, t = args["logits"].float(), args["target"]
     keep = t != args["ignore_index"]
     s, C = args["label_smoothing"], x.shape[-1]
@@ -428,6 +428,8 @@ def cross_entropy_backward_fused_fp32(args: Args) -> torch.Tensor:
     q[rows, t[rows]] += 1.0 - s
     n = int(keep.sum()) if args["reduction"] == "mean" else 1
     k = args["grad_out"].float() / n
+    if args["reduction"] == "none":
+        k = k[:, None]  # one upstream gradient per row
     return (k * (torch.softmax(x, -1) - q) * keep[:, None]).to(args["logits"].dtype)
 
 def flash_attention_backward_sdpa(args: Args) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -4,12 +4,13 @@
     .venv/bin/python bench/conformance/sweep.py                       # the full sweep
     .venv/bin/python bench/conformance/sweep.py --ops softmax gelu --seeds 1 --cases 20
     .venv/bin/python bench/conformance/sweep.py --markdown --json sweep.json
+    .venv/bin/python bench/conformance/sweep.py --ops cross_entropy_backward --attr reduction=none
 
 For every catalogue op, every dtype it lists and every implementation of bench/conformance/impls.py
 (PyTorch's own op, native in the case dtype and upcast to fp32; or the plain fp32 composition where
 torch 1.13 has none), under each value strategy (regular, boundary, adversarial, special) and
 ``--seeds`` master seeds: ``gpuemu.fuzz_op_in_process`` with ``--cases`` cases, layouts on, every
-attr with schema values varied, the shipped envelopes. Each row: cases, failures, the worst
+attr with schema values varied (but those ``--attr NAME=VALUE`` pins), the shipped envelopes. Each row: cases, failures, the worst
 normalised error over the envelope (below 1 passes). Exit status 0 only when nothing failed, every
 catalogue op has an implementation, and no native variant was skipped for a reason other than
 torch lacking that dtype's CPU kernel. The native kernels of imprecise.py (PyTorch 1.13's bf16
@@ -97,8 +98,9 @@ def _commit() -> Optional[str]:
 
 
 def run_variant(key: Tuple[int, str, str], cases: int, seed: int, strategy: str,
-                device: str = "cpu") -> Dict[str, Any]:
-    """One fuzz run of one variant: the row of the table (JSON-able)."""
+                device: str = "cpu", pins: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """One fuzz run of one variant: the row of the table (JSON-able); ``pins``: attrs held at a
+    value (``--attr``), the others with schema values varied."""
     import torch
 
     torch.set_num_threads(1)
@@ -115,12 +117,16 @@ def run_variant(key: Tuple[int, str, str], cases: int, seed: int, strategy: str,
     res = gpuemu.fuzz_op_in_process(v.op, v.run_op(), iterations=cases, value_distribution=strategy,
                                     dtypes=[dtype], seed=seed, framework="torch", device=device,
                                     dims=v.impl.dims, precision=v.impl.precision,
-                                    vary_attrs=varied_attrs(v.op) or None, diagnose=False)
+                                    attrs=pins or None,
+                                    vary_attrs=[n for n in varied_attrs(v.op) if n not in (pins or {})] or None,
+                                    diagnose=False)
     row: Dict[str, Any] = {"op": v.op, "impl": v.impl.name, "style": v.style, "dtype": dtype,
                            "strategy": strategy, "seed": seed, "cases": res.total, "failed": res.failed,
                            "worst_ratio": res.worst_ratio, "worst_case": res.worst_index,
                            "seconds": round(time.perf_counter() - t0, 2), "device": device,
                            "torch": torch.__version__, "gpuemu": _commit()}
+    if pins:
+        row["attrs"] = pins
     if res.failures and all(_unsupported(f.traceback) for f in res.failures) and res.failed == res.total:
         row["unsupported"] = res.failures[0].traceback.strip().splitlines()[-1]
     else:
@@ -145,7 +151,7 @@ def run_variant(key: Tuple[int, str, str], cases: int, seed: int, strategy: str,
     return row
 
 
-Job = Tuple[Tuple[int, str, str], int, int, str, str]
+Job = Tuple[Tuple[int, str, str], int, int, str, str, Optional[Dict[str, Any]]]
 
 
 def _job(args: Job) -> Dict[str, Any]:
@@ -153,7 +159,8 @@ def _job(args: Job) -> Dict[str, Any]:
 
 
 def plan(ops: Optional[Sequence[str]], dtypes: Optional[Sequence[str]], strategies: Sequence[str],
-         seeds: int, cases: int, device: str = "cpu", first_seed: int = 1) -> List[Job]:
+         seeds: int, cases: int, device: str = "cpu", first_seed: int = 1,
+         pins: Optional[Dict[str, Any]] = None) -> List[Job]:
     from impls import variants
 
     jobs = []
@@ -163,7 +170,8 @@ def plan(ops: Optional[Sequence[str]], dtypes: Optional[Sequence[str]], strategi
         per_key[(v.op, v.dtype)] = i + 1
         for strategy in strategies:
             for s in range(seeds):
-                jobs.append(((i, v.op, v.dtype), cases, MASTER_SEED_BASE + first_seed - 1 + s, strategy, device))
+                jobs.append(((i, v.op, v.dtype), cases, MASTER_SEED_BASE + first_seed - 1 + s, strategy, device,
+                             pins))
     # seed-major: a sweep cut short (or resumed across sessions) has covered every op and strategy
     # under its first seeds rather than a few ops under all of them
     jobs.sort(key=lambda j: j[2])
@@ -278,6 +286,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ap.add_argument("--report", action="store_true",
                     help="print the Markdown table of the runs in --json (a finished or partial sweep) and exit")
+    ap.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",
+                    help="hold an attr at a value (repeatable; JSON values: --attr reduction=none, --attr dim=0); "
+                         "the op's other attrs with schema values are varied")
     ap.add_argument("--evidence", action="store_true",
                     help="print the demonstrations of the known imprecise implementations and exit")
     a = ap.parse_args(argv)
@@ -318,7 +329,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     IMPRECISE = imprecise_table(a.device)
     missing = [] if a.ops else uncovered_ops()
-    jobs = plan(a.ops, a.dtypes, a.strategies, a.seeds, a.cases, a.device, a.first_seed)
+    pins: Dict[str, Any] = {}
+    for text in a.attr:
+        name, eq, value = text.partition("=")
+        if not eq:
+            ap.error(f"--attr {text}: expected NAME=VALUE")
+        try:
+            pins[name] = json.loads(value)
+        except ValueError:
+            pins[name] = value  # a bare string: reduction=none
+    jobs = plan(a.ops, a.dtypes, a.strategies, a.seeds, a.cases, a.device, a.first_seed, pins or None)
     print(f"conformance sweep: {len(jobs)} runs of {a.cases} cases, {a.jobs} processes, "
           f"envelopes: {os.environ.get('GPUEMU_ENVELOPES', 'schemas/envelopes.json')}", file=sys.stderr)
     t0 = time.perf_counter()
@@ -326,13 +346,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if a.resume and a.json and os.path.exists(a.json):
         with open(a.json) as f:
             rows = [json.loads(line) for line in f if line.strip()]
-        done = {(r["op"], r["impl"], r["style"], r["dtype"], r["strategy"], r["seed"]) for r in rows}
+        done = {(r["op"], r["impl"], r["style"], r["dtype"], r["strategy"], r["seed"],
+                 json.dumps(r.get("attrs"), sort_keys=True)) for r in rows}
         from impls import variants
 
         def key(job: Job) -> Tuple[Any, ...]:
-            (i, op, dt), _cases, seed, strategy, device = job
+            (i, op, dt), _cases, seed, strategy, device, _pins = job
             v = variants([op], [dt], device)[i]
-            return (op, v.impl.name, v.style, dt, strategy, seed)
+            return (op, v.impl.name, v.style, dt, strategy, seed, json.dumps(_pins, sort_keys=True))
 
         jobs = [j for j in jobs if key(j) not in done]
         print(f"resuming: {len(rows)} runs already done, {len(jobs)} to go", file=sys.stderr)

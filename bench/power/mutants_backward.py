@@ -146,7 +146,7 @@ def _embedding_backward(args: Args, mut: Mutation) -> Outputs:
 
 def _cross_entropy_backward(args: Args, mut: Mutation) -> Outputs:
     """The fused backward (Liger's, Apex's): per row p = exp(x - max) / l with l in lane accumulators
-    (mutants_reduction's softmax denominator), k (p - q), ignored rows 0."""
+    (mutants_reduction's softmax denominator), k (p - q) (k per row for reduction 'none'), ignored rows 0."""
     logits, target = f32(args["logits"]), args["target"]
     s, ignore, C = float(args["label_smoothing"]), int(args["ignore_index"]), args["logits"].shape[-1]
     _m, _shift, e, l = mutants_reduction._row_stats(logits, mut)
@@ -156,6 +156,8 @@ def _cross_entropy_backward(args: Args, mut: Mutation) -> Outputs:
     q[rows, target[rows]] += 1.0 - s
     n = kept.sum().to(torch.float32) if args["reduction"] == "mean" else torch.tensor(1.0)
     k = f32(args["grad_out"]) / n
+    if args["reduction"] == "none":
+        k = k[:, None]  # one upstream gradient per row
     out = k * (e[None] / l[..., None] - q[None]) * kept[None, :, None]
     return [(out, case_dtype(args, "logits"))]
 

@@ -59,7 +59,17 @@ struct InputSpec {
   // bound to their product (1 when there are none). The fuzzer draws the schema's rank; a caller's
   // own tensors (gpuemu.reference, run_op) may have any rank >= shape.size() - 1.
   bool any_leading_dims = false;
+  // A shape that depends on a string attr (schema key "shape_when": {"<attr>": {"<value>": [...]}}):
+  // where attr `shape_attr` has one of those values the input takes that shape, else `shape`
+  // (cross_entropy_backward's grad_out: [] for reduction 'mean' or 'sum', [N] for 'none').
+  std::string shape_attr;
+  std::map<std::string, std::vector<std::string>, std::less<>> shape_when;
   std::string description;
+
+  // The shape for attrs `attrs` (resolved: OpSchema::resolve_attrs), `shape` when no value picks one.
+  const std::vector<std::string>& shape_for(const AttrMap& attrs) const;
+  // Every shape it may take: `shape`, then the shape_when ones (checks over all of them).
+  std::vector<const std::vector<std::string>*> all_shapes() const;
 };
 
 struct AttrSpec {

@@ -400,6 +400,75 @@ def test_cross_entropy_backward_through_autograd_in_fp32_passes_and_a_mean_over_
     assert bad.failed > 0, bad.summary()
 
 
+def cross_entropy_backward_native_autograd(i):
+    """PyTorch's autograd through F.cross_entropy in the case dtype itself (bf16 natively: the
+    decomposition stores log_softmax and the gradient of log p in bf16)."""
+    x = i["logits"].detach().requires_grad_(True)
+    torch.nn.functional.cross_entropy(x, i["target"], ignore_index=i["ignore_index"], reduction=i["reduction"],
+                                      label_smoothing=i["label_smoothing"]).backward(i["grad_out"])
+    return x.grad
+
+
+def _ce_none_fused(i, k_rows):
+    """k_i * (softmax(x) - q) in fp32 per row with the row scales ``k_rows`` ([N] fp32), 0 on ignored rows
+    unless ``k_rows`` says otherwise (a fused 'none' kernel's formula)."""
+    x = i["logits"].float()
+    t = i["target"]
+    keep = t != i["ignore_index"]
+    s, C = i["label_smoothing"], x.shape[-1]
+    q = torch.full_like(x, s / C)
+    rows = keep.nonzero()[:, 0]
+    q[rows, t[rows]] += 1.0 - s
+    return k_rows[:, None] * (torch.softmax(x, -1) - q), keep
+
+
+def cross_entropy_backward_none_sum_of_grads(i):
+    """Bug: every row scaled by grad_out.sum() (the per-row upstream gradient reduced as a scalar)."""
+    g = i["grad_out"].float()
+    out, keep = _ce_none_fused(i, g.sum().expand(g.shape))
+    return (out * keep[:, None]).to(i["logits"].dtype)
+
+
+def cross_entropy_backward_none_first_grad(i):
+    """Bug: every row scaled by grad_out[0] (a scalar kernel's load of the upstream gradient)."""
+    g = i["grad_out"].float()
+    out, keep = _ce_none_fused(i, g[0].expand(g.shape))
+    return (out * keep[:, None]).to(i["logits"].dtype)
+
+
+def cross_entropy_backward_none_ignored_live(i):
+    """Bug: ignored rows not zeroed: they get grad_out[i] * (softmax(x) - s / C)."""
+    out, _keep = _ce_none_fused(i, i["grad_out"].float())
+    return out.to(i["logits"].dtype)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_cross_entropy_backward_none_through_autograd_passes(strategy):
+    # Reduction 'none' (one upstream gradient per row): torch's autograd natively in fp32 and bf16
+    # and upcast from fp16 and bf16, 200 cases each, ignore_index and label_smoothing varied.
+    common = dict(seed=41, value_distribution=strategy, diagnose=False, attrs={"reduction": "none"},
+                  vary_attrs=["ignore_index", "label_smoothing"])
+    runs = [gpuemu.fuzz_op_in_process("cross_entropy_backward", cross_entropy_backward_native_autograd, iterations=200,
+                                      dtypes=["float32"], **common),
+            gpuemu.fuzz_op_in_process("cross_entropy_backward", cross_entropy_backward_native_autograd, iterations=100,
+                                      dtypes=["bfloat16"], **common),
+            gpuemu.fuzz_op_in_process("cross_entropy_backward", cross_entropy_backward_autograd_fp32, iterations=200,
+                                      dtypes=["float16", "bfloat16"], **common)]
+    for r in runs:
+        assert r.ok and r.failed == 0, r.summary()
+    assert sum(r.total for r in runs) == 500
+
+
+@pytest.mark.parametrize("bug", [cross_entropy_backward_none_sum_of_grads, cross_entropy_backward_none_first_grad,
+                                 cross_entropy_backward_none_ignored_live])
+@pytest.mark.parametrize("strategy", ["adversarial", "boundary"])
+def test_cross_entropy_backward_none_bugs_are_caught(bug, strategy):
+    bad = gpuemu.fuzz_op_in_process("cross_entropy_backward", bug, iterations=30, seed=43, value_distribution=strategy,
+                                    diagnose=False, attrs={"reduction": "none"},
+                                    vary_attrs=["ignore_index", "label_smoothing"])
+    assert bad.failed > 0, bad.summary()
+
+
 def _rope_fp32(x, i):
     d = x.shape[-1]
     inv_freq = 1.0 / (i["theta"] ** (torch.arange(0, d, 2, dtype=torch.float32) / d))

@@ -299,3 +299,43 @@ def test_cross_entropy_through_autograd_judges_the_logits_gradient(daemon):
     assert ok.ok, str(ok)
     assert ok.gradients is not None and ok.gradients.op == "cross_entropy_backward" and ok.gradients.passed == 30
     assert bad.failed == 0 and bad.gradients is not None and bad.gradients.failed > 0, str(bad)
+
+
+class CrossEntropyNoneFirstGrad(torch.autograd.Function):
+    """cross_entropy (reduction 'none') whose backward scales every row by grad_out[0]."""
+
+    @staticmethod
+    def forward(ctx, x, t, ignore_index, smoothing):
+        ctx.save_for_backward(x, t)
+        ctx.ignore_index, ctx.smoothing = ignore_index, smoothing
+        return F.cross_entropy(x, t, ignore_index=ignore_index, reduction="none", label_smoothing=smoothing)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, t = ctx.saved_tensors
+        keep = t != ctx.ignore_index
+        s, C = ctx.smoothing, x.shape[-1]
+        q = torch.full_like(x, s / C, dtype=torch.float32)
+        rows = keep.nonzero()[:, 0]
+        q[rows, t[rows]] += 1.0 - s
+        k = g.float()[0]
+        return (k * (torch.softmax(x.float(), -1) - q) * keep[:, None]).to(x.dtype), None, None, None
+
+
+def test_cross_entropy_none_through_autograd_judges_the_logits_gradient(daemon):
+    # Reduction 'none': the forward's output is [N], and cross_entropy_backward's cases give autograd
+    # a grad_out of shape [N] (one per row); a backward that scales every row by grad_out[0] is caught.
+    with Client() as c:
+        ok = c.fuzz_op_client_side("cross_entropy", lambda i: cross_entropy(i, i["logits"]), iterations=30,
+                                   dtypes=["float32"], seed=6, backward=True, attrs={"reduction": "none"},
+                                   vary_attrs=["ignore_index", "label_smoothing"])
+        bad = c.fuzz_op_client_side(
+            "cross_entropy", lambda i: CrossEntropyNoneFirstGrad.apply(
+                i["logits"], i["target"], i.get("ignore_index", -100), i.get("label_smoothing", 0.0)),
+            iterations=30, dtypes=["float32"], seed=6, backward=True, attrs={"reduction": "none"},
+            vary_attrs=["ignore_index", "label_smoothing"])
+    assert ok.ok, str(ok)
+    assert ok.gradients is not None and ok.gradients.op == "cross_entropy_backward" and ok.gradients.passed == 30
+    shapes = {tuple(f.shapes.get("grad_out", ())) for f in bad.gradients.failures} if bad.gradients else set()
+    assert bad.failed == 0 and bad.gradients is not None and bad.gradients.failed > 0, str(bad)
+    assert all(len(s) == 1 for s in shapes), shapes  # the failing cases' grad_out is [N]

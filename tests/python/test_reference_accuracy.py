@@ -941,28 +941,34 @@ def _cross_entropy(shape):
 
 @check("cross_entropy_backward", [(3, 5), (17, 129), (2, 1000)])
 def _cross_entropy_backward(shape):
-    # Against torch's float64 autograd through F.cross_entropy (both reductions, both ignore
-    # indices, with and without smoothing); scale |k| (p + q) per element, k the upstream gradient
-    # over the rows counted.
+    # Against torch's float64 autograd through F.cross_entropy (every reduction, 'none' with one
+    # upstream gradient per row; both ignore indices, with and without smoothing); scale |k| (p + q)
+    # per element, k the upstream gradient over the rows counted, or the row's own.
     N, C = shape
     g = rng_for("cross_entropy_backward", shape)
     logits = normal(g, shape, std=4.0)
     target = g.integers(0, C, size=N).astype(np.int64)
-    go = np.array(-1.375, dtype=np.float64)
+    go_scalar = np.array(-1.375, dtype=np.float64)
+    go_rows = normal(g, (N,), std=2.0)  # 'none': one upstream gradient per row, a zero among them
+    go_rows[0] = 0.0
     for ignore in (-100, 0):
         tgt = target.copy()
         if N > 1:
             tgt[1] = ignore
         tt = torch.from_numpy(tgt)
         for smoothing in (0.0, 0.1):
-            for reduction in ("sum", "mean"):
+            for reduction in ("sum", "mean", "none"):
+                go = go_rows if reduction == "none" else go_scalar
                 ld = t64(logits).requires_grad_(True)
                 F.cross_entropy(ld, tt, ignore_index=ignore, reduction=reduction,
-                                label_smoothing=smoothing).backward(torch.tensor(float(go), dtype=torch.float64))
+                                label_smoothing=smoothing).backward(t64(np.asarray(go)))
                 got = gpuemu.reference("cross_entropy_backward", {"grad_out": go, "logits": logits, "target": tgt},
                                        ignore_index=ignore, reduction=reduction, label_smoothing=smoothing)
                 kept = (tt != ignore).double()[:, None]
-                k = abs(float(go)) / (kept.sum() if reduction == "mean" else 1.0)
+                if reduction == "none":
+                    k = t64(np.abs(go_rows))[:, None]
+                else:
+                    k = abs(float(go)) / (kept.sum() if reduction == "mean" else 1.0)
                 scale = k * (torch.softmax(t64(logits), -1) + 1.0) * kept
                 assert_close(got, ld.grad, scale,
                              what=f"cross_entropy_backward ignore={ignore} s={smoothing} {reduction}")

@@ -113,8 +113,8 @@ Status CaseGenerator::validate() const {
   GPUEMU_TRY(PrecisionPolicy policy, resolve_precision(m_options.precision, m_schema));
   (void)policy;
   GPUEMU_TRY(AttrMap resolved, m_schema.resolve_attrs(m_options.attrs));
-  GPUEMU_TRY_STATUS(m_schema.check_dim_attrs(resolved, [](const InputSpec& in) {
-    return static_cast<std::int64_t>(in.shape.size());  // the fuzzer draws the schema's rank
+  GPUEMU_TRY_STATUS(m_schema.check_dim_attrs(resolved, [&resolved](const InputSpec& in) {
+    return static_cast<std::int64_t>(in.shape_for(resolved).size());  // the fuzzer draws the schema's rank
   }));
   for (const auto& a : m_options.vary_attrs)
     if (!m_schema.find_attr(a)) return make_error(ErrorCode::invalid_argument, "op '" + m_schema.name + "' has no attr '" + a + "'");
@@ -246,7 +246,7 @@ Result<TestCase> CaseGenerator::generate_pinned(
       if (pin != m_options.present.end() ? !pin->second : absent) continue;
     }
     Shape shape;
-    for (const auto& e : spec.shape) {
+    for (const auto& e : spec.shape_for(c.attrs)) {
       GPUEMU_TRY(std::int64_t v, eval_expr(e, c.dims, c.attrs));
       if (v < 0) return make_error(ErrorCode::invalid_argument, "input '" + spec.name + "' gets a negative size from '" + e + "'");
       shape.push_back(v);

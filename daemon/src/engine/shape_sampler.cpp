@@ -112,7 +112,7 @@ std::int64_t ShapeSampler::input_elements(const std::map<std::string, std::int64
     // the cases drawn before it existed).
     if (in.optional && in.presence == InputPresence::when_pinned) continue;
     std::int64_t n = 1;
-    for (const auto& e : in.shape) {
+    for (const auto& e : in.shape_for(attrs)) {
       auto v = eval_expr(e, dims, attrs);
       if (!v.ok()) return too_many;
       if (__builtin_mul_overflow(n, std::max<std::int64_t>(*v, 0), &n)) return too_many;

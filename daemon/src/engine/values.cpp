@@ -237,6 +237,38 @@ void fill_wide(std::vector<double>& v, Rng& rng, DType d, bool positive) {
   }
 }
 
+// The upstream gradient of a per-row loss (domain "loss_grad" with a shape: cross_entropy's
+// reduction 'none') under the adversarial strategy, one pattern per case: sparse (about one row in
+// 8 nonzero), one row only (a kernel that scales every row by grad_out[0] or by the sum), constant
+// (the 'sum' reduction's, spread over rows: a kernel that uses one value for all rows passes only
+// here), or magnitudes over many octaves per row with about one row in 8 exactly 0.
+void fill_row_loss_grad(std::vector<double>& v, Rng& rng, DType d) {
+  switch (rng.bounded(4)) {
+    case 0:
+      fill_wide(v, rng, d, false);
+      for (auto& x : v)
+        if (!rng.chance(1, 8)) x = 0.0;
+      break;
+    case 1: {
+      std::fill(v.begin(), v.end(), 0.0);
+      std::vector<double> one(1);
+      fill_wide(one, rng, d, false);
+      if (!v.empty()) v[rng.bounded(v.size())] = one[0];
+      break;
+    }
+    case 2: {
+      std::vector<double> one(1);
+      fill_wide(one, rng, d, false);
+      std::fill(v.begin(), v.end(), one[0]);
+      break;
+    }
+    default:
+      fill_wide(v, rng, d, false);
+      for (auto& x : v)
+        if (rng.chance(1, 8)) x = 0.0;
+  }
+}
+
 // The dtype's edges.
 void fill_boundary(std::vector<double>& v, Rng& rng, DType d, bool positive, bool nonnegative) {
   const auto& info = dtype_info(d);
@@ -377,7 +409,10 @@ std::vector<double> generate_values(const ValueRequest& req, Rng& rng) {
       break;
     case Distribution::adversarial:
       if (kind == "grad") fill_grad(v, req.shape, req.attrs, rng, req.dtype);
-      else if (kind == "loss_grad") fill_wide(v, rng, req.dtype, false);
+      else if (kind == "loss_grad") {
+        if (req.shape.empty()) fill_wide(v, rng, req.dtype, false);  // a scalar loss's
+        else fill_row_loss_grad(v, rng, req.dtype);
+      }
       else if (positive || nonnegative) fill_wide(v, rng, req.dtype, true);
       else if (is_logit_like(s, in)) {
         fill_logits(v, req.shape, rng, req.dtype, in.name == "k" || in.name == "k_cache");

@@ -301,12 +301,14 @@ BuiltinOp cross_entropy_op() {
 
 // ---- cross_entropy_backward --------------------------------------------------------------------
 //
-// The gradient of the scalar loss F.cross_entropy(logits, target, ignore_index, reduction,
-// label_smoothing) with respect to the logits, given its upstream gradient g (grad_out, a scalar:
-// reduction 'mean' or 'sum'): for a row i whose target t is not ignored,
-//   grad[i, c] = k * (p_c - q_c),  p = softmax(x_i),  q_c = (1 - s) [c == t] + s / C,
-// k = g / n ('mean', n the rows not ignored) or g ('sum'); an ignored row's gradient is 0.
-// Error model (docs/error-model.md, "cross_entropy_backward"), an fp32 kernel's evaluation:
+// The gradient of the loss F.cross_entropy(logits, target, ignore_index, reduction,
+// label_smoothing) with respect to the logits, given its upstream gradient grad_out (a scalar g for
+// reduction 'mean' or 'sum', one g_i per row for 'none'): for a row i whose target t is not ignored,
+//   grad[i, c] = k_i * (p_c - q_c),  p = softmax(x_i),  q_c = (1 - s) [c == t] + s / C,
+// k_i = g / n ('mean', n the rows not ignored), g ('sum') or g_i ('none'); an ignored row's
+// gradient is 0 (torch skips it under 'none' too, whatever g_i is).
+// Error model (docs/error-model.md, "cross_entropy_backward"), an fp32 kernel's evaluation, per row
+// with k = k_i (each row's arithmetic sees only its own scale: 'none' changes nothing else):
 //   c_acc = |k| (p_c (4 + |x_c - m| + G_e + absorbed_e + sum_j p_j |x_j - m| + G_q) + q_c + 2^-125)
 //           + 2 |grad|
 // p's relative error: x_c - m's rounding carried through exp (|x_c - m|), exp's and the division's
@@ -321,18 +323,18 @@ BuiltinOp cross_entropy_op() {
 // rounding of log p) and the upstream gradient of log p, -k q, in the dtype too (its sum, -k, into
 // every p_c); where -k q is below the dtype's normal range, its stored value is off by up to half a
 // subnormal spacing, and p_c carries C of those: + p_c * (terms below normal) * spacing / 2.
-Result<CeArgs> ceb_args(const RefContext& ctx, double* g) {
+Result<CeArgs> ceb_args(const RefContext& ctx) {
   GPUEMU_TRY(CeArgs a, ce_args(ctx));
-  if (a.reduction == Reduction::none)
-    return make_error(ErrorCode::invalid_argument,
-                      "cross_entropy_backward takes reduction 'mean' or 'sum' (its grad_out is the gradient "
-                      "of the scalar loss); a loss with reduction 'none' has one upstream gradient per row: "
-                      "its logits' gradient is row i's 'sum' gradient scaled by grad_out[i]");
   const RefArg& go = ctx.input("grad_out");
-  if (go.numel() != 1)
-    return make_error(ErrorCode::shape_mismatch, "cross_entropy_backward: grad_out must be a scalar, got " +
-                                                     shape_to_string(go.shape));
-  *g = go.data[0];
+  if (a.reduction == Reduction::none) {
+    if (go.shape != Shape{a.rows})
+      return make_error(ErrorCode::shape_mismatch,
+                        "cross_entropy_backward: reduction 'none' takes one upstream gradient per row, grad_out [N] = [" +
+                            std::to_string(a.rows) + "], got " + shape_to_string(go.shape));
+  } else if (go.numel() != 1) {
+    return make_error(ErrorCode::shape_mismatch, "cross_entropy_backward: grad_out must be a scalar for reduction 'mean' or "
+                                                 "'sum' ('none' takes one per row), got " + shape_to_string(go.shape));
+  }
   return a;
 }
 
@@ -342,12 +344,21 @@ std::int64_t ceb_count(const CeArgs& a) {
   return n;
 }
 
+// Each row's scale k_i of p - q, in fp64: g / n ('mean', n the rows not ignored), g ('sum'),
+// grad_out[i] ('none').
+std::vector<double> ceb_scales(const CeArgs& a, const RefArg& go) {
+  if (a.reduction == Reduction::none) return {go.data.begin(), go.data.begin() + a.rows};
+  const double g = go.data[0];
+  return std::vector<double>(static_cast<std::size_t>(a.rows),
+                             a.reduction == Reduction::mean ? g / static_cast<double>(ceb_count(a)) : g);
+}
+
 Result<std::vector<RefOutput>> ceb_reference(const RefContext& ctx) {
-  double g = 0.0;
-  GPUEMU_TRY(CeArgs a, ceb_args(ctx, &g));
+  GPUEMU_TRY(CeArgs a, ceb_args(ctx));
   const RefArg& logits = ctx.input("logits");
+  const RefArg& go = ctx.input("grad_out");
   const std::int64_t count = ceb_count(a), C = a.classes;
-  const double k = a.reduction == Reduction::mean ? g / static_cast<double>(count) : g;
+  const std::vector<double> ks = ceb_scales(a, go);
   const double classes = static_cast<double>(C), s = a.smoothing;
   const std::int64_t n = a.rows * C;
   // The decomposition's -k q stored in the input dtype below its normal range is off by up to half
@@ -355,8 +366,10 @@ Result<std::vector<RefOutput>> ceb_reference(const RefContext& ctx) {
   // multiplies, by that many half spacings (in units of the input dtype's roundoff, as c_in counts).
   const DTypeInfo& in_info = dtype_info(logits.dtype);
   const double half_sub = in_info.min_subnormal / 2.0 / in_info.unit_roundoff;
-  const double sub_terms = (s > 0.0 && std::fabs(k * s / classes) < in_info.min_normal ? classes - 1.0 : 0.0) +
-                           (std::fabs(k * (1.0 - s + s / classes)) < in_info.min_normal ? 1.0 : 0.0);
+  const auto sub_terms_of = [&](double k) {
+    return (s > 0.0 && std::fabs(k * s / classes) < in_info.min_normal ? classes - 1.0 : 0.0) +
+           (std::fabs(k * (1.0 - s + s / classes)) < in_info.min_normal ? 1.0 : 0.0);
+  };
   // A decomposition sums the upstream gradient of log p, -k q, over the row in fp32 (log_softmax's
   // backward), and every p_c multiplies that sum. With smoothing its C terms are the target's
   // k (1 - s + s / C) and C - 1 equal k s / C: a running sum adds each small term to a partial sum
@@ -384,6 +397,7 @@ Result<std::vector<RefOutput>> ceb_reference(const RefContext& ctx) {
       [&](std::int64_t rb, std::int64_t re) {
         for (std::int64_t r = rb; r < re; ++r) {
           const std::int64_t t = a.target[static_cast<std::size_t>(r)];
+          const double k = ks[static_cast<std::size_t>(r)];
           const double* x = logits.data.data() + r * C;
           double* v = value.data() + r * C;
           if (t < 0) {
@@ -414,6 +428,7 @@ Result<std::vector<RefOutput>> ceb_reference(const RefContext& ctx) {
                                             return d > lim ? std::numeric_limits<double>::infinity() : std::exp(d);
                                           });
           const double rel = 4.0 + grow_e.growth(classes) + absorbed_e + spread / sum_e;
+          const double sub_terms = sub_terms_of(k);
           for (std::int64_t c = 0; c < C; ++c) {
             const double p = std::exp(x[c] - m) / sum_e;
             const double q = (c == t ? 1.0 - s : 0.0) + s / classes;
@@ -431,16 +446,19 @@ Result<std::vector<RefOutput>> ceb_reference(const RefContext& ctx) {
         }
       },
       std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(C, 1)));
-  if (!ctx.value_only && !finite(g)) {
+  if (!ctx.value_only && a.reduction != Reduction::none && !finite(go.data[0])) {
     // An infinite (or NaN) upstream gradient: k (p - q) is +-Inf where p != q, NaN where they are
     // equal, and a decomposition that sums -k q first gets Inf - Inf: any non-finite value is right.
     alt.assign(static_cast<std::size_t>(n), k_alt_any_nonfinite);
   } else if (!ctx.value_only)
-    for (std::int64_t r = 0; r < a.rows; ++r)
-      if (nan_ok[static_cast<std::size_t>(r)]) {
-        if (alt.empty()) alt.assign(static_cast<std::size_t>(n), 0);
-        std::fill(alt.begin() + r * C, alt.begin() + (r + 1) * C, k_alt_nan);
-      }
+    for (std::int64_t r = 0; r < a.rows; ++r) {
+      // 'none': a row's own non-finite upstream gradient, as the scalar's above for that row (an
+      // ignored row's gradient is 0 in torch, which skips it; g_i times the masked 0 is NaN).
+      const bool any = a.reduction == Reduction::none && !finite(ks[static_cast<std::size_t>(r)]);
+      if (!any && !nan_ok[static_cast<std::size_t>(r)]) continue;
+      if (alt.empty()) alt.assign(static_cast<std::size_t>(n), 0);
+      std::fill(alt.begin() + r * C, alt.begin() + (r + 1) * C, any ? k_alt_any_nonfinite : k_alt_nan);
+    }
   auto out = single_output(ctx.output_dtype(), logits.shape, std::move(value), std::move(c_acc), std::move(c_in));
   out[0].name = "grad_logits";
   out[0].alt_nonfinite = std::move(alt);
@@ -456,18 +474,24 @@ enum class CebVariant {
   no_smoothing,    // bug: q is the one-hot target whatever label_smoothing says
   lowp_sum,        // bug: the sum of exp kept in the input dtype
   tail_dropped,    // bug: the sum of exp over C // 1024 full tiles only
+  grad_out_row0,   // bug: 'none' scales every row by grad_out[0] (a scalar kernel's load)
 };
 
 KernelFn ceb_kernel(CebVariant v) {
   return [v](const RefContext& ctx) -> Result<KernelOutputs> {
-    double g64 = 0.0;
-    GPUEMU_TRY(CeArgs a, ceb_args(ctx, &g64));
+    GPUEMU_TRY(CeArgs a, ceb_args(ctx));
     const RefArg& logits = ctx.input("logits");
+    const RefArg& go = ctx.input("grad_out");
     const DType dt = logits.dtype, od = ctx.output_dtype();
     const std::int64_t C = a.classes;
     const std::int64_t count = v == CebVariant::ignore_counted ? a.rows : ceb_count(a);
-    const float g = f32(g64);
-    const float k = a.reduction == Reduction::mean ? g / static_cast<float>(count) : g;
+    // Row r's scale: the scalar's, g / count ('mean') or g ('sum'), or grad_out[r] ('none').
+    const float g = f32(go.data[0]);
+    const float k_scalar = a.reduction == Reduction::mean ? g / static_cast<float>(count) : g;
+    const auto k_of = [&](std::int64_t r) {
+      if (a.reduction != Reduction::none) return k_scalar;
+      return f32(go.data[static_cast<std::size_t>(v == CebVariant::grad_out_row0 ? 0 : r)]);
+    };
     const float s = v == CebVariant::no_smoothing ? 0.0f : f32(a.smoothing), classes = static_cast<float>(C);
     std::vector<double> out(static_cast<std::size_t>(a.rows * C), 0.0);
     parallel_for(
@@ -477,6 +501,7 @@ KernelFn ceb_kernel(CebVariant v) {
           for (std::int64_t r = rb; r < re; ++r) {
             std::int64_t t = a.target[static_cast<std::size_t>(r)];
             if (t < 0 && v != CebVariant::ignored_live) continue;
+            const float k = k_of(r);
             for (std::int64_t c = 0; c < C; ++c) x[static_cast<std::size_t>(c)] = f32(logits.data[static_cast<std::size_t>(r * C + c)]);
             const float* xp = x.data();
             float m = -k_inf_f;
@@ -548,6 +573,8 @@ BuiltinOp cross_entropy_backward_op() {
       {"lowp_sum", "the sum of exp(x - max) is kept in the input dtype", ceb_kernel(CebVariant::lowp_sum)},
       {"tail_tile_dropped", "the sum of exp over C // 1024 full tiles: the partial last tile is never added",
        ceb_kernel(CebVariant::tail_dropped)},
+      {"grad_out_row0", "reduction 'none': every row scaled by grad_out[0], a scalar kernel's load of the upstream gradient",
+       ceb_kernel(CebVariant::grad_out_row0)},
   };
   return op;
 }

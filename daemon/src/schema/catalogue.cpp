@@ -140,8 +140,9 @@ Result<RefContext> make_ref_context(const OpSchema& schema, std::map<std::string
   // where the first entry stands for any number of leading dims.
   for (const auto& spec : schema.inputs) {
     auto it = inputs.find(spec.name);
-    if (it == inputs.end() || spec.shape.empty()) continue;
-    const auto want = static_cast<std::int64_t>(spec.shape.size());
+    const std::vector<std::string>& spec_shape = spec.shape_for(ctx.attrs);
+    if (it == inputs.end() || spec_shape.empty()) continue;  // a scalar's: its reference checks numel
+    const auto want = static_cast<std::int64_t>(spec_shape.size());
     const auto rank = static_cast<std::int64_t>(it->second.shape.size());
     if (spec.any_leading_dims ? rank < want - 1 : rank != want)
       return make_error(ErrorCode::shape_mismatch,
@@ -173,9 +174,10 @@ Result<RefContext> make_ref_context(const OpSchema& schema, std::map<std::string
     auto it = ctx.inputs.find(spec.name);
     if (it == ctx.inputs.end()) continue;
     const Shape& shape = it->second.shape;
-    const std::size_t extra = spec.any_leading_dims ? shape.size() + 1 - spec.shape.size() : 0;
-    for (std::size_t d = 0; d < spec.shape.size(); ++d) {
-      const std::string& e = spec.shape[d];
+    const std::vector<std::string>& spec_shape = spec.shape_for(ctx.attrs);
+    const std::size_t extra = spec.any_leading_dims ? shape.size() + 1 - spec_shape.size() : 0;
+    for (std::size_t d = 0; d < spec_shape.size(); ++d) {
+      const std::string& e = spec_shape[d];
       if (!schema.find_dim(e)) continue;
       std::int64_t size = 1;
       if (spec.any_leading_dims && d == 0) {

@@ -183,22 +183,43 @@ class SchemaReader {
     return {};
   }
 
+  // A shape: a list of dim names, integer expressions or integers.
+  Result<std::vector<std::string>> read_shape(const Json& shape, const std::vector<std::string>& p) const {
+    if (!shape.is_array()) return error(p, "shape must be a list");
+    std::vector<std::string> out;
+    for (const auto& e : shape) {
+      if (e.is_number_integer()) out.push_back(std::to_string(e.get<std::int64_t>()));
+      else if (e.is_string()) {
+        GPUEMU_TRY_STATUS(check_expr(e.get<std::string>(), p));
+        out.push_back(e.get<std::string>());
+      } else return error(p, "shape entries must be dim names, expressions or integers");
+    }
+    return out;
+  }
+
   Status read_inputs(const Json& doc, OpSchema& s) const {
     if (!doc.contains("inputs") || !doc["inputs"].is_array() || doc["inputs"].empty())
       return error({"inputs"}, "must be a non-empty list");
     for (const auto& in : doc["inputs"]) {
       if (!in.is_object()) return error({"inputs"}, "entries must be objects");
       std::vector<std::string> p = {"inputs", in.value("name", std::string("?"))};
-      GPUEMU_TRY_STATUS(check_keys(in, p, {"name", "shape", "dtype", "domain", "optional", "presence", "layouts", "any_leading_dims", "description"}));
+      GPUEMU_TRY_STATUS(check_keys(in, p, {"name", "shape", "shape_when", "dtype", "domain", "optional", "presence", "layouts", "any_leading_dims", "description"}));
       InputSpec spec;
       GPUEMU_TRY(spec.name, get_string(in, p, "name", true));
-      if (!in.contains("shape") || !in["shape"].is_array()) return error(p, "shape must be a list");
-      for (const auto& e : in["shape"]) {
-        if (e.is_number_integer()) spec.shape.push_back(std::to_string(e.get<std::int64_t>()));
-        else if (e.is_string()) {
-          GPUEMU_TRY_STATUS(check_expr(e.get<std::string>(), p));
-          spec.shape.push_back(e.get<std::string>());
-        } else return error(p, "shape entries must be dim names, expressions or integers");
+      if (!in.contains("shape")) return error(p, "shape must be a list");
+      GPUEMU_TRY(spec.shape, read_shape(in["shape"], p));
+      if (in.contains("shape_when")) {
+        // {"<attr>": {"<value>": [shape], ...}}: one attr; its values are checked once attrs are read.
+        const Json& sw = in["shape_when"];
+        auto q = p;
+        q.push_back("shape_when");
+        if (!sw.is_object() || sw.size() != 1 || !sw.begin()->is_object() || sw.begin()->empty())
+          return error(q, "shape_when must be {\"<attr>\": {\"<value>\": [shape], ...}}, naming one attr");
+        spec.shape_attr = sw.begin().key();
+        for (const auto& [value, shape] : sw.begin()->items()) {
+          GPUEMU_TRY(auto entries, read_shape(shape, q));
+          spec.shape_when.emplace(value, std::move(entries));
+        }
       }
       if (!in.contains("dtype")) return error(p, "missing required key 'dtype'");
       const Json& dt = in["dtype"];
@@ -273,6 +294,8 @@ class SchemaReader {
         spec.any_leading_dims = in["any_leading_dims"].get<bool>();
         if (spec.any_leading_dims && (spec.shape.empty() || !s.find_dim(spec.shape.front())))
           return error(p, "any_leading_dims needs a shape whose first entry is a dim name");
+        if (spec.any_leading_dims && !spec.shape_when.empty())
+          return error(p, "any_leading_dims and shape_when do not combine");
       }
       GPUEMU_TRY(spec.description, get_string(in, p, "description", false));
       s.inputs.push_back(std::move(spec));
@@ -370,7 +393,17 @@ class SchemaReader {
     for (const auto& d : s.dims)
       if (!d.expr.empty()) GPUEMU_TRY_STATUS(check(d.expr, {"dims", d.name}));
     for (const auto& in : s.inputs) {
-      for (const auto& e : in.shape) GPUEMU_TRY_STATUS(check(e, {"inputs", in.name}));
+      for (const auto* shape : in.all_shapes())
+        for (const auto& e : *shape) GPUEMU_TRY_STATUS(check(e, {"inputs", in.name}));
+      if (!in.shape_attr.empty()) {
+        const std::vector<std::string> p = {"inputs", in.name, "shape_when"};
+        const AttrSpec* a = s.find_attr(in.shape_attr);
+        if (!a) return error(p, "'" + in.shape_attr + "' is not an attr");
+        if (a->type != "string") return error(p, "'" + in.shape_attr + "' must be a string attr");
+        for (const auto& [value, shape] : in.shape_when)
+          if (!a->values.empty() && std::find(a->values.begin(), a->values.end(), Json(value)) == a->values.end())
+            return error(p, "'" + value + "' is not a value of attr '" + in.shape_attr + "'");
+      }
       auto colon = in.domain.find(':');
       if (colon != std::string::npos) GPUEMU_TRY_STATUS(check(in.domain.substr(colon + 1), {"inputs", in.name}));
     }
@@ -404,6 +437,20 @@ const InputSpec* OpSchema::find_input(std::string_view n) const {
     if (i.name == n) return &i;
   return nullptr;
 }
+const std::vector<std::string>& InputSpec::shape_for(const AttrMap& attrs) const {
+  if (shape_attr.empty() || !attrs.is_object()) return shape;
+  auto a = attrs.find(shape_attr);
+  if (a == attrs.end() || !a->is_string()) return shape;
+  auto it = shape_when.find(a->get<std::string>());
+  return it == shape_when.end() ? shape : it->second;
+}
+
+std::vector<const std::vector<std::string>*> InputSpec::all_shapes() const {
+  std::vector<const std::vector<std::string>*> out = {&shape};
+  for (const auto& [value, s] : shape_when) out.push_back(&s);
+  return out;
+}
+
 const AttrSpec* OpSchema::find_attr(std::string_view n) const {
   for (const auto& a : attrs)
     if (a.name == n) return &a;
