@@ -9,7 +9,7 @@
 
 #include <gpuemu/engine.hpp>
 #include <gpuemu/malloc_tuning.hpp>
-#include <server/script_kernel.hpp>
+#include "script_kernels/script_kernel.hpp"
 
 #include <unistd.h>
 #include <chrono>

@@ -63,7 +63,7 @@ def main() -> int:
                    "cuobjdump_shared": r.get("SHARED"), "instructions": k.get("instructions"), "sass_opcodes": total,
                    "distinct_opcodes": len(k.get("sass_opcodes", {}))}
             # cuobjdump's SHARED counts the 1 KiB an sm_90 CTA reserves for the system; the lint reports
-            # the kernel's own shared memory (daemon/lint/cubin_reader.cpp subtracts the reserve)
+            # the kernel's own shared memory (lint/cubin_reader.cpp subtracts the reserve)
             shared_ok = row["shared"] == r.get("SHARED") or (
                 k.get("arch", "").startswith("sm_9") and r.get("SHARED") == (row["shared"] or 0) + 1024)
             row["agree"] = (r != {} and row["registers"] == r.get("REG") and row["stack"] == r.get("STACK")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Precision bugs of the kind real kernels make, in low-precision reductions, and how often a case
-catches them (issue 21: lines at the limit of the dtype, daemon/src/engine/values.cpp).
+catches them (issue 21: lines at the limit of the dtype, engine/fuzz/values.cpp).
 
     .venv/bin/python bench/power/lowp_bugs.py --seeds 3 --cases 100
 

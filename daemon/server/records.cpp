@@ -2,7 +2,7 @@
 #include "server/records.hpp"
 
 #include "server/request_engine.hpp"
-#include "server/script_kernel.hpp"
+#include "script_kernels/script_kernel.hpp"
 
 #include <gpuemu/error_map.hpp>
 

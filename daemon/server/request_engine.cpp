@@ -1,7 +1,7 @@
 // RequestEngine (request_engine.hpp): custom ops and envelope overrides of one request.
 #include "server/request_engine.hpp"
 
-#include "server/script_reference.hpp"
+#include "script_kernels/script_reference.hpp"
 
 #include <filesystem>
 

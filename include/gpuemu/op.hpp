@@ -27,7 +27,7 @@ namespace gpuemu {
 struct RefNoInit {};
 
 namespace detail {
-// The heap RefAllocator draws from (daemon/src/core/ref_heap.hpp): operator new for small blocks;
+// The heap RefAllocator draws from (engine/core/ref_heap.hpp): operator new for small blocks;
 // a large block is a 2 MiB-aligned mapping with transparent huge pages, kept for reuse when freed
 // (up to GPUEMU_REF_CACHE_MB), so repeated references skip the page faults of fresh memory.
 void* ref_allocate(std::size_t bytes);
@@ -176,7 +176,7 @@ inline bool alt_accepts(std::uint8_t bits, double out) {
 }
 
 // A reference computed outside the built-in table: a custom op's Python reference run by the
-// daemon (daemon/server/script_reference.hpp). Bound to a schema as OpSchema::external_reference.
+// daemon (script_kernels/script_reference.hpp). Bound to a schema as OpSchema::external_reference.
 struct ExternalReference {
   virtual ~ExternalReference() = default;
   virtual Result<std::vector<RefOutput>> run(const RefContext& ctx) const = 0;

@@ -1,6 +1,6 @@
 // The fp64 oracle's backend: the CPU, or the optional CUDA backend (docs/gpu.md, "The fp64 oracle
 // on the GPU"). Which one computes a reference is a speed choice: a verdict never depends on it.
-// The references' hooks are in daemon/src/ops/gpu_oracle.hpp, which says what runs where.
+// The references' hooks are in engine/ops/gpu_oracle.hpp, which says what runs where.
 #pragma once
 
 #include "gpuemu/error.hpp"

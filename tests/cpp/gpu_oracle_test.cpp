@@ -1,4 +1,4 @@
-// The fp64 oracle's CUDA backend (daemon/src/ops/gpu_oracle.hpp, daemon/cuda/oracle_cuda.cu).
+// The fp64 oracle's CUDA backend (engine/ops/gpu_oracle.hpp, engine/cuda/oracle_cuda.cu).
 //
 // Here (no GPU) the backend's selection must say why "cuda" is unavailable and leave the CPU in
 // charge. On a machine with a GPU (scripts/gpu/run.sh oracle sets GPUEMU_REQUIRE_CUDA_ORACLE=1,

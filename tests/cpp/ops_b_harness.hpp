@@ -6,7 +6,7 @@
 // u_in is the case dtype's unit roundoff and tiny_out the output dtype's smallest normal.
 // Non-finite values: the reference rounded to the output dtype must match the output exactly
 // (NaN matches NaN; overflowing to Inf in the output dtype is correct); a mismatch is +Inf,
-// except where the verdict (engine/verdict.cpp) calls the element indeterminate.
+// except where the verdict (engine/fuzz/verdict.cpp) calls the element indeterminate.
 #pragma once
 
 #include "gpuemu/op.hpp"

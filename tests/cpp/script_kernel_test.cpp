@@ -1,8 +1,8 @@
-// Script kernels (daemon/server/script_kernel.hpp, docs/script-kernels.md): real Python kernels in
+// Script kernels (script_kernels/script_kernel.hpp, docs/script-kernels.md): real Python kernels in
 // a temporary directory, run by the real runner through the engine. Correct kernels pass, buggy
 // ones fail with their message; timeouts and crashes restart the process; the function sees the
 // cases' real strides and exact low-precision values under numpy and torch.
-#include "server/script_kernel.hpp"
+#include "script_kernels/script_kernel.hpp"
 
 #include "gpuemu/engine.hpp"
 

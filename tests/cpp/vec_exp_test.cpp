@@ -1,4 +1,4 @@
-// The vectorised exp (daemon/src/ops/vec_exp.hpp) against std::exp over tens of millions of
+// The vectorised exp (engine/ops/vec_exp.hpp) against std::exp over tens of millions of
 // values, its special values, and its AVX2 lowering against the baseline one; then the softmax,
 // log_softmax, layer_norm and rms_norm references (four lanes at a time, one exp per element)
 // against the plain scalar loops they replaced, on odd shapes, strided dims and special values.

@@ -25,22 +25,22 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(frame schema ptx toml)
 
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
-for lib in "$BUILD/daemon/libgpuemu_engine.a" "$BUILD/daemon/lint/libgpuemu_lint.a"; do
+for lib in "$BUILD/daemon/libgpuemu_engine.a" "$BUILD/lint/libgpuemu_lint.a"; do
   [ -f "$lib" ] || { echo "fuzz: $lib is missing: run make build first" >&2; exit 1; }
 done
 mkdir -p "$OUT"
 FLAGS=(-std=c++20 -O1 -g -DNDEBUG -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       -Iinclude -Idaemon/src -Idaemon -Icli)
-CORE=(daemon/src/core/dtype.cpp daemon/src/core/error.cpp)
+       -Iinclude -Iengine -Idaemon -Icli)
+CORE=(engine/core/dtype.cpp engine/core/error.cpp)
 
 sources() {  # the instrumented sources of a target, then what it links uninstrumented
   case $1 in
-    frame)  echo tests/fuzz/fuzz_frame.cpp daemon/protocol/frame.cpp daemon/src/core/tensor.cpp "${CORE[@]}" ;;
-    schema) echo -DFUZZ_SCHEMA tests/fuzz/fuzz_text.cpp daemon/src/schema/schema_parser.cpp daemon/src/schema/expr.cpp "${CORE[@]}" ;;
-    ptx)    echo -DFUZZ_PTX tests/fuzz/fuzz_text.cpp daemon/lint/ptx_parser.cpp daemon/lint/ptx_statement.cpp \
-                 daemon/lint/instruction_class.cpp daemon/src/core/error.cpp ;;
+    frame)  echo tests/fuzz/fuzz_frame.cpp protocol/frame.cpp engine/core/tensor.cpp "${CORE[@]}" ;;
+    schema) echo -DFUZZ_SCHEMA tests/fuzz/fuzz_text.cpp engine/schema/schema_parser.cpp engine/schema/expr.cpp "${CORE[@]}" ;;
+    ptx)    echo -DFUZZ_PTX tests/fuzz/fuzz_text.cpp lint/ptx_parser.cpp lint/ptx_statement.cpp \
+                 lint/instruction_class.cpp engine/core/error.cpp ;;
     toml)   echo -DFUZZ_TOML tests/fuzz/fuzz_text.cpp cli/project_config.cpp cli/project_keys.cpp \
-                 "$BUILD/daemon/lint/libgpuemu_lint.a" "$BUILD/daemon/libgpuemu_engine.a" \
+                 "$BUILD/lint/libgpuemu_lint.a" "$BUILD/daemon/libgpuemu_engine.a" \
                  $(pkg-config --cflags --libs tomlplusplus) -lopenblas -lpthread ;;
     *) echo "fuzz: unknown target '$1' (frame, schema, ptx, toml)" >&2; return 1 ;;
   esac
@@ -49,7 +49,7 @@ sources() {  # the instrumented sources of a target, then what it links uninstru
 build() {  # rebuilt when a source, a header or a library is newer than the binary
   local t=$1 bin=$OUT/fuzz_$1
   local srcs; srcs=$(sources "$t")
-  if [ -x "$bin" ] && [ -z "$(find $(for s in $srcs; do [ -f "$s" ] && echo "$s"; done) include daemon/src cli daemon/lint \
+  if [ -x "$bin" ] && [ -z "$(find $(for s in $srcs; do [ -f "$s" ] && echo "$s"; done) include engine cli lint \
          -name '*.hpp' -newer "$bin" -o -newer "$bin" -name '*.cpp' -o -newer "$bin" -name '*.a' 2>/dev/null | head -1)" ]; then
     return 0
   fi

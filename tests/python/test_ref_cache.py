@@ -1,4 +1,4 @@
-"""The reference heap's cache (daemon/src/core/ref_heap.hpp) as a user meets it: large reference
+"""The reference heap's cache (engine/core/ref_heap.hpp) as a user meets it: large reference
 outputs freed and made again in one process give the same bits as in a process with the cache
 off (GPUEMU_REF_CACHE_MB=0), and a GPUEMU_REF_CACHE_MB that is not a number says so on stderr and
 changes no result.

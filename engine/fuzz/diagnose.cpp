@@ -5,7 +5,7 @@
 // is generic: it reads only the schema (dims, roles, reduced dims, attrs, dtypes), the kernel's
 // outputs and pass/fail on the probes, never the kernel's name. The rules and their order are
 // documented in docs/fuzzing.md ("Minimizer and diagnosis").
-#include "engine/signature.hpp"
+#include "fuzz/signature.hpp"
 #include "gpuemu/engine.hpp"
 #include "gpuemu/rng.hpp"
 

@@ -1,4 +1,4 @@
-#include "engine/signature.hpp"
+#include "fuzz/signature.hpp"
 
 #include <cctype>
 #include <vector>

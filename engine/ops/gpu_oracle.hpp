@@ -5,7 +5,7 @@
 // GEMM-shaped references (matmul, bmm, linear, the backward GEMMs, convolution through im2col,
 // scaled fp8 matmul) and whole attention blocks (flash_attention, decode_attention) large enough
 // to pay for the transfers run on the GPU, in fp64, through libgpuemu_oracle_cuda.so
-// (daemon/cuda/oracle_cuda.cu). The engine never links CUDA: it loads that library at run time,
+// (engine/cuda/oracle_cuda.cu). The engine never links CUDA: it loads that library at run time,
 // so the binaries and the Python module run where there is no GPU and no CUDA runtime.
 //
 // What goes to the GPU gives the CPU's results up to the order of fp64 sums (agreement 1e-12 of

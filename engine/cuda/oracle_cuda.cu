@@ -1,5 +1,5 @@
 // The CUDA backend of the fp64 oracle (oracle_abi.h): cuBLAS DGEMM for the GEMM-shaped
-// references, and attention_block_reference (daemon/src/ops/attention_reference.cpp) as fp64
+// references, and attention_block_reference (engine/ops/attention_reference.cpp) as fp64
 // kernels around five DGEMMs. Every output is the CPU path's, computed in the same fp64
 // operations; only the order of the sums differs (a DGEMM's, a block reduction's), so the two
 // agree to a few units of fp64's roundoff times the sums' magnitudes (tests/cpp/gpu_oracle_test.cpp

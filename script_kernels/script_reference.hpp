@@ -11,7 +11,7 @@
 #pragma once
 
 #include "gpuemu/op.hpp"
-#include "server/script_kernel.hpp"
+#include "script_kernels/script_kernel.hpp"
 
 #include <memory>
 

@@ -1,4 +1,4 @@
-#include "engine/shape_sampler.hpp"
+#include "fuzz/shape_sampler.hpp"
 
 #include "schema/expr.hpp"
 

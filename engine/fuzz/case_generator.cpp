@@ -1,5 +1,5 @@
-#include "engine/shape_sampler.hpp"
-#include "engine/values.hpp"
+#include "fuzz/shape_sampler.hpp"
+#include "fuzz/values.hpp"
 #include "gpuemu/strided.hpp"
 #include "gpuemu/fuzz.hpp"
 #include "gpuemu/rng.hpp"

@@ -1,5 +1,5 @@
 // The script subprocess (script_process.hpp; docs/script-kernels.md is the spec of the exchange).
-#include "server/script_process.hpp"
+#include "script_kernels/script_process.hpp"
 
 #include "gpuemu/install_paths.hpp"
 

@@ -1,4 +1,4 @@
-#include "engine/values.hpp"
+#include "fuzz/values.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 /* The C interface between the engine and the optional CUDA backend of the fp64 oracle
- * (libgpuemu_oracle_cuda.so, daemon/cuda/oracle_cuda.cu). The engine never links CUDA: it dlopens
+ * (libgpuemu_oracle_cuda.so, engine/cuda/oracle_cuda.cu). The engine never links CUDA: it dlopens
  * the backend when the setting asks for it (GPUEMU_ORACLE=cuda, `gpuemu-daemon --oracle cuda`,
  * gpuemu.set_oracle("cuda")), so every binary runs on machines without a GPU or a CUDA runtime.
  * docs/gpu.md, "The fp64 oracle on the GPU", says what it covers and how it was checked.

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "gpuemu/protocol.hpp"
-#include "server/script_kernel.hpp"
+#include "script_kernels/script_kernel.hpp"
 
 #include <sys/types.h>
 

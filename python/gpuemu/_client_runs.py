@@ -1,0 +1,398 @@
+"""Client-side fuzz runs (the Client's concern that runs kernels): ``fuzz_op_client_side``'s loop (one
+request a chunk; the run's books are the daemon's FuzzRun), the diagnoses made here by re-running the
+kernel on the engine's probes, the failures rendered from the daemon's summary, ``run_registered``
+(gpuemu.toml's ops, run by the daemon) and the daemon-orchestrated ``get_test_batch`` /
+``submit_output``. gpuemu.client.Client mixes it in."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import inspect
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+from . import _core, errors
+from . import _frameworks as _fw
+from ._client_cases import _round_bits
+from .inprocess import Failure, FuzzResults, _Kernel
+
+_CHUNK = 16  # cases per get_test_batch / submit_outputs round trip
+
+
+@dataclass
+class ClientFailure(Failure):
+    """A failing case of a client-side run: :class:`gpuemu.Failure` plus what the daemon stored.
+
+    ``id`` is the stored failure's id (``gpuemu repro ID`` replays it), ``snapshot`` the base64 of
+    the exact input bytes the daemon stored (a frame: docs/protocol.md), ``file``/``line`` where the
+    kernel under test is defined.
+    """
+
+    snapshot: str = ""
+    file: Optional[str] = None
+    line: Optional[int] = None
+
+
+@dataclass
+class Verdict:
+    """The daemon's judgement of one submitted case."""
+
+    passed: bool
+    max_error: Optional[float]
+    envelope: Optional[float]
+    message: str
+    seed: int
+    index: int
+    diagnosis: Dict[str, Any] = field(default_factory=dict)
+    failure_id: Optional[str] = None
+    repro: Optional[str] = None
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+
+def _kernel_identity(run_op: Callable) -> Dict[str, Any]:
+    """{"kind": "client", name, file, line} of run_op, or of the function a lambda calls."""
+    fn = run_op
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    target = fn
+    code = getattr(fn, "__code__", None)
+    if code is not None and fn.__name__ == "<lambda>":
+        scope = dict(getattr(fn, "__globals__", {}))
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            try:
+                scope[name] = cell.cell_contents
+            except ValueError:
+                pass
+        names = code.co_names + code.co_freevars
+        for name in names:
+            cand = scope.get(name)
+            if inspect.ismodule(cand):  # lambda inputs: kernels.softmax(...): the module's function
+                cand = next((getattr(cand, a) for a in code.co_names
+                             if inspect.isfunction(getattr(cand, a, None))), None)
+            if inspect.isfunction(cand) or inspect.ismethod(cand):
+                target = inspect.unwrap(cand)
+                break
+    try:
+        file = inspect.getsourcefile(target)
+        line = inspect.getsourcelines(target)[1]
+    except (TypeError, OSError):
+        file, line = None, None
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)
+    return {"kind": "client", "name": name, "file": file, "line": line}
+
+
+class _Runs:
+    """Client-side runs and single-case submissions (a mixin of Client)."""
+
+    def fuzz_op_client_side(self, op: str, run_op: Callable[[Dict[str, Any]], Any], iterations: int = 100,
+                            value_distribution: str = "adversarial", dtypes: Optional[Sequence[str]] = None,
+                            seed: Optional[int] = None, framework: Optional[str] = None,
+                            device: Optional[str] = None, dims: Optional[Dict[str, Any]] = None,
+                            attrs: Optional[Dict[str, Any]] = None, layouts: bool = True,
+                            fail_fast: bool = False, progress: Optional[Callable[[int, int], None]] = None,
+                            check_determinism: bool = False, diagnose_limit: int = 3,
+                            present: Optional[Dict[str, bool]] = None,
+                            precision: Optional[Dict[str, str]] = None,
+                            vary_attrs: Optional[Sequence[str]] = None,
+                            backward: bool = False) -> FuzzResults:
+        """Fuzzes ``op`` against ``run_op`` run here (docs/python.md). ``run_op`` gets every input by
+        its schema name as a ``framework`` tensor on ``device`` with the case's real strides (an
+        optional input the case leaves out as ``None``), and every attr by name; it returns a
+        tensor (or a tuple for multi-output ops). ``present`` pins optional inputs the kernel
+        always (``True``) or never (``False``) takes (``{"weight": True, "bias": True}``);
+        ``precision`` declares reduced-precision GEMM operands (``{"matmul": "tf32"}``);
+        ``vary_attrs`` names attrs drawn from their schema values case by case (``["causal"]``:
+        without it every attr keeps its default or its ``attrs`` value). The
+        first ``diagnose_limit`` failures the daemon judged are diagnosed here, by re-running
+        ``run_op`` on the engine's probes, and stored with that diagnosis.
+
+        ``backward=True`` (torch, the default framework then): ``run_op`` must be differentiable (torch ops, or a
+        ``torch.autograd.Function`` wrapping the kernels under test). After the forward run, the
+        op's backward op (``<op>_backward``) is fuzzed with the same settings: each of its cases
+        gives the forward inputs and a ``grad_out`` drawn for gradients (sparse, one-hot, wide
+        magnitudes under the adversarial strategy), ``run_op`` runs with the inputs requiring grad,
+        autograd runs the backward, and every input gradient is judged by the backward op's fp64
+        reference; ``results.gradients`` holds that run (its failures name the gradient, e.g.
+        ``output 'grad_x'``) and ``results.ok`` covers both. Ops whose backward takes a saved
+        output of the forward are judged from the forward's inputs: softmax's and log_softmax's
+        backward op with the logits ``x`` (``y`` is then the forward of ``x``), flash_attention's
+        without the saved ``out`` and ``lse``; the error model adds what the kernel's own forward
+        output may deviate by (docs/error-model.md). An op whose backward op has no such mode is
+        refused with the reason: fuzz its backward kernel directly."""
+        if backward:
+            return self._fuzz_with_gradients(
+                op, run_op, iterations=iterations, value_distribution=value_distribution, dtypes=dtypes,
+                seed=seed, framework=framework, device=device, dims=dims, attrs=attrs, layouts=layouts,
+                fail_fast=fail_fast, progress=progress, check_determinism=check_determinism,
+                diagnose_limit=diagnose_limit, present=present, precision=precision, vary_attrs=vary_attrs)
+        fw = self._framework(framework)
+        options = self._options(dtypes, value_distribution, dims, attrs, layouts, present, precision, vary_attrs)
+        kernel = _kernel_identity(run_op)
+        kernel["framework"] = fw  # what the kernel was handed (an editor's repro script needs it)
+        t0 = time.perf_counter()
+        failures: List[ClientFailure] = []
+        master = seed
+        if iterations <= 0:
+            return FuzzResults(op=op, seed=int(master if master is not None else 0),
+                               value_distribution=value_distribution, framework=fw, total=0, passed=0,
+                               elapsed=time.perf_counter() - t0, first_failure=-1, failures=[],
+                               worst_ratio=None, worst_index=-1)
+        # The run's books (counts, first failure, worst case, fail-fast, which failures this
+        # process diagnoses) are the daemon's: one FuzzRun in the engine, whose summary every
+        # reply carries. This loop only runs the kernel and renders that summary.
+        summary: Dict[str, Any] = {}
+        sent = 0  # cases handed out so far
+        n = min(_CHUNK, iterations)
+        batch, master = self._batch(op, options, master, 0, n, fw, device, check_determinism,
+                                    prefetch=min(_CHUNK, iterations - n), digests=False,
+                                    run={"iterations": int(iterations), "fail_fast": bool(fail_fast),
+                                         "diagnose_limit": max(0, int(diagnose_limit))})
+        run_id = self._run_id
+        sent = n
+        while batch is not None:
+            items, tensors = [], []
+            for i, (case, inputs) in enumerate(batch):
+                def rebuild(case=case):
+                    return {name: _fw.make_input(fw, d, shape, strides, offset, storage.copy(), device)
+                            for name, (d, shape, strides, offset, storage) in case["_wire"].items()}
+
+                item, t = self._run_item(op, run_op, case, inputs, i, check_determinism, rebuild)
+                items.append(item)
+                tensors.extend(t)
+            for item in items:
+                item["case"] = {k: v for k, v in item["case"].items() if k != "_wire"}
+            params = {"op": op, "options": options, "items": items, "kernel": kernel, "store": True,
+                      "client": {"name": "gpuemu-python"}, "snapshots": True, "run_id": run_id}
+            left = iterations - sent
+            if left > 0:  # the next chunk comes back with this one's verdicts: one request a chunk
+                # ... and the daemon makes the one after it while this process runs the kernel
+                nxt = min(_CHUNK, left)
+                params["next"] = {"count": nxt, "start_index": sent, "seed": master,
+                                  "prefetch": min(_CHUNK, left - nxt), "digests": False}
+            if diagnose_limit > 0:
+                params["hold_for_diagnosis"] = True  # failures come back unstored, to be diagnosed
+                params["hold_by_id"] = True  # ... and kept by the daemon: only diagnoses go back
+            res, tens = self.request("submit_outputs", params, tensors)
+            if res.get("held"):
+                diagnoses = []
+                for i, ((case, _inputs), r) in enumerate(zip(batch, res["results"])):
+                    if not r.get("diagnose"):  # the run's diagnosis budget names these
+                        continue
+                    d = self._diagnose_here(op, options, case, tensors, i, run_op, fw, device, r.get("envelope"))
+                    if d is not None:
+                        items[i]["diagnosis"] = d
+                        diagnoses.append({"item": i, "diagnosis": d})
+                del params["hold_for_diagnosis"], params["hold_by_id"]
+                res, tens = self._finish_held(params, res.get("held_id"), diagnoses, tensors)
+            summary = res.get("run") or summary
+            done, batch = batch, (self._cases_of(res["next"], tens, fw, device, check_determinism)
+                                  if "next" in res else None)
+            if batch is not None:
+                sent += len(batch)
+            for i, ((case, inputs), item, r) in enumerate(zip(done, items, res["results"])):
+                if r["passed"]:
+                    continue
+                snap = tens.get(f"snapshots/{i}")  # the stored snapshot's bytes (`snapshots`)
+                if snap is not None:
+                    r = {**r, "snapshot": base64.b64encode(snap[4].tobytes()).decode("ascii")}
+                failures.append(self._failure(case, item, r, kernel))
+            if progress is not None:
+                progress(int(summary.get("total", 0)), iterations)
+            if summary.get("done"):
+                break
+        worst = summary.get("worst", {})
+        ratio = worst.get("ratio")
+        return FuzzResults(op=op, seed=int(master if master is not None else 0),
+                           value_distribution=value_distribution, framework=fw,
+                           total=int(summary.get("total", 0)), passed=int(summary.get("passed", 0)),
+                           elapsed=time.perf_counter() - t0, first_failure=int(summary.get("first_failure", -1)),
+                           failures=failures,
+                           worst_ratio=(float("inf") if ratio == "inf" else float(ratio))
+                           if int(worst.get("index", -1)) >= 0 else None,
+                           worst_index=int(worst.get("index", -1)))
+
+    def _finish_held(self, params: Dict[str, Any], held_id: Optional[str], diagnoses: List[Dict[str, Any]],
+                     tensors: Sequence[tuple]):
+        """Stores a held submission with the diagnoses made here: by its ``held_id`` (the daemon
+        kept what it judged; nothing is sent again) or, when the daemon no longer holds it (it
+        restarted, or keeps none), by submitting the items again with their diagnoses."""
+        if held_id:
+            try:
+                return self.request("submit_outputs", {**{k: v for k, v in params.items() if k != "items"},
+                                                        "held_id": held_id, "diagnoses": diagnoses})
+            except errors.NotFoundError:
+                pass
+        return self.request("submit_outputs", params, tensors)
+
+    def _local_engine(self) -> Any:
+        if "_engine" not in self.__dict__:
+            self._engine = _core.Engine()
+        return self._engine
+
+    def _diagnose_here(self, op: str, options: Dict[str, Any], case: Dict[str, Any], tensors: Sequence[tuple],
+                       i: int, run_op: Callable, fw: str, device: Optional[str],
+                       envelope: Optional[float]) -> Optional[Dict[str, Any]]:
+        """The diagnosis of a failing case, by the in-process engine re-running ``run_op`` on its
+        probes (contiguous copies, dims at and past block boundaries, scaled values, ...), as the
+        daemon does for kernels it can run itself. None when this process cannot regenerate the
+        case (an op only the daemon knows) or judges it passing."""
+        kw = {"dtypes": options.get("dtypes"), "strategy": options["distribution"], "dims": options.get("dims"),
+              "attrs": options.get("attrs"), "layouts": bool(options.get("layouts", True)),
+              "present": options.get("present"), "precision": options.get("precision")}
+        try:
+            engine = self._local_engine()
+            c = engine.cases(op, int(case["master_seed"]), 1, start=int(case["index"]), **kw)[0]
+        except errors.GpuemuError:
+            return None
+        if int(c.seed) != int(case["seed"]):
+            return None  # this process's catalogue generates another case: not the daemon's
+        prefix = f"items/{i}/outputs/"
+        outs = sorted(((int(t[0][len(prefix):]), t[5], t[1]) for t in tensors if t[0].startswith(prefix)))
+        if envelope:
+            engine.set_envelope(op, c.dtype, float(envelope))  # judge as the daemon did
+
+        def want(cc: Any) -> List[Optional[str]]:
+            return [e[0] for e in self._expected(op, {"dtype": cc.dtype, "dims": dict(cc.dims)}, {})]
+
+        kernel = _Kernel(run_op, fw, device, numpy_bits=False, round_bits=_round_bits, want=want)
+        res = engine.diagnose(c, [(arr, d) for _, arr, d in outs], kernel, **kw)
+        if kernel.abort is not None:
+            raise kernel.abort
+        if res["passed"] or "diagnosis" not in res:
+            return None
+        d = dict(res["diagnosis"])
+        d["evidence"] = list(d.get("evidence", [])) + ["probes re-ran the kernel in the client (gpuemu-python)"]
+        return d
+
+    def _failure(self, case, item, r, kernel) -> ClientFailure:
+        fid = r.get("failure_id") or f"{case['op']}:{case['master_seed']}:{case['index']}"
+        snapshot = r.get("snapshot", "")  # from submit_outputs' `snapshots` tensors
+        if r.get("failure_id") and not snapshot:
+            meta, _ = self.request("failures", {"action": "get", "id": r["failure_id"], "snapshot": True})
+            snapshot = meta.get("snapshot", "")
+        ins = case.get("inputs", {})
+        max_error = r.get("max_error")
+        return ClientFailure(
+            id=fid, seed=int(case["seed"]), index=int(case["index"]), dtype=case["dtype"],
+            dims=dict(case.get("dims", {})), shapes={k: list(v["shape"]) for k, v in ins.items()},
+            attrs=dict(case.get("attrs", {})), layout={k: v.get("layout", "contiguous") for k, v in ins.items()},
+            max_error=float("inf") if max_error is None else float(max_error),
+            envelope=float(r.get("envelope") or 0.0), message=r.get("message", ""),
+            diagnosis=r.get("diagnosis", {}), repro=r.get("repro") or f"gpuemu repro {fid}",
+            traceback=item.get("kernel_error"), verdict={k: v for k, v in r.items() if k != "snapshot"}, snapshot=snapshot, file=kernel.get("file"),
+            line=kernel.get("line"))
+
+    def run_registered(self, op: str, kernel: Optional[str] = None,
+                       config: Optional[Union[str, os.PathLike]] = None, iterations: Optional[int] = None,
+                       seed: Optional[int] = None, dtypes: Optional[Sequence[str]] = None,
+                       fail_fast: bool = False, minimize: bool = False, diagnose_limit: int = 3,
+                       store: bool = True) -> FuzzResults:
+        """Fuzzes an op registered in ``gpuemu.toml`` (``config``, else the first one from the
+        current directory up), its script or built-in kernel run by the daemon, as ``gpuemu ci``
+        does. ``kernel`` picks one of several ``[[op]]`` entries of the same op (its label
+        ``"softmax.py:softmax"``, its function or built-in name). ``iterations``, ``seed`` and
+        ``dtypes`` override the file's. The daemon diagnoses failures itself (it can re-run the
+        script); ``minimize`` shrinks the first failure (``results.failures[0].minimized``)."""
+        from ._project import load_project, select_entry
+
+        path, entries = load_project(config)
+        entry = select_entry(path, entries, op, kernel)
+        options = dict(entry.options)
+        if dtypes is not None:
+            options["dtypes"] = [dtypes] if isinstance(dtypes, str) else list(dtypes)
+        n = int(iterations if iterations is not None else entry.iterations)
+        master = seed if seed is not None else entry.seed
+        params: Dict[str, Any] = {"op": op, "kernel": entry.kernel, "options": options, "iterations": n,
+                                  "fail_fast": bool(fail_fast), "minimize": bool(minimize),
+                                  "diagnose_limit": int(diagnose_limit), "store": bool(store),
+                                  "repro_prefix": entry.repro_prefix(options.get("dtypes")),
+                                  "client": {"name": "gpuemu-python", "config": str(path)}}
+        if master is not None:
+            params["seed"] = int(master)
+        t0 = time.perf_counter()
+        rep, _ = self.request("fuzz", params)
+        failures = [self._report_failure(f, entry.kernel) for f in rep.get("failures", [])]
+        if failures and rep.get("minimized"):
+            failures[0].minimized = rep["minimized"]
+        return FuzzResults(op=op, seed=int(rep.get("seed", master or 0)),
+                           value_distribution=options.get("distribution", "adversarial"),
+                           framework=entry.kernel.get("framework", "builtin"), total=int(rep.get("total", 0)),
+                           passed=int(rep.get("passed", 0)), elapsed=time.perf_counter() - t0,
+                           first_failure=int(rep.get("first_failure", -1)), failures=failures)
+
+    def _report_failure(self, f: Dict[str, Any], kernel: Dict[str, Any]) -> ClientFailure:
+        """A failure of a daemon-run fuzz report as a ClientFailure."""
+        fid = f.get("id") or f"{f.get('op')}:{f.get('master_seed')}:{f.get('index')}"
+        snapshot = ""
+        if f.get("id"):
+            snapshot = self.request("failures", {"action": "get", "id": f["id"], "snapshot": True})[0].get(
+                "snapshot", "")
+        max_error = f.get("max_error")
+        return ClientFailure(
+            id=fid, seed=int(f["seed"]), index=int(f["index"]), dtype=f["dtype"], dims=dict(f.get("dims", {})),
+            shapes={k: list(v) for k, v in f.get("shapes", {}).items()}, attrs=dict(f.get("attrs", {})),
+            layout=dict(f.get("layouts", {})), max_error=float("inf") if max_error is None else float(max_error),
+            envelope=float(f.get("envelope") or 0.0), message=f.get("message", ""),
+            diagnosis=f.get("diagnosis", {}), repro=f.get("repro") or f.get("replay", ""),
+            traceback=f.get("kernel_error"), verdict=f.get("verdict", {}), snapshot=snapshot,
+            file=kernel.get("file"), line=kernel.get("line"))
+
+    def get_test_batch(self, op: str, count: int = 10, seed: Optional[int] = None,
+                       dtypes: Optional[Sequence[str]] = None, framework: Optional[str] = None,
+                       device: Optional[str] = None, dims: Optional[Dict[str, Any]] = None,
+                       attrs: Optional[Dict[str, Any]] = None, layouts: bool = True,
+                       value_distribution: str = "adversarial", start_index: int = 0,
+                       present: Optional[Dict[str, bool]] = None,
+                       precision: Optional[Dict[str, str]] = None,
+                       vary_attrs: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
+        """``count`` cases as dicts {seed, index, dtype, inputs, attrs, dims, layout}; hand the
+        kernel's output for one back with :meth:`submit_output`. ``inputs`` holds every input of
+        the op by name, ``None`` for an optional one the case leaves out; ``present`` and
+        ``precision`` as in :meth:`fuzz_op_client_side`."""
+        fw = self._framework(framework)
+        options = self._options(dtypes, value_distribution, dims, attrs, layouts, present, precision, vary_attrs)
+        out = []
+        done = 0
+        master = seed
+        while done < count:
+            n = min(1024, count - done)
+            batch, master = self._batch(op, options, master, start_index + done, n, fw, device)
+            for case, inputs in batch:
+                self._cases[(op, int(case["seed"]))] = (case, options, inputs)
+                out.append({"seed": int(case["seed"]), "index": int(case["index"]), "dtype": case["dtype"],
+                            "inputs": self._with_absent(op, case, {k: v.tensor for k, v in inputs.items()}),
+                            "attrs": dict(case.get("attrs", {})), "dims": dict(case.get("dims", {})),
+                            "layout": {k: v.get("layout") for k, v in case["inputs"].items()},
+                            "master_seed": master, "_case": case})
+            done += n
+        return out
+
+    def submit_output(self, op: str, inputs: Optional[Dict[str, Any]], output: Any, seed: int,
+                      run_op: Optional[Callable] = None) -> Verdict:
+        """The daemon's verdict on ``output`` for the case of :meth:`get_test_batch` with ``seed``.
+        The inputs the case handed out are sent back too, so a kernel that wrote into them fails
+        with "input mutated" (an input the kernel got as a copy — on a device, or as decoded
+        bfloat16/fp8 values — goes back only when the copy no longer matches what was received)."""
+        key = (op, int(seed))
+        if key not in self._cases:
+            raise errors.NotFoundError(f"no case with seed {seed} of {op!r} was fetched by this client "
+                                       "(call get_test_batch first)")
+        case, options, held = self._cases[key]
+        item, tensors = self._run_item(op, lambda _args: output, case, held, 0, False, None, runs_here=False)
+        res, _ = self.request("submit_outputs", {"op": op, "options": options, "items": [item],
+                                                 "kernel": _kernel_identity(run_op) if run_op else
+                                                 {"kind": "client", "name": "submit_output"},
+                                                 "store": True, "client": {"name": "gpuemu-python"}}, tensors)
+        return self._verdict(res["results"][0])
+
+    @staticmethod
+    def _verdict(r: Dict[str, Any]) -> Verdict:
+        return Verdict(passed=bool(r["passed"]), max_error=r.get("max_error"), envelope=r.get("envelope"),
+                       message=r.get("message", ""), seed=int(r.get("seed", 0)), index=int(r.get("index", 0)),
+                       diagnosis=r.get("diagnosis", {}), failure_id=r.get("failure_id"), repro=r.get("repro"))
