@@ -5,11 +5,14 @@
 // seen over the envelope (the margin: below 1 passes) and every failing case with its replay
 // command. Each known-buggy built-in kernel is fuzzed the same way and must be caught.
 //
-//   build/bin/audit_controls [--cases N] [--bug-cases N] [--seed S] [--json FILE] [--attr NAME=VALUE]... [OP...]
+//   build/bin/audit_controls [--cases N] [--bug-cases N] [--seed S] [--json FILE] [--attr NAME=VALUE]...
+//                            [--present NAME=true|false]... [OP...]
 //
 // --attr holds an attr at a value (a JSON value, or a bare string: --attr reduction=none) in every
 // run, controls' and bugs'; the op's other attrs are varied as usual. Pinned, a bug that only shows
-// under another value is reported as missed.
+// under another value is reported as missed. --present pins an optional input present or absent in
+// every case (the backward ops' autograd mode: --present x=true for softmax_backward, --present
+// out=false --present lse=false for flash_attention_backward; docs/python.md).
 //
 // Exit 0 when no control failed and every bug was caught, 1 otherwise. A long run, not a test.
 #include "gpuemu/engine.hpp"
@@ -48,6 +51,7 @@ int main(int argc, char** argv) {
   std::string json_path;
   std::vector<std::string> only;
   Json pins = Json::object();
+  std::map<std::string, bool, std::less<>> present;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--cases" && i + 1 < argc) cases = std::atoll(argv[++i]);
@@ -64,8 +68,18 @@ int main(int argc, char** argv) {
       const std::string value = text.substr(eq + 1);
       Json v = Json::parse(value, nullptr, false);
       pins[text.substr(0, eq)] = v.is_discarded() ? Json(value) : v;
+    } else if (a == "--present" && i + 1 < argc) {
+      const std::string text = argv[++i];
+      const auto eq = text.find('=');
+      const std::string value = eq == std::string::npos ? "" : text.substr(eq + 1);
+      if (eq == std::string::npos || eq == 0 || (value != "true" && value != "false")) {
+        std::fprintf(stderr, "audit_controls: --present %s: expected NAME=true or NAME=false\n", text.c_str());
+        return 2;
+      }
+      present[text.substr(0, eq)] = value == "true";
     } else if (a == "-h" || a == "--help") {
-      std::puts("audit_controls [--cases N] [--bug-cases N] [--seed S] [--json FILE] [--attr NAME=VALUE]... [OP...]");
+      std::puts("audit_controls [--cases N] [--bug-cases N] [--seed S] [--json FILE] [--attr NAME=VALUE]... "
+                "[--present NAME=true|false]... [OP...]");
       return 0;
     } else only.push_back(a);
   }
@@ -108,6 +122,7 @@ int main(int argc, char** argv) {
         req.options.distribution = *parse_distribution(strategy);
         req.options.vary_attrs = every_attr;
         req.options.attrs = pins;
+        req.options.present = present;
         req.seed = derive_seed(seed, op + ":" + strategy);
         req.iterations = cases;
         req.diagnose = false;
@@ -152,6 +167,7 @@ int main(int argc, char** argv) {
         req.options.distribution = *parse_distribution(strategy);
         req.options.vary_attrs = every_attr;
         req.options.attrs = pins;
+        req.options.present = present;
         req.seed = derive_seed(seed, op + ":bug:" + bug.name);
         req.iterations = bug_cases;
         req.fail_fast = true;

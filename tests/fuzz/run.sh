@@ -25,12 +25,12 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(frame schema ptx toml)
 
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
-for lib in "$BUILD/daemon/libgpuemu_engine.a" "$BUILD/lint/libgpuemu_lint.a"; do
+for lib in "$BUILD/engine/libgpuemu_engine.a" "$BUILD/lint/libgpuemu_lint.a"; do
   [ -f "$lib" ] || { echo "fuzz: $lib is missing: run make build first" >&2; exit 1; }
 done
 mkdir -p "$OUT"
 FLAGS=(-std=c++20 -O1 -g -DNDEBUG -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       -Iinclude -Iengine -Idaemon -Icli)
+       -Iinclude -Iengine -Idaemon -Icli -I.)
 CORE=(engine/core/dtype.cpp engine/core/error.cpp)
 
 sources() {  # the instrumented sources of a target, then what it links uninstrumented
@@ -40,7 +40,7 @@ sources() {  # the instrumented sources of a target, then what it links uninstru
     ptx)    echo -DFUZZ_PTX tests/fuzz/fuzz_text.cpp lint/ptx_parser.cpp lint/ptx_statement.cpp \
                  lint/instruction_class.cpp engine/core/error.cpp ;;
     toml)   echo -DFUZZ_TOML tests/fuzz/fuzz_text.cpp cli/project_config.cpp cli/project_keys.cpp \
-                 "$BUILD/lint/libgpuemu_lint.a" "$BUILD/daemon/libgpuemu_engine.a" \
+                 "$BUILD/lint/libgpuemu_lint.a" "$BUILD/engine/libgpuemu_engine.a" \
                  $(pkg-config --cflags --libs tomlplusplus) -lopenblas -lpthread ;;
     *) echo "fuzz: unknown target '$1' (frame, schema, ptx, toml)" >&2; return 1 ;;
   esac
