@@ -317,8 +317,8 @@ Result<protocol::Frame> DaemonClient::call(protocol::Frame request,
     request.header["token"] = m_impl->token;
   const std::string method = request.header.value("method", "");
   Impl& impl = *m_impl;
-  // Large storages go to an arena of the pool (one copy; the daemon copies them out while it
-  // decodes), and an arena is offered for the reply's (docs/protocol.md, "Shared memory").
+  // Large storages go to an arena of the pool (one copy; the daemon reads floating-point ones
+  // where they lie), and an arena is offered for the reply's (docs/protocol.md, "Shared memory").
   std::shared_ptr<shm::Arena> request_arena, reply_arena;
   std::optional<protocol::ShmTarget> target;
   if (impl.shm_on) {
@@ -360,7 +360,18 @@ Result<protocol::Frame> DaemonClient::call(protocol::Frame request,
     impl.sent_bytes += t.bytes.size();
     ++impl.sent_tensors;
   }
-  GPUEMU_TRY(nng_msg * reply, exchange(impl, msg, timeout.value_or(impl.timeout), method, m_url));
+  auto exchanged = exchange(impl, msg, timeout.value_or(impl.timeout), method, m_url);
+  if (!exchanged) {
+    // Unanswered (a timeout, a lost daemon): the daemon may still be reading this request's arena
+    // (it borrows floating-point storages for the request's length) or may yet write a late reply
+    // into the one offered. Neither goes back to the pool for another request.
+    if (request_arena) impl.pool->retire(request_arena);
+    if (reply_arena) impl.pool->retire(reply_arena);
+    for (const auto& [key, t] : request.shared)  // arenas the caller wrote tensors into itself
+      if (impl.pool && t.ref.pid == ::getpid()) impl.pool->retire_fd(static_cast<int>(t.ref.fd));
+    return exchanged.error();
+  }
+  nng_msg* reply = *exchanged;
   MsgGuard guard{reply};
   protocol::DecodeOptions options;
   options.keep_shared = keep_shared;

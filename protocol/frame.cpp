@@ -82,9 +82,9 @@ Result<shm::SegmentRef> segment_ref(const Json& d, const std::string& key) {
   return ref;
 }
 
-// A storage copied out of an arena. Large ones are asked for huge pages before the copy touches
-// them: a fresh 64 MiB block faulted 16,384 pages in one by one here (about 15 us each on this VM,
-// 25x the copy), with huge pages 32.
+// A storage copied out of an arena (one the receiver does not borrow). Large ones are asked for
+// huge pages before the copy touches them: a fresh 64 MiB block faulted 16,384 pages in one by one
+// here (about 15 us each on this VM, 25x the copy), with huge pages 32.
 std::shared_ptr<std::vector<std::byte>> copy_out(std::span<const std::byte> src) {
   auto v = std::make_shared<std::vector<std::byte>>();
   v->reserve(src.size());
@@ -263,8 +263,13 @@ Result<Frame> decode(std::span<const std::byte> bytes, const DecodeOptions& opti
           return frame_error("tensor key '" + key + "' appears twice");
         continue;
       }
-      // Copied out: what the receiver keeps is its own, and the arena is free once decoded.
-      auto storage = copy_out(sb.bytes);
+      // Borrowed (floating-point storages, when the receiver asks): the tensor reads the arena
+      // itself, and the receiver owns (Storage::own) what it keeps past the request. Copied out
+      // (integer and bool storages, always): indices and counts steer the judging code (a gather,
+      // a bound checked once), so the bytes it checked are bytes the sender can no longer change.
+      auto storage = options.borrow && is_floating(*dt)
+                         ? Storage::borrow(sb.bytes, std::move(sb.keep))
+                         : std::make_shared<Storage>(copy_out(sb.bytes));
       auto t = Tensor::view(*dt, shape, strides, offset, std::move(storage));
       if (!t) return frame_error("tensor '" + key + "': " + t.error().message);
       if (frame.shared.count(key) || !frame.tensors.emplace(key, std::move(t).value()).second)
@@ -291,6 +296,29 @@ Result<Frame> decode(std::span<const std::byte> bytes, const DecodeOptions& opti
   }
   frame.header.erase("tensors");
   return frame;
+}
+
+Copied own_borrowed(const Frame& frame) {
+  Copied c;
+  for (const auto& [key, t] : frame.tensors) {
+    const auto& s = t.storage();
+    if (s && s->borrowed() && s.use_count() > 1) {
+      s->own();
+      ++c.tensors;
+      c.bytes += s->size();
+    }
+  }
+  return c;
+}
+
+Copied borrowed_in(const Frame& frame) {
+  Copied c;
+  for (const auto& [key, t] : frame.tensors)
+    if (t.storage() && t.storage()->borrowed()) {
+      ++c.tensors;
+      c.bytes += t.storage()->size();
+    }
+  return c;
 }
 
 Frame make_request(std::string method, Json params) {

@@ -75,6 +75,16 @@ std::shared_ptr<Arena> ArenaPool::acquire(std::size_t min_bytes) {
   return *created;
 }
 
+void ArenaPool::retire(const std::shared_ptr<Arena>& arena) {
+  std::lock_guard lock(m_mu);
+  std::erase(m_arenas, arena);
+}
+
+void ArenaPool::retire_fd(int fd) {
+  std::lock_guard lock(m_mu);
+  std::erase_if(m_arenas, [fd](const auto& a) { return a->fd() == fd; });
+}
+
 std::size_t ArenaPool::mapped_bytes() const {
   std::lock_guard lock(m_mu);
   std::size_t n = 0;

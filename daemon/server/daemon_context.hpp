@@ -261,6 +261,10 @@ struct DaemonContext {
   std::atomic<std::int64_t> requests{0};
   std::atomic<std::int64_t> in_flight{0};
   std::atomic<std::int64_t> errors{0};
+  // Request tensors from shared memory (wire::ShmSummary): borrowed, copied while decoding, owned
+  // after a handler kept a borrowed one.
+  std::atomic<std::int64_t> shm_borrowed_tensors{0}, shm_borrowed_bytes{0}, shm_copied_tensors{0},
+      shm_copied_bytes{0}, shm_owned_tensors{0}, shm_owned_bytes{0};
   std::atomic<bool> stopping{false};
   std::function<void()> request_stop;  // set by the transport: starts a graceful shutdown
   ProgressBoard progress;

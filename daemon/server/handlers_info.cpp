@@ -63,6 +63,9 @@ Result<wire::StatsReply> stats(DaemonContext& ctx, const wire::StatsRequest&) {
     r.case_cache = wire::CaseCacheSummary{ctx.case_cache->limit_bytes(), ctx.case_cache->bytes(),
                                           ctx.case_cache->size(), ctx.case_cache->hits(),
                                           ctx.case_cache->misses()};
+  r.shm = wire::ShmSummary{ctx.shm_borrowed_tensors.load(), ctx.shm_borrowed_bytes.load(),
+                           ctx.shm_copied_tensors.load(),   ctx.shm_copied_bytes.load(),
+                           ctx.shm_owned_tensors.load(),    ctx.shm_owned_bytes.load()};
   r.oracle = oracle_backend::description();
   return r;
 }

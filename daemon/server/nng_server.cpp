@@ -191,8 +191,8 @@ Status tls_self_check(nng_listener l, const std::string& url, const DaemonConfig
 
 std::size_t tensor_bytes(const protocol::Frame& f) {
   std::size_t n = 0;
-  for (const auto& [key, t] : f.tensors)
-    if (t.storage()) n += t.storage()->size();
+  for (const auto& [key, t] : f.tensors)  // the daemon's own: not a client's arena
+    if (t.storage() && !t.storage()->borrowed()) n += t.storage()->size();
   return n;
 }
 
@@ -357,16 +357,24 @@ void NngServer::handle_received(Slot* slot) {
   // process at the pipe's other end.
   std::shared_ptr<shm::PeerMappings> peer;
   protocol::DecodeOptions decode_options;
+  std::shared_ptr<protocol::Copied> shm_in;  // the request's storages in shared memory
   if (!slot->from_tcp) {
     peer = peer_of(*m_impl, nng_msg_get_pipe(msg));
     // --max-message-mb bounds what a local request makes the daemon hold, wherever its bytes
     // travel: the message and its storages in shared memory together.
     const std::size_t limit = m_ctx.config.max_message_bytes;
     auto total = std::make_shared<std::size_t>(bytes.size());
+    shm_in = std::make_shared<protocol::Copied>();
+    // The request's floating-point storages are read where they lie; what a handler keeps past
+    // the request is made the daemon's own before the reply goes (protocol::own_borrowed), after
+    // which the client may reuse the arena.
+    decode_options.borrow = true;
     if (peer)
-      decode_options.resolve = [peer, limit, total](const shm::SegmentRef& ref,
+      decode_options.resolve = [peer, limit, total, shm_in](const shm::SegmentRef& ref,
                                                     std::size_t nbytes) -> Result<protocol::SharedBytes> {
         *total += nbytes;
+        ++shm_in->tensors;
+        shm_in->bytes += nbytes;
         if (*total > limit)
           return make_error(ErrorCode::invalid_argument,
                             "the request's message and its tensors in shared memory are over this "
@@ -380,6 +388,13 @@ void NngServer::handle_received(Slot* slot) {
   }
   auto frame = protocol::decode(bytes, decode_options);
   nng_msg_free(msg);
+  if (frame && shm_in && shm_in->tensors > 0) {
+    const protocol::Copied b = protocol::borrowed_in(*frame);
+    m_ctx.shm_borrowed_tensors += static_cast<std::int64_t>(b.tensors);
+    m_ctx.shm_borrowed_bytes += static_cast<std::int64_t>(b.bytes);
+    m_ctx.shm_copied_tensors += static_cast<std::int64_t>(shm_in->tensors - b.tensors);
+    m_ctx.shm_copied_bytes += static_cast<std::int64_t>(shm_in->bytes - b.bytes);
+  }
   if (frame) {
     if (auto probe = frame->header.find("shm_probe"); probe != frame->header.end()) {
       // The client's check that this daemon can map its arenas: answered, never refused.
@@ -418,7 +433,7 @@ void NngServer::handle_received(Slot* slot) {
   const Command* cmd = find_command(method);
   if (!cmd || cmd->fast) {
     RemoteRequestScope remote(slot->from_tcp);
-    send_reply(slot, dispatch(m_ctx, *frame));
+    send_reply(slot, dispatch(m_ctx, *frame), &*frame);
     return;
   }
   slot->state = Slot::State::working;
@@ -430,17 +445,20 @@ void NngServer::handle_received(Slot* slot) {
   m_cv.notify_one();
 }
 
-void NngServer::send_reply(Slot* slot, const protocol::Frame& reply_frame) {
+// What a handler kept of a request's borrowed storages becomes the daemon's own before the reply
+// goes: from then on the client may reuse its arena.
+void NngServer::own_borrowed(const protocol::Frame& request) {
+  const protocol::Copied c = protocol::own_borrowed(request);
+  m_ctx.shm_owned_tensors += static_cast<std::int64_t>(c.tensors);
+  m_ctx.shm_owned_bytes += static_cast<std::int64_t>(c.bytes);
+}
+
+void NngServer::send_reply(Slot* slot, protocol::Frame reply, const protocol::Frame* request) {
   // The frame is written straight into the message NNG sends (one copy of each tensor), its large
   // tensors into the arena the client offered when it offered one.
   nng_msg* msg = nullptr;
   int alloc_rv = 0;
-  std::optional<protocol::Frame> probed;
-  if (!slot->probe_result.is_null()) {
-    probed = reply_frame;
-    probed->header["shm_probe"] = slot->probe_result;
-  }
-  const protocol::Frame& reply = probed ? *probed : reply_frame;
+  if (!slot->probe_result.is_null()) reply.header["shm_probe"] = slot->probe_result;
   std::optional<protocol::ShmTarget> target;
   if (slot->reply_arena) {
     target.emplace();
@@ -477,6 +495,10 @@ void NngServer::send_reply(Slot* slot, const protocol::Frame& reply_frame) {
               "limit, an op)")));
     }
   }
+  // Written: what the reply held of the request's tensors is no longer needed, and what a handler
+  // kept of them becomes the daemon's own before the client may reuse its arena.
+  reply = {};
+  if (request) own_borrowed(*request);
   if (alloc_rv != 0) {
     spdlog::error("[E-alloc] cannot allocate a reply ({})", nng_strerror(alloc_rv));
     slot->state = Slot::State::receiving;
@@ -509,10 +531,9 @@ void NngServer::worker_loop() {
     // chunk faulted its pages in again (a fifth of the daemon's time).
     const bool heavy = tensor_bytes(job.second) + tensor_bytes(reply) > (std::size_t{64} << 20) ||
                        job.second.header.value("method", Json()) == "failures";
-    send_reply(job.first, reply);
+    send_reply(job.first, std::move(reply), &job.second);
     if (heavy) {
       job.second = {};
-      reply = {};
       ::malloc_trim(0);
     }
     --m_ctx.in_flight;

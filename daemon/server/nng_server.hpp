@@ -41,7 +41,10 @@ class NngServer {
 
  private:
   void handle_received(Slot* slot);
-  void send_reply(Slot* slot, const protocol::Frame& reply);
+  // `request`: the request answered, whose borrowed storages are owned (own_borrowed) once the
+  // reply is written and before it is sent.
+  void send_reply(Slot* slot, protocol::Frame reply, const protocol::Frame* request = nullptr);
+  void own_borrowed(const protocol::Frame& request);
   void worker_loop();
 
   DaemonContext& m_ctx;

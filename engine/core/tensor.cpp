@@ -37,13 +37,29 @@ std::string shape_to_string(const Shape& shape) {
   return os.str();
 }
 
+std::shared_ptr<Storage> Storage::borrow(std::span<std::byte> bytes, std::shared_ptr<void> keep) {
+  std::shared_ptr<Storage> s(new Storage());
+  s->m_data = bytes.data();
+  s->m_size = bytes.size();
+  s->m_keep = std::move(keep);
+  s->m_borrowed = true;
+  return s;
+}
+
+void Storage::own() {
+  if (!m_borrowed) return;
+  m_owned = std::make_shared<std::vector<std::byte>>(m_data, m_data + m_size);
+  m_data = m_owned->data();
+  m_keep.reset();
+  m_borrowed = false;
+}
+
 Tensor Tensor::zeros(DType dtype, Shape shape) {
   Tensor t;
   t.m_dtype = dtype;
   t.m_strides = contiguous_strides(shape);
   t.m_shape = std::move(shape);
-  t.m_storage = std::make_shared<std::vector<std::byte>>(
-      static_cast<std::size_t>(t.numel()) * dtype_size(dtype));
+  t.m_storage = std::make_shared<Storage>(static_cast<std::size_t>(t.numel()) * dtype_size(dtype));
   return t;
 }
 
@@ -57,7 +73,7 @@ Tensor Tensor::from_values(DType dtype, Shape shape, std::span<const double> val
 }
 
 Result<Tensor> Tensor::view(DType dtype, Shape shape, std::vector<std::int64_t> strides,
-                            std::int64_t offset, std::shared_ptr<std::vector<std::byte>> storage) {
+                            std::int64_t offset, std::shared_ptr<Storage> storage) {
   if (strides.size() != shape.size())
     return make_error(ErrorCode::invalid_argument, "strides and shape have different ranks");
   if (offset < 0) return make_error(ErrorCode::invalid_argument, "negative storage offset");

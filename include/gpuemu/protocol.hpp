@@ -88,7 +88,7 @@ std::size_t encode_to(const Frame& frame, const std::function<std::byte*(std::si
 // What a decoder does with a descriptor that names shared memory: `resolve` returns the bytes
 // (checked against the segment: include/gpuemu/shm.hpp) and what keeps them mapped. Without a
 // resolver such a descriptor is a protocol_error. `keep_shared`: such tensors stay in the arena
-// (Frame::shared) instead of being copied into Frame::tensors.
+// (Frame::shared) instead of becoming Frame::tensors.
 struct SharedBytes {
   std::span<std::byte> bytes;
   std::shared_ptr<void> keep;
@@ -96,7 +96,20 @@ struct SharedBytes {
 struct DecodeOptions {
   std::function<Result<SharedBytes>(const shm::SegmentRef&, std::size_t nbytes)> resolve;
   bool keep_shared = false;
+  // Floating-point storages in an arena become tensors that borrow the arena's bytes
+  // (Storage::borrow) instead of copies; integer and bool storages are always copied. The
+  // receiver calls own_borrowed (below) before the sender may reuse the arena.
+  bool borrow = false;
 };
+
+// Makes every borrowed storage of `frame` that something besides the frame still holds (a
+// tensor kept past the request) its holders' own bytes (Storage::own).
+struct Copied {
+  std::size_t tensors = 0, bytes = 0;
+};
+Copied own_borrowed(const Frame& frame);
+// The storages of `frame` that borrow memory (their count and bytes).
+Copied borrowed_in(const Frame& frame);
 
 // Decodes and validates a frame: magic, sizes, JSON, every tensor descriptor against the payload
 // (or, for a shared one, against its segment).

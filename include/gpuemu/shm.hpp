@@ -6,8 +6,10 @@
 // kernel reports for the socket's pipe, never the message's word), checks it (a memfd named
 // "gpuemu-shm", sealed against shrinking, exactly the size the descriptor claims), maps it and keeps
 // that mapping until the pipe closes. The client writes a request's large tensors into one arena
-// and offers another for the reply's; the daemon copies request tensors out while decoding and
-// writes reply tensors into the offered arena.
+// and offers another for the reply's; the daemon reads a request's floating-point tensors where
+// they lie (it copies integer ones, and whatever it keeps past the request, before it replies)
+// and writes reply tensors into the offered arena. An arena goes back to the client's pool only
+// once its request has been answered.
 //
 // Lifetime: a memfd has no name in any file system; the kernel frees it when its last descriptor
 // and mapping go. A client that dies closes its descriptors, and the daemon drops its mappings
@@ -71,6 +73,10 @@ class ArenaPool {
   // request that still does not fit goes inline (acquire returns nullptr).
   explicit ArenaPool(std::size_t limit_bytes) : m_limit(limit_bytes) {}
   std::shared_ptr<Arena> acquire(std::size_t min_bytes);
+  // Takes `arena` out of the pool for good (a request that got no reply: its peer may still use
+  // it); it is unmapped and closed when its last holder lets it go.
+  void retire(const std::shared_ptr<Arena>& arena);
+  void retire_fd(int fd);
   std::size_t mapped_bytes() const;
   std::size_t arenas() const;
 

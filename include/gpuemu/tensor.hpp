@@ -24,6 +24,37 @@ std::int64_t shape_numel(const Shape& shape);
 Shape contiguous_strides(const Shape& shape);
 std::string shape_to_string(const Shape& shape);  // "[2, 3, 4]"
 
+// A tensor's bytes. Owned: a byte vector (shared with whoever made it, e.g. a decoder). Borrowed:
+// memory something else keeps alive and may change once the borrow ends, namely a local client's
+// shared-memory arena for the length of one request (protocol/frame.cpp); `own()` copies borrowed
+// bytes into an owned vector, so that anything keeping a tensor past that request keeps its own
+// bytes (daemon/server/nng_server.cpp calls it before the reply goes). Views share one Storage, so
+// `own()` moves every view of it at once. `own()` must not race with readers of the same storage.
+class Storage {
+ public:
+  explicit Storage(std::size_t nbytes)  // zeros
+      : Storage(std::make_shared<std::vector<std::byte>>(nbytes)) {}
+  explicit Storage(std::shared_ptr<std::vector<std::byte>> bytes)
+      : m_data(bytes->data()), m_size(bytes->size()), m_owned(std::move(bytes)) {}
+  // `bytes` stay valid while `keep` lives.
+  static std::shared_ptr<Storage> borrow(std::span<std::byte> bytes, std::shared_ptr<void> keep);
+
+  std::byte* data() const { return m_data; }
+  std::size_t size() const { return m_size; }
+  std::span<std::byte> bytes() const { return {m_data, m_size}; }
+  std::vector<std::byte> to_vector() const { return {m_data, m_data + m_size}; }
+  bool borrowed() const { return m_borrowed; }
+  void own();
+
+ private:
+  Storage() = default;
+  std::byte* m_data = nullptr;
+  std::size_t m_size = 0;
+  std::shared_ptr<std::vector<std::byte>> m_owned;
+  std::shared_ptr<void> m_keep;  // what keeps borrowed bytes valid
+  bool m_borrowed = false;
+};
+
 class Tensor {
  public:
   Tensor() = default;
@@ -34,7 +65,12 @@ class Tensor {
                             Overflow overflow = Overflow::to_nan);
   // A view over existing storage. Fails when any element would fall outside the storage.
   static Result<Tensor> view(DType dtype, Shape shape, std::vector<std::int64_t> strides,
-                             std::int64_t offset, std::shared_ptr<std::vector<std::byte>> storage);
+                             std::int64_t offset, std::shared_ptr<Storage> storage);
+  static Result<Tensor> view(DType dtype, Shape shape, std::vector<std::int64_t> strides,
+                             std::int64_t offset, std::shared_ptr<std::vector<std::byte>> storage) {
+    return view(dtype, std::move(shape), std::move(strides), offset,
+                storage ? std::make_shared<Storage>(std::move(storage)) : nullptr);
+  }
 
   DType dtype() const { return m_dtype; }
   const Shape& shape() const { return m_shape; }
@@ -45,7 +81,7 @@ class Tensor {
   std::int64_t numel() const { return shape_numel(m_shape); }
   bool is_contiguous() const;
   bool defined() const { return static_cast<bool>(m_storage); }
-  const std::shared_ptr<std::vector<std::byte>>& storage() const { return m_storage; }
+  const std::shared_ptr<Storage>& storage() const { return m_storage; }
   std::size_t storage_bytes() const { return m_storage ? m_storage->size() : 0; }
 
   // Element access by logical row-major index (0 <= i < numel()).
@@ -74,7 +110,7 @@ class Tensor {
   Shape m_shape;
   std::vector<std::int64_t> m_strides;
   std::int64_t m_offset = 0;
-  std::shared_ptr<std::vector<std::byte>> m_storage;
+  std::shared_ptr<Storage> m_storage;
 };
 
 // 64-bit FNV-1a of bytes, and a hex digest of a tensor's logical bytes (used by `gpuemu cases`).

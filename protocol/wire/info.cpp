@@ -64,6 +64,16 @@ void CaseCacheSummary::map(M& m, S& s) {
 }
 
 template <class M, class S>
+void ShmSummary::map(M& m, S& s) {
+  m.opt("borrowed_tensors", s.borrowed_tensors);
+  m.opt("borrowed_bytes", s.borrowed_bytes);
+  m.opt("copied_tensors", s.copied_tensors);
+  m.opt("copied_bytes", s.copied_bytes);
+  m.opt("owned_tensors", s.owned_tensors);
+  m.opt("owned_bytes", s.owned_bytes);
+}
+
+template <class M, class S>
 void StatsReply::map(M& m, S& s) {
   Identity::map(m, s.identity);
   m.opt("requests", s.requests);
@@ -71,6 +81,7 @@ void StatsReply::map(M& m, S& s) {
   m.opt("errors", s.errors);
   m.opt("store", s.store);
   m.opt("case_cache", s.case_cache);
+  m.opt("shm", s.shm);
   m.opt("oracle", s.oracle);
 }
 

@@ -127,9 +127,9 @@ protocol::Frame frame_of(const std::string& header_json, const py::list& tensors
 
 // A uint8 numpy array over a reply tensor's whole storage, keeping the storage alive.
 py::array storage_array(const Tensor& t) {
-  auto* holder = new std::shared_ptr<std::vector<std::byte>>(t.storage());
+  auto* holder = new std::shared_ptr<Storage>(t.storage());
   py::capsule owner(holder, [](void* p) {
-    delete static_cast<std::shared_ptr<std::vector<std::byte>>*>(p);
+    delete static_cast<std::shared_ptr<Storage>*>(p);
   });
   const auto n = static_cast<py::ssize_t>((*holder) ? (*holder)->size() : 0);
   auto* data = (*holder && n > 0) ? reinterpret_cast<std::uint8_t*>((*holder)->data()) : nullptr;

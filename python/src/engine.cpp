@@ -39,8 +39,8 @@ py::array array_of(const Tensor& t) {
   std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
   std::vector<py::ssize_t> strides;
   for (auto s : t.strides()) strides.push_back(static_cast<py::ssize_t>(s) * es);
-  auto* holder = new std::shared_ptr<std::vector<std::byte>>(t.storage());
-  py::capsule owner(holder, [](void* p) { delete static_cast<std::shared_ptr<std::vector<std::byte>>*>(p); });
+  auto* holder = new std::shared_ptr<Storage>(t.storage());
+  py::capsule owner(holder, [](void* p) { delete static_cast<std::shared_ptr<Storage>*>(p); });
   auto* data = (*holder)->data() + t.offset() * es;
   return py::array(storage_dtype(t.dtype()), shape, strides, data, owner);
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -44,7 +45,7 @@ TEST(Frame, RoundTripKeepsViewsDtypesAndBits) {
   EXPECT_EQ(x.strides(), t.strides());
   EXPECT_EQ(x.offset(), t.offset());
   EXPECT_FALSE(x.is_contiguous());
-  EXPECT_EQ(*x.storage(), *t.storage());
+  EXPECT_EQ(x.storage()->to_vector(), t.storage()->to_vector());
   EXPECT_EQ(x.contiguous_bytes(), t.contiguous_bytes());
   EXPECT_EQ(d->tensors.at("inputs/e8").contiguous_bytes(),
             f.tensors.at("inputs/e8").contiguous_bytes());
@@ -139,7 +140,7 @@ TEST(Frame, LargeStoragesGoToTheArenaWhileTheyFitAndComeBackBitForBit) {
   auto filled = [](std::size_t n, int seed) {
     Tensor t = Tensor::zeros(DType::float32, {static_cast<std::int64_t>(n)});
     for (std::size_t i = 0; i < t.storage_bytes(); ++i)
-      (*t.storage())[i] = static_cast<std::byte>((i * 31 + static_cast<std::size_t>(seed)) & 0xff);
+      t.storage()->data()[i] = static_cast<std::byte>((i * 31 + static_cast<std::size_t>(seed)) & 0xff);
     return t;
   };
   f.add("a_small", filled(63, 1));   // 252 bytes: inline
@@ -203,6 +204,60 @@ TEST(Frame, LargeStoragesGoToTheArenaWhileTheyFitAndComeBackBitForBit) {
   auto r = decode(lying, o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, ErrorCode::protocol_error);
+}
+
+TEST(Frame, BorrowedStoragesReadTheArenaAndBecomeTheirOwnWhenKept) {
+  // A float32 and an int64 storage, both in an arena (here plain memory).
+  std::vector<std::byte> arena(4096);
+  Frame f = make_request("ping");
+  Tensor x = Tensor::zeros(DType::float32, {100});
+  Tensor y = Tensor::zeros(DType::float32, {100});
+  Tensor idx = Tensor::zeros(DType::int64, {40});
+  for (std::int64_t i = 0; i < 100; ++i) x.set_flat(i, 0.5 * static_cast<double>(i));
+  for (std::int64_t i = 0; i < 100; ++i) y.set_flat(i, -1.0 * static_cast<double>(i));
+  for (std::int64_t i = 0; i < 40; ++i) idx.set_flat(i, static_cast<double>(i % 7));
+  f.add("x", x);
+  f.add("y", y);
+  f.add("idx", idx);
+  ShmTarget target;
+  target.data = arena.data();
+  target.segment = {1234, 7, arena.size(), 0};
+  target.min_bytes = 256;
+  std::vector<std::byte> bytes;
+  encode_to(f, [&](std::size_t n) { bytes.resize(n); return bytes.data(); }, &target);
+  ASSERT_EQ(target.placed, 3u);
+  DecodeOptions o;
+  o.borrow = true;
+  o.resolve = [&](const shm::SegmentRef& r, std::size_t n) -> Result<SharedBytes> {
+    return SharedBytes{std::span(arena.data() + r.offset, n), nullptr};
+  };
+  auto back = decode(bytes, o);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  const auto in_arena = [&](const Tensor& t) {
+    return t.storage()->data() >= arena.data() && t.storage()->data() < arena.data() + arena.size();
+  };
+  // Floating-point storages are read where they lie; integer ones are copied while decoding.
+  const Tensor& bx = back->tensors.at("x");
+  const Tensor& bi = back->tensors.at("idx");
+  EXPECT_TRUE(in_arena(bx) && bx.storage()->borrowed());
+  EXPECT_TRUE(in_arena(back->tensors.at("y")) && back->tensors.at("y").storage()->borrowed());
+  EXPECT_FALSE(in_arena(bi) || bi.storage()->borrowed());
+  EXPECT_EQ(bx.to_f64(), x.to_f64());
+  EXPECT_EQ(bi.to_f64(), idx.to_f64());
+  EXPECT_EQ(borrowed_in(*back).tensors, 2u);
+  // Something keeps x (a view of it) past the request; y only the frame holds.
+  const Tensor kept = bx.slice(0, 10, 20, 1);
+  Copied c = own_borrowed(*back);
+  EXPECT_EQ(c.tensors, 1u);
+  EXPECT_EQ(c.bytes, 400u);
+  EXPECT_FALSE(in_arena(kept));
+  EXPECT_FALSE(bx.storage()->borrowed());  // the same storage: every view moved at once
+  EXPECT_TRUE(back->tensors.at("y").storage()->borrowed());
+  // The sender reuses its arena: what was kept keeps its bytes.
+  std::fill(arena.begin(), arena.end(), std::byte{0xff});
+  for (std::int64_t i = 0; i < 10; ++i) EXPECT_EQ(kept.get_flat(i), 0.5 * static_cast<double>(10 + i));
+  EXPECT_EQ(bi.to_f64(), idx.to_f64());
+  EXPECT_TRUE(std::isnan(back->tensors.at("y").get_flat(1)));  // borrowed: the arena's bytes now
 }
 
 TEST(Frame, RandomBytesNeverCrashTheDecoder) {

@@ -194,6 +194,66 @@ TEST_F(ShmTest, ArenasAreReusedNotCreatedPerRequest) {
   EXPECT_EQ(later.received_tensors - warm.received_tensors, 10u);
 }
 
+TEST_F(ShmTest, FloatRequestTensorsAreReadInTheArenaAndIntegerOnesCopied) {
+  auto shm_stats = [&] {
+    auto s = m_client->call_json("stats");
+    EXPECT_TRUE(s.ok());
+    return s.ok() ? s->value("shm", Json::object()) : Json::object();
+  };
+  const Tensor x = random_bits(std::size_t{1} << 20, 3);  // 4 MiB of float32
+  Tensor idx = Tensor::zeros(DType::int64, {4096});       // 32 KiB
+  for (std::int64_t i = 0; i < idx.numel(); ++i) idx.set_flat(i, static_cast<double>(i));
+  const Json before = shm_stats();
+  protocol::Frame req = protocol::make_request("ping");
+  req.add("x", x);
+  req.add("idx", idx);
+  ASSERT_TRUE(m_client->call(req).ok());
+  const Json after = shm_stats();
+  const auto delta = [&](const char* k) { return after.value(k, 0) - before.value(k, 0); };
+  EXPECT_EQ(delta("borrowed_tensors"), 1) << after.dump();
+  EXPECT_EQ(delta("borrowed_bytes"), 4 << 20);
+  EXPECT_EQ(delta("copied_tensors"), 1);
+  EXPECT_EQ(delta("copied_bytes"), 32 << 10);
+  EXPECT_EQ(delta("owned_tensors"), 0);  // a plain ping keeps nothing
+  // An echo's reply holds the request's tensor: it is written into the reply from the arena, and
+  // let go before the reply is sent (nothing kept, nothing owned); it comes back bit for bit.
+  // (What a handler keeps past its request is owned: Frame.BorrowedStoragesReadTheArena...)
+  protocol::Frame echo = protocol::make_request("ping", {{"echo", true}});
+  echo.add("x", x);
+  auto r = m_client->call(echo);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const Json owned = shm_stats();
+  EXPECT_EQ(owned.value("borrowed_tensors", 0) - after.value("borrowed_tensors", 0), 1);
+  EXPECT_EQ(owned.value("owned_tensors", 0) - after.value("owned_tensors", 0), 0);
+  auto back = r->tensor("x");
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(std::memcmp(back->storage()->data(), x.storage()->data(), x.storage_bytes()), 0);
+}
+
+TEST_F(ShmTest, UnansweredRequestsDoNotGiveTheirArenasBack) {
+  // The daemon may still read an unanswered request's arena (it borrows float storages) or write
+  // a late reply into the one offered: neither may serve another request.
+  protocol::Frame req = protocol::make_request("ping", {{"echo", true}});
+  req.add("x", random_bits(std::size_t{16} << 20, 5));  // 64 MiB: its echo takes well over 1 ms
+  for (int i = 0; i < 2; ++i)  // warm: a request arena and (the second time) a reply arena fit
+    ASSERT_TRUE(m_client->call(req).ok());
+  const auto warm = m_client->shm_counters();
+  auto late = m_client->call(req, std::chrono::milliseconds(1));
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.error().code, ErrorCode::timeout) << late.error().message;
+  const auto retired = m_client->shm_counters();
+  EXPECT_EQ(retired.arenas + 2, warm.arenas) << warm.mapped_bytes << " " << retired.mapped_bytes;
+  // The connection goes on: the next request gets fresh arenas and its own reply, bit for bit.
+  protocol::Frame again = protocol::make_request("ping", {{"echo", true}});
+  const Tensor y = random_bits(std::size_t{16} << 20, 6);
+  again.add("x", y);
+  auto r = m_client->call(again);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  auto back = r->tensor("x");
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(std::memcmp(back->storage()->data(), y.storage()->data(), y.storage_bytes()), 0);
+}
+
 TEST_F(ShmTest, VerdictsAndCasesAreThoseOfTheInlinePath) {
   auto inline_client = connect(false);
   ASSERT_TRUE(inline_client);

@@ -85,12 +85,23 @@ struct CaseCacheSummary {
   template <class M, class S>
   static void map(M& m, S& s);
 };
+// Request tensors that arrived in a local client's shared memory (docs/protocol.md, "Shared
+// memory"): read where they lay (borrowed), copied out while decoding (integer and bool
+// storages), and copied later because a handler kept a borrowed one past its request (owned).
+struct ShmSummary {
+  using Fields = void;
+  std::int64_t borrowed_tensors = 0, borrowed_bytes = 0, copied_tensors = 0, copied_bytes = 0,
+               owned_tensors = 0, owned_bytes = 0;
+  template <class M, class S>
+  static void map(M& m, S& s);
+};
 struct StatsReply {
   using Fields = void;
   Identity identity;
   std::int64_t requests = 0, in_flight = 0, errors = 0;
   std::optional<StoreSummary> store;
   std::optional<CaseCacheSummary> case_cache;
+  std::optional<ShmSummary> shm;
   std::optional<std::string> oracle;  // where the fp64 oracle runs: "cpu (OpenBLAS)", "cuda: <device>"
   template <class M, class S>
   static void map(M& m, S& s);
