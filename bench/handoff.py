@@ -12,6 +12,8 @@ untimed request of its own kind:
 - daemon -> client: `ping` with `echo: true` (the tensor comes back) minus the one-way request
   above: from the daemon's tensor to a numpy array here.
 - round trip: the echo, 2 S bytes moved.
+- the bound of one request: memcpy's time over memcpy's plus a bare ping's (the request's fixed
+  cost), the most any path could reach at that size.
 GB/s are S (or 2 S) over the time; ratios are against memcpy and against inline.
 """
 
@@ -56,6 +58,16 @@ def main() -> int:
             clients[path] = Client(home=home, daemon_path=str(bin_dir / "gpuemu-daemon"))
         assert clients["shm"]._conn.shm["enabled"], clients["shm"]._conn.shm["status"]
         try:
+            # A request's fixed cost: a bare ping (no tensor), the best and the median of 200. No
+            # size S can move faster than S over (memcpy of S + this), whatever the copies cost.
+            pings = []
+            for _ in range(201):
+                s = time.perf_counter()
+                clients["shm"].request("ping", {}, [])
+                pings.append(time.perf_counter() - s)
+            pings = sorted(pings[1:])
+            t_ping = pings[0]
+            print(f"bare ping: {t_ping * 1e3:.3f} ms best, {pings[len(pings) // 2] * 1e3:.3f} ms median")
             rows = []
             for mib in sizes:
                 n = mib << 20
@@ -116,6 +128,9 @@ def main() -> int:
                 s1, se = res["shm"]
                 ratio_back = f"{(ie - i1) / (se - s1):.2f}x" if se > s1 and ie > i1 else "(noise)"
                 print(f"|  |  | shm / inline | {i1 / s1:.2f}x | {ratio_back} | {ie / se:.2f}x |")
+                bound = t_memcpy / (t_memcpy + t_ping)
+                print(f"|  |  | bound of one request: memcpy / (memcpy + bare ping) | {bound:.2f}x | {bound:.2f}x | "
+                      f"{2 * t_memcpy / (2 * t_memcpy + t_ping):.2f}x |")
         finally:
             clients["shm"].request("shutdown")
     return 0
