@@ -192,6 +192,54 @@ def _lse_probe(q, k, v, g, a: Args, ref, dt, H: int, Hkv: int, scale: float) -> 
     return lines
 
 
+def _tf32(x):
+    """x (fp32) rounded to nearest-even on TF32's 10 explicit mantissa bits (11 significant)"""
+    import torch
+
+    if x.dtype != torch.float32:
+        return x
+    i = x.contiguous().view(torch.int32)
+    i = (i + 0xFFF + ((i >> 13) & 1)) & ~0x1FFF
+    return i.view(torch.float32).reshape(x.shape)
+
+
+def _p_rows(q, k, v, a: Args, backend: str, rows: List[int]) -> List[str]:
+    """The kernel's own recomputed P, read off its grad_v: with grad_out one-hot at (row i, column 0)
+    of every (batch, head), grad_v[..., j, 0] = P[i, j] as the backward recomputed it (then rounded
+    to the dtype for the P^T dO product). Compared with the exact P in the log: the error of the
+    recomputed score S - lse, against sum_d |q_d k_d| * scale (the bound that scales with a GEMM's
+    unit roundoff): the effective unit roundoff of the scores the backward uses."""
+    import torch
+
+    B, H, Lq, D = q.shape
+    s = a.get("scale")
+    s = 1.0 / math.sqrt(D) if s is None else float(s)
+    out = []
+    for i in rows:
+        g = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+        g[:, :, i, 0] = 1.0
+        _, _, gv = _grads(q, k, v, g, a, backend=backend, prep_qkv=_clone, prep_g=_clone)
+        pk = gv[:, :, :, 0].double()  # (B, H, Lk)
+        qi = q[:, :, i, :].double()  # (B, H, D)
+        sc = torch.einsum("bhd,bhjd->bhj", qi, k.double()) * s
+        if a.get("causal"):
+            sc[:, :, i + 1:] = float("-inf")
+        p = torch.softmax(sc, -1)
+        mag = torch.einsum("bhd,bhjd->bhj", qi.abs(), k.double().abs()) * s
+        ok = (p > 1e-30) & (pk > 0) & (p < 0.5)
+        if not bool(ok.any()):
+            out.append(f"row {i}: no comparable entries")
+            continue
+        err = (pk[ok].log() - p[ok].log()).abs()
+        u = err / mag[ok]
+        zero = int(((pk == 0) & (p > 1e-30)).sum())
+        out.append(f"row {i}: |log P err| max {float(err.max()):.3g} median {float(err.median()):.3g}; "
+                   f"/ sum|q k|*scale: max {float(u.max()):.3g} (2^{math.log2(float(u.max())):.1f}) median "
+                   f"{float(u.median()):.3g}; P flushed to 0 where exact > 1e-30: {zero}; "
+                   f"sum|q k|*scale up to {float(mag.max()):.3g}")
+    return out
+
+
 def _stats(t) -> str:
     import torch
 
@@ -290,6 +338,15 @@ def detail(idx: int, cap: Dict[str, Any], verdict: str, dt_name: str) -> List[st
         except Exception as e:  # noqa: BLE001
             lines.append(f"   probe {name:42s}: raised {str(e).splitlines()[0][:150]}")
     lines.extend(_lse_probe(q, k, v, g, a, ref, dt, H, Hkv, s))
+    if H == Hkv:
+        rows = sorted({0, Lq // 2, Lq - 1})
+        for backend in ("efficient", "math"):
+            for line in _p_rows(q, k, v, a, backend, rows):
+                lines.append(f"   P read off grad_v, {backend:9s} {line}")
+        if dt == torch.float32:
+            qt, kt = _tf32(q), _tf32(k)
+            for line in _p_rows(qt, kt, v, a, "efficient", rows):
+                lines.append(f"   P read off grad_v, efficient on q, k rounded to TF32 {line}")
     return lines
 
 
