@@ -14,7 +14,9 @@
 #                                    autograd kernels (bench/gpu/backward_client.py; BACKWARD_ARGS passed on)
 #   scripts/gpu/run.sh classify      which step makes SDPA math's native fp16/bf16 backward fail
 #                                    (bench/conformance/classify_sdpa_math_backward.py; CLASSIFY_ARGS passed on)
-#   scripts/gpu/run.sh all           all six (not classify)
+#   scripts/gpu/run.sh classify-efficient  why SDPA's memory-efficient backward fails under backward=True
+#                                    (bench/conformance/classify_sdpa_efficient_backward.py; CLASSIFY_ARGS passed on)
+#   scripts/gpu/run.sh all           all six (not classify, classify-efficient)
 #
 # CORPUS_JOBS, CORPUS_DEADLINE, SWEEP_SEEDS, SWEEP_CASES, SWEEP_JOBS tune the runs; SWEEP_ARGS is
 # passed on to sweep.py (e.g. "--ops matmul bmm --strategies adversarial").
@@ -74,6 +76,12 @@ if [ "$what" = classify ]; then
   python3 bench/conformance/classify_sdpa_math_backward.py ${CLASSIFY_ARGS:-} > "$OUT/classify_sdpa_math_backward.txt" \
     2> "$OUT/classify_sdpa_math_backward.log" || status=1
   head -16 "$OUT/classify_sdpa_math_backward.txt"; tail -3 "$OUT/classify_sdpa_math_backward.log"
+fi
+if [ "$what" = classify-efficient ]; then
+  phase classify-efficient
+  python3 bench/conformance/classify_sdpa_efficient_backward.py ${CLASSIFY_ARGS:-} \
+    > "$OUT/classify_sdpa_efficient_backward.txt" 2> "$OUT/classify_sdpa_efficient_backward.log" || status=1
+  head -30 "$OUT/classify_sdpa_efficient_backward.txt"; tail -3 "$OUT/classify_sdpa_efficient_backward.log"
 fi
 if [ "$what" = lint ] || [ "$what" = all ]; then
   phase lint
