@@ -265,6 +265,33 @@ def _conv1d_fp16_negative_overflow() -> Tuple[str, bool]:
         bool(torch.isinf(pos).all() and (pos > 0).all() and (neg == 0.5).all() and (off[:, 32:] == float("-inf")).all())
 
 
+def _conv2d_fp16_negative_overflow() -> Tuple[str, bool]:
+    # Master seed 5's conv2d boundary case, case 14 (probe_conv2d_fp16_boundary.py: cuDNN's
+    # sm80_xmma_fprop_implicit_gemm_indexed_wo_smem_f16f16_f16f32_f32 gives fp16(0 + bias) for all 2,205
+    # of its elements whose convolution is below -65,504, +Inf for all 2,196 above +65,504), in 2-D:
+    # every input 256, weights +-256, 3 channels x 5 x 1 taps (+-983,040), stride (1, 2), dilation (3, 1).
+    x = torch.full((2, 3, 31, 16), 256.0, dtype=H, device=CUDA)
+    w = torch.full((64, 3, 5, 1), 256.0, dtype=H, device=CUDA)
+    w[32:] = -256.0
+    bias = torch.full((64,), 0.5, dtype=H, device=CUDA)
+    kw = dict(stride=(1, 2), dilation=(3, 1))
+    y = F.conv2d(x, w, bias, **kw)
+    cl = F.conv2d(x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last), bias, **kw)
+    torch.backends.cudnn.enabled = False
+    try:
+        off = F.conv2d(x, w, bias, **kw)
+    finally:
+        torch.backends.cudnn.enabled = True
+    pos, neg = y[:, :32].float(), y[:, 32:].float()
+    return (f"cuDNN F.conv2d in float16 on CUDA, every input 256 against weights +256 / -256 (3 channels x 5 x 1 taps, "
+            f"stride (1, 2), dilation (3, 1), bias 0.5; exact +-983,040.5, past fp16's 65,504): positive outputs "
+            f"{sorted(set(pos.flatten().tolist()))}, negative outputs {sorted(set(neg.flatten().tolist()))} "
+            f"(channels_last: {sorted(set(cl[:, 32:].float().flatten().tolist()))}; cuDNN off: "
+            f"{sorted(set(off[:, 32:].float().flatten().tolist()))}): a convolution below -65,504 comes out as 0, "
+            f"then + bias, instead of -Inf (conv1d's class, in 2-D)"), \
+        bool(torch.isinf(pos).all() and (pos > 0).all() and (neg == 0.5).all() and (off[:, 32:] == float("-inf")).all())
+
+
 def _softmax_backward_gy(dtype: torch.dtype) -> Callable[[], Tuple[str, bool]]:
     """torch._softmax_backward_data in fp16/bf16 on CUDA materialises grad * output in the input dtype
     (rounded) and computes g*y - y * sum(g*y) from it in fp32: where g ≈ sum(g*y) the rounding of g*y
@@ -399,6 +426,9 @@ IMPRECISE_CUDA_TORCH2_11: Dict[Tuple[str, ...], Imprecision] = {
     ("conv1d", "native", "float16", "boundary"): Imprecision(
         "cuDNN's fp16 convolution returns 0 (+ bias) for a convolution below -65504 instead of -Inf",
         _conv1d_fp16_negative_overflow),
+    ("conv2d", "native", "float16", "boundary"): Imprecision(
+        "cuDNN's fp16 convolution returns 0 (+ bias) for a convolution below -65504 instead of -Inf",
+        _conv2d_fp16_negative_overflow),
     # Backward ops (issue 20; docs/gpu.md, "Backward ops on CUDA"): the CUDA sweep's failures replayed on the
     # CPU with these emulations give the same messages (bench/conformance/replay_cuda_backward.py).
     **{("softmax_backward", "native", dt): Imprecision(

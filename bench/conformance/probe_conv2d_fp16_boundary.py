@@ -102,10 +102,10 @@ def on_cpu(rec: Dict[str, Any]) -> None:
     x, w, b = ins["x"], ins["weight"], ins.get("bias")
     kw = conv_args(rec)
     ref = exact(x, w, b, kw)
-    got = torch.from_numpy(np.asarray(rec["cuda_out"][0] if isinstance(rec["cuda_out"], (list, tuple))
-                                      else rec["cuda_out"])).double()
-    if got.dtype != torch.float64 or got.shape != ref.shape:
-        got = got.reshape(ref.shape)
+    first = rec["cuda_out"][0]  # capture_cuda's outputs: [(array, dtype name)]
+    got = torch.from_numpy(np.asarray(first[0] if isinstance(first, (list, tuple)) else first).astype(np.float64))
+    got = got.reshape(ref.shape)
+    conv = exact(x, w, None, kw)  # the convolution alone, before the bias
     print(f"x {tuple(x.shape)}, weight {tuple(w.shape)}, bias {None if b is None else tuple(b.shape)}, {kw}")
     print(f"kernels: {rec.get('kernels')}")
     print(f"verdict: {rec.get('verdict')}")
@@ -134,10 +134,33 @@ def on_cpu(rec: Dict[str, Any]) -> None:
         run16 = np.cumsum(p16)
         bias = 0.0 if b is None else b[co].double().item()
         rows.append(f"  [{n},{co},{oh},{ow}] exact {ref[n, co, oh, ow].item():.6g} got {got[n, co, oh, ow].item():.6g} "
-                    f"bias {bias:.4g}; sum+ {p[p > 0].sum():.6g} sum- {p[p < 0].sum():.6g}; "
+                    f"bias {bias:.6g}, convolution {conv[n, co, oh, ow].item():.6g}; sum+ {p[p > 0].sum():.6g} sum- {p[p < 0].sum():.6g}; "
                     f"largest |running sum| {np.abs(run).max():.6g}; products past fp16 {int((np.abs(p) > FP16_MAX).sum())} "
                     f"of {p.size}; fp16-rounded products' sum {run16[-1]:.6g}")
     print("\n".join(rows))
+    # Every failing element against the convolution's range: which of them overflow fp16 before the
+    # bias (and by which sign), and does the GPU's value equal the bias alone (0 + bias)?
+    bias_of = (torch.zeros(ref.shape[1], dtype=torch.float64) if b is None else b.double())[torch.tensor([i[1] for i in idx])]
+    cv = torch.tensor([conv[tuple(i)].item() for i in idx])
+    gv = torch.tensor([got[tuple(i)].item() for i in idx])
+    print(f"failing elements: {len(idx)}; convolution < -65504: {int((cv < -FP16_MAX).sum())}, > 65504: "
+          f"{int((cv > FP16_MAX).sum())}; GPU value == fp16(0 + bias): "
+          f"{int((gv == bias_of.half().double()).sum())}")
+    neg = conv < -FP16_MAX - 16  # past fp16's range below, before the bias
+    bias_full = (torch.zeros(ref.shape[1], dtype=torch.float64) if b is None else b.double()).view(1, -1, 1, 1).expand_as(ref)
+    as_bias = got == bias_full.half().double()
+    print(f"every element whose convolution is below -65504 ({int(neg.sum())}): the GPU gives 0 + bias in "
+          f"{int((neg & as_bias).sum())}, -Inf in {int((neg & (got == -float('inf'))).sum())}; elements above "
+          f"+65504 ({int((conv > FP16_MAX + 16).sum())}): +Inf in {int(((conv > FP16_MAX + 16) & (got == float('inf'))).sum())}")
+
+
+class NumpyCompatUnpickler(pickle.Unpickler):
+    """Reads numpy 2's pickles (the GPU machine's) under numpy 1 (numpy._core was numpy.core)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module.startswith("numpy._core"):
+            module = "numpy.core" + module[len("numpy._core"):]
+        return super().find_class(module, name)
 
 
 def main() -> int:
@@ -146,7 +169,7 @@ def main() -> int:
     ap.add_argument("--device", default="cpu")
     a = ap.parse_args()
     with open(a.capture, "rb") as f:
-        rec = pickle.load(f)
+        rec = NumpyCompatUnpickler(f).load()
     if a.device == "cuda":
         from impls_cuda import ieee_defaults
 
