@@ -185,10 +185,10 @@ def test_a_cuda_entry_that_names_a_strategy_excuses_only_that_strategys_runs():
     from imprecise_cuda import IMPRECISE_CUDA_TORCH2_11 as TABLE
     from sweep import STRATEGIES, is_imprecise, markdown, summarize
 
-    row = {"op": "conv2d", "impl": "F.conv2d", "style": "native", "dtype": "bfloat16", "strategy": "special",
+    row = {"op": "conv2d", "impl": "F.conv2d", "style": "native", "dtype": "float16", "strategy": "special",
            "seed": 3, "cases": 100, "failed": 3, "worst_ratio": float("inf"), "torch": "2.11.0+cu130",
            "device": "cuda"}
-    runs = [dict(row, strategy=s) for s in STRATEGIES]
+    runs = [dict(row, dtype="bfloat16", strategy=s) for s in STRATEGIES]  # listed under special values only
     cells = summarize(runs, "cuda")
     assert {k[4]: t["imprecise"] for k, t in cells.items()} == {"regular": False, "boundary": False,
                                                                "adversarial": False, "special": True}
