@@ -20,7 +20,7 @@ import contextlib
 import math
 import subprocess
 import sys
-from typing import Any, Callable, Dict, Iterator, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -266,30 +266,37 @@ def _conv1d_fp16_negative_overflow() -> Tuple[str, bool]:
 
 
 def _conv2d_fp16_negative_overflow() -> Tuple[str, bool]:
-    # Master seed 5's conv2d boundary case, case 14 (probe_conv2d_fp16_boundary.py: cuDNN's
-    # sm80_xmma_fprop_implicit_gemm_indexed_wo_smem_f16f16_f16f32_f32 gives fp16(0 + bias) for all 2,205
-    # of its elements whose convolution is below -65,504, +Inf for all 2,196 above +65,504), in 2-D:
-    # every input 256, weights +-256, 3 channels x 5 x 1 taps (+-983,040), stride (1, 2), dilation (3, 1).
-    x = torch.full((2, 3, 31, 16), 256.0, dtype=H, device=CUDA)
-    w = torch.full((64, 3, 5, 1), 256.0, dtype=H, device=CUDA)
-    w[32:] = -256.0
-    bias = torch.full((64,), 0.5, dtype=H, device=CUDA)
-    kw = dict(stride=(1, 2), dilation=(3, 1))
-    y = F.conv2d(x, w, bias, **kw)
-    cl = F.conv2d(x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last), bias, **kw)
-    torch.backends.cudnn.enabled = False
-    try:
-        off = F.conv2d(x, w, bias, **kw)
-    finally:
-        torch.backends.cudnn.enabled = True
-    pos, neg = y[:, :32].float(), y[:, 32:].float()
-    return (f"cuDNN F.conv2d in float16 on CUDA, every input 256 against weights +256 / -256 (3 channels x 5 x 1 taps, "
-            f"stride (1, 2), dilation (3, 1), bias 0.5; exact +-983,040.5, past fp16's 65,504): positive outputs "
-            f"{sorted(set(pos.flatten().tolist()))}, negative outputs {sorted(set(neg.flatten().tolist()))} "
-            f"(channels_last: {sorted(set(cl[:, 32:].float().flatten().tolist()))}; cuDNN off: "
-            f"{sorted(set(off[:, 32:].float().flatten().tolist()))}): a convolution below -65,504 comes out as 0, "
-            f"then + bias, instead of -Inf (conv1d's class, in 2-D)"), \
-        bool(torch.isinf(pos).all() and (pos > 0).all() and (neg == 0.5).all() and (off[:, 32:] == float("-inf")).all())
+    # Master seed 5's conv2d boundary case 14 (probe_conv2d_fp16_boundary.py): cuDNN ran it as an NHWC
+    # sm80_xmma_fprop_implicit_gemm_indexed_wo_smem_f16f16_f16f32_f32 (after nchwToNhwc), which gave
+    # fp16(0 + bias) for all 2,205 of its elements whose convolution is below -65,504 and +Inf for all
+    # 2,196 above +65,504. Here its geometry (x 3x38x6x64, w 8x38x3x1, stride (1, 2), padding (1, 0),
+    # dilation (1, 3)) with every input 256 against weights +256 / -256 (exact +-7,471,104.5), and a
+    # small 3-channel convolution, which cuDNN runs in NCHW (correct there) and in channels_last.
+    def run(x: torch.Tensor, w: torch.Tensor, **kw: Any) -> Tuple[List[float], List[float], List[float]]:
+        bias = torch.full((w.shape[0],), 0.5, dtype=H, device=CUDA)
+        half = w.shape[0] // 2
+        w[half:] = -256.0
+        y = F.conv2d(x, w, bias, **kw).float()
+        torch.backends.cudnn.enabled = False
+        try:
+            off = F.conv2d(x, w, bias, **kw).float()
+        finally:
+            torch.backends.cudnn.enabled = True
+        values = lambda t: sorted(set(t.flatten().tolist()))  # noqa: E731
+        return values(y[:, :half]), values(y[:, half:]), values(off[:, half:])
+
+    seed5 = run(torch.full((3, 38, 6, 64), 256.0, dtype=H, device=CUDA),
+                torch.full((8, 38, 3, 1), 256.0, dtype=H, device=CUDA), stride=(1, 2), padding=(1, 0), dilation=(1, 3))
+    small = torch.full((2, 3, 31, 16), 256.0, dtype=H, device=CUDA), torch.full((64, 3, 5, 1), 256.0, dtype=H, device=CUDA)
+    nchw = run(*small, stride=(1, 2), dilation=(3, 1))
+    cl = run(*(t.to(memory_format=torch.channels_last) for t in small), stride=(1, 2), dilation=(3, 1))
+    return (f"cuDNN F.conv2d in float16 on CUDA, bias 0.5, every input 256 against weights +256 / -256 (past fp16's "
+            f"65,504): at seed 5's geometry (x 3x38x6x64, w 8x38x3x1, stride (1, 2), padding (1, 0), dilation (1, 3); "
+            f"exact +-7,471,104.5) positive outputs {seed5[0]}, negative outputs {seed5[1]} (cuDNN off: {seed5[2]}); "
+            f"a 3-channel 5x1 convolution (exact +-983,040.5) in NCHW: {nchw[0]}, {nchw[1]}, in channels_last: "
+            f"{cl[0]}, {cl[1]} (cuDNN off: {cl[2]}): where cuDNN picks its NHWC kernel, a convolution below -65,504 "
+            f"comes out as 0, then + bias, instead of -Inf (conv1d's class, in 2-D)"), \
+        bool(seed5[0] == [float("inf")] and seed5[1] == [0.5] and seed5[2] == [float("-inf")])
 
 
 def _softmax_backward_gy(dtype: torch.dtype) -> Callable[[], Tuple[str, bool]]:
