@@ -133,6 +133,17 @@ TEST(Frame, MalformedFramesAreProtocolErrors) {
   }
 }
 
+// Encodes `f` with its storages of at least 256 bytes in `arena` (plain memory standing for an
+// arena of pid 1234, descriptor 7); `target` says what went where.
+std::vector<std::byte> encode_into_arena(const Frame& f, std::vector<std::byte>& arena, ShmTarget& target) {
+  target.data = arena.data();
+  target.segment = {1234, 7, arena.size(), 0};
+  target.min_bytes = 256;
+  std::vector<std::byte> bytes;
+  encode_to(f, [&](std::size_t n) { bytes.resize(n); return bytes.data(); }, &target);
+  return bytes;
+}
+
 TEST(Frame, LargeStoragesGoToTheArenaWhileTheyFitAndComeBackBitForBit) {
   // An arena (here plain memory) of 1 KiB; a threshold of 256 bytes.
   std::vector<std::byte> arena(1024);
@@ -148,11 +159,7 @@ TEST(Frame, LargeStoragesGoToTheArenaWhileTheyFitAndComeBackBitForBit) {
   f.add("c_large", filled(150, 3));  // 600 bytes: the arena, at 256
   f.add("d_large", filled(100, 4));  // 400 bytes: no longer fits, inline
   ShmTarget target;
-  target.data = arena.data();
-  target.segment = {1234, 7, arena.size(), 0};
-  target.min_bytes = 256;
-  std::vector<std::byte> bytes;
-  encode_to(f, [&](std::size_t n) { bytes.resize(n); return bytes.data(); }, &target);
+  const std::vector<std::byte> bytes = encode_into_arena(f, arena, target);
   EXPECT_EQ(target.placed, 2u);
   EXPECT_EQ(target.used, 256u + 600u);
   EXPECT_EQ(target.spilled, 448u);
@@ -220,11 +227,7 @@ TEST(Frame, BorrowedStoragesReadTheArenaAndBecomeTheirOwnWhenKept) {
   f.add("y", y);
   f.add("idx", idx);
   ShmTarget target;
-  target.data = arena.data();
-  target.segment = {1234, 7, arena.size(), 0};
-  target.min_bytes = 256;
-  std::vector<std::byte> bytes;
-  encode_to(f, [&](std::size_t n) { bytes.resize(n); return bytes.data(); }, &target);
+  const std::vector<std::byte> bytes = encode_into_arena(f, arena, target);
   ASSERT_EQ(target.placed, 3u);
   DecodeOptions o;
   o.borrow = true;
