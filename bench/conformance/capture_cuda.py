@@ -127,7 +127,7 @@ def selected(rows: List[Dict[str, Any]], only: Optional[List[str]], unlisted: bo
     for r in rows:
         if not r["failed"] or r.get("unsupported"):
             continue
-        if unlisted and is_imprecise(table, r["op"], r["impl"], r["style"], r["dtype"], r["strategy"]):
+        if unlisted and is_imprecise(table, r["op"], r["impl"], r["style"], r["dtype"], r["strategy"], r):
             continue
         if only and not any(r["op"] == o.split(":")[0] and (":" not in o or o.split(":", 1)[1] in r["impl"] + r["style"])
                             for o in only):

@@ -299,6 +299,19 @@ def _conv2d_fp16_negative_overflow() -> Tuple[str, bool]:
         bool(seed5[0] == [float("inf")] and seed5[1] == [0.5] and seed5[2] == [float("-inf")])
 
 
+def grouped_nan_only(failure: Dict[str, Any]) -> bool:
+    """A failure of the grouped class and of nothing else: a grouped case (groups > 1) whose every
+    failing element, in every output, is NaN where the reference is finite. Under boundary values
+    TF32 rounds an operand near fp32's largest value to Inf, and cuDNN's grouped kernel spreads it to
+    other groups as 0 x Inf; a finite error over the envelope (the subnormal floor's class) or an
+    Inf where the reference is finite in the same run is not of that shape and stays gated. Rows
+    written before the sweep recorded the per-output counts (2026-12-04) never match."""
+    outputs = failure.get("outputs") or []
+    return ((failure.get("attrs") or {}).get("groups", 1) > 1 and bool(outputs)
+            and any(o.get("failing") for o in outputs)
+            and all(o.get("failing") == o.get("nan_where_finite") for o in outputs))
+
+
 def _softmax_backward_gy(dtype: torch.dtype) -> Callable[[], Tuple[str, bool]]:
     """torch._softmax_backward_data in fp16/bf16 on CUDA materialises grad * output in the input dtype
     (rounded) and computes g*y - y * sum(g*y) from it in fp32: where g ≈ sum(g*y) the rounding of g*y
@@ -453,6 +466,12 @@ IMPRECISE_CUDA_TORCH2_11: Dict[Tuple[str, ...], Imprecision] = {
     **{(op, f"F.{op} (TF32)", "native", "float32", "special"): Imprecision(
         "cuDNN's grouped TF32 convolution reads other groups' inputs: an Inf there meets a zero weight and gives NaN",
         _grouped_conv_inf(dim, torch.float32, tf32=True)) for op, dim in (("conv1d", 1), ("conv2d", 2))},
+    # Under boundary values the same class shows where TF32 rounds an operand to Inf; the cell also
+    # holds the subnormal floor's checks, so only failures of the grouped NaN shape are excused.
+    **{(op, f"F.{op} (TF32)", "native", "float32", "boundary"): Imprecision(
+        "cuDNN's grouped TF32 convolution reads other groups' inputs: an operand TF32 rounds to Inf meets a zero "
+        "weight and gives NaN (only failures that are NaN where the reference is finite, in grouped cases)",
+        _grouped_conv_inf(dim, torch.float32, tf32=True), only=grouped_nan_only) for op, dim in (("conv1d", 1), ("conv2d", 2))},
 }
 
 

@@ -146,7 +146,12 @@ def run_variant(key: Tuple[int, str, str], cases: int, seed: int, strategy: str,
         res.failures[:] = discount_after_crash(row, res.failures)
     row["failures"] = [{"index": f.index, "seed": f.seed, "dims": f.dims, "attrs": f.attrs, "layout": f.layout,
                         "max_error": f.max_error, "envelope": f.envelope, "message": f.message[:300],
-                        "repro": f.repro, "traceback": (f.traceback or "").strip().splitlines()[-1:]}
+                        "repro": f.repro, "traceback": (f.traceback or "").strip().splitlines()[-1:],
+                        # per output: how many elements failed, how many of those are non-finite
+                        # where the reference is not (or the reverse), how many NaN where it is
+                        # finite (what an entry that knows its class by its failures reads)
+                        "outputs": [{k: o.get(k) for k in ("name", "failing", "nonfinite_mismatch", "nan_where_finite")}
+                                    for o in (f.verdict or {}).get("outputs", [])]}
                        for f in res.failures[:5]]
     return row
 
@@ -196,19 +201,43 @@ def imprecise_table(device: str, torch_version: Optional[str] = None) -> Dict[Tu
     return table_for(torch_version)
 
 
+def imprecise_entry(table: Dict[Tuple[str, ...], Any], op: str, impl: str, style: str, dtype: str,
+                    strategy: Optional[str] = None) -> Any:
+    """The entry that lists a variant (see is_imprecise), or None."""
+    keys = [(op, style, dtype), (op, impl, style, dtype)]
+    if strategy is not None:
+        keys += [(op, style, dtype, strategy), (op, impl, style, dtype, strategy)]
+    return next((table[k] for k in keys if k in table), None)
+
+
+def excuses_run(entry: Any, row: Optional[Dict[str, Any]]) -> bool:
+    """Whether `entry` excuses the failures of `row`: always, unless the entry names its class by the
+    shape of each failure (Imprecision.only); then only a row that holds every failure it counted
+    (the sweep keeps five) with each one of that shape. Asked without a row, such an entry excuses
+    nothing."""
+    only = getattr(entry, "only", None)
+    if only is None:
+        return True
+    if row is None:
+        return False
+    if not row.get("failed"):
+        return True
+    failures = row.get("failures") or []
+    return len(failures) >= row["failed"] and all(only(f) for f in failures)
+
+
 def is_imprecise(table: Dict[Tuple[str, ...], Any], op: str, impl: str, style: str, dtype: str,
-                 strategy: Optional[str] = None) -> bool:
+                 strategy: Optional[str] = None, row: Optional[Dict[str, Any]] = None) -> bool:
     """Whether a run is listed: by (op, style, dtype), or by (op, implementation, style, dtype) where
     only one implementation of the op is at fault (imprecise_cuda.py's SDPA backends); or, where the
     defect shows under one value strategy only, by a key that ends in that strategy, (op, style,
     dtype, strategy) or (op, implementation, style, dtype, strategy) (imprecise_cuda.py's cuDNN
     convolutions: listing the whole variant would also excuse its failures under the other
     strategies). A strategy-keyed entry matches only the rows of that strategy: a query without
-    one (`strategy` None) matches the variant-wide keys alone."""
-    if (op, style, dtype) in table or (op, impl, style, dtype) in table:
-        return True
-    return strategy is not None and ((op, style, dtype, strategy) in table
-                                     or (op, impl, style, dtype, strategy) in table)
+    one (`strategy` None) matches the variant-wide keys alone. An entry that knows its class by the
+    shape of each failure (Imprecision.only) excuses a run `row` only as excuses_run says."""
+    entry = imprecise_entry(table, op, impl, style, dtype, strategy)
+    return entry is not None and excuses_run(entry, row)
 
 
 def _torch_of(row: Dict[str, Any]) -> str:
@@ -229,9 +258,11 @@ def summarize(rows: List[Dict[str, Any]], device: str = "cpu") -> Dict[Tuple[str
             excused[version] = imprecise_table(device, version)
         k = (r["op"], r["impl"], r["style"], r["dtype"], r["strategy"])
         t = table.setdefault(k, {"cases": 0, "failed": 0, "worst": 0.0, "runs": 0, "unsupported": None,
-                                 "refused": 0, "not_run_after_crash": 0,
-                                 "imprecise": is_imprecise(excused[version], r["op"], r["impl"], r["style"],
-                                                           r["dtype"], r["strategy"])})
+                                 "refused": 0, "not_run_after_crash": 0, "imprecise": True})
+        # A cell is excused only when every one of its runs is (an entry may excuse runs by the
+        # shape of their failures: Imprecision.only).
+        t["imprecise"] = t["imprecise"] and is_imprecise(excused[version], r["op"], r["impl"], r["style"],
+                                                         r["dtype"], r["strategy"], r)
         t["runs"] += 1
         if r.get("unsupported"):
             t["unsupported"] = r["unsupported"]
@@ -369,7 +400,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 out.flush()
             if row["failed"] and not row.get("unsupported"):
                 f = row["failures"][0]
-                known = is_imprecise(IMPRECISE, row["op"], row["impl"], row["style"], row["dtype"], row["strategy"])
+                known = is_imprecise(IMPRECISE, row["op"], row["impl"], row["style"], row["dtype"], row["strategy"], row)
                 print(f"{'imprecise' if known else 'FAIL'} {row['op']} {row['impl']} [{row['style']}] {row['dtype']} {row['strategy']} "
                       f"seed {row['seed']}: {row['failed']}/{row['cases']}, case {f['index']}: {f['message'][:160]}",
                       file=sys.stderr)

@@ -295,6 +295,7 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx,
             }
           }
           ++v.nonfinite_mismatch;
+          if (std::isnan(o) && rf) ++v.nan_where_finite;
           if (first_nonfinite < 0) {
             first_nonfinite = static_cast<std::int64_t>(e);
             nonfinite_what = std::string(of ? "finite " : (std::isnan(o) ? "NaN " : "Inf ")) +
@@ -359,6 +360,7 @@ Json Verdict::to_json() const {
     oj["worst_ref"] = std::isfinite(o.worst_ref) ? Json(o.worst_ref) : Json(fmt(o.worst_ref));
     oj["failing"] = o.failing;
     oj["nonfinite_mismatch"] = o.nonfinite_mismatch;
+    oj["nan_where_finite"] = o.nan_where_finite;
     oj["indeterminate"] = o.indeterminate;
     if (o.alternative) oj["alternative"] = o.alternative;
     oj["message"] = o.message;

@@ -22,6 +22,8 @@ struct OutputVerdict {
   double worst_out = 0.0, worst_ref = 0.0;
   std::int64_t failing = 0;            // elements over the envelope (or non-finite mismatches)
   std::int64_t nonfinite_mismatch = 0; // NaN/Inf where the reference is finite, or the reverse
+  std::int64_t nan_where_finite = 0;   // of those, NaN where the reference is finite (a class of
+                                       // its own: 0 x Inf inside a kernel, docs/gpu.md)
   std::int64_t indeterminate = 0;      // elements whose intermediates overflow legitimately
   std::int64_t alternative = 0;        // non-finite results another correct formulation gives
   std::string message;

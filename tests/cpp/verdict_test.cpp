@@ -69,6 +69,9 @@ TEST(Verdict, HugeConditionTermIsIndeterminateWhicheverSideIsNonFinite) {
     EXPECT_FALSE(v.passed) << out << " vs " << ref;
     EXPECT_EQ(v.outputs[0].nonfinite_mismatch, 1);
     EXPECT_EQ(v.outputs[0].indeterminate, 0);
+    // NaN where the reference is finite is counted apart (a finite output where it is NaN is not).
+    EXPECT_EQ(v.outputs[0].nan_where_finite, std::isnan(out) ? 1 : 0) << out << " vs " << ref;
+    EXPECT_EQ(v.to_json()["outputs"][0]["nan_where_finite"], std::isnan(out) ? 1 : 0);
   }
 }
 
@@ -112,6 +115,7 @@ TEST(Verdict, InfiniteOutputIsJudgedTheSameWay) {
     v = judge_one({DType::float16, k_inf, ref});
     EXPECT_FALSE(v.passed) << ref;
     EXPECT_EQ(v.outputs[0].nonfinite_mismatch, 1);
+    EXPECT_EQ(v.outputs[0].nan_where_finite, 0);  // Inf, not NaN
     EXPECT_NE(v.message.find("Inf output"), std::string::npos) << v.message;
   }
   // The condition term widens it as it widens any element: 2^-24 * c_acc in the denominator.

@@ -266,3 +266,46 @@ def test_pytorch_fp32_gelu_and_a_two_pass_log_softmax_pass_with_the_defaults(dae
     res = client.fuzz_op_client_side("log_softmax", two_pass_log_softmax, seed=seed, framework="torch",
                                      dtypes=["float32"])
     assert res.ok, res.summary()
+
+
+def test_an_entry_that_knows_its_class_by_its_failures_excuses_only_runs_of_that_shape():
+    # cuDNN's grouped TF32 convolution under boundary values (imprecise_cuda.py, grouped_nan_only):
+    # a run is excused only when the row holds every failure it counted and each is a grouped case
+    # whose every failing element is NaN where the reference is finite. The same cell holds the
+    # subnormal floor's checks, whose failures (finite errors) must stay gated.
+    from imprecise_cuda import IMPRECISE_CUDA_TORCH2_11 as TABLE
+    from sweep import is_imprecise, summarize
+
+    def failure(groups=3, failing=6, nan=6):
+        return {"index": 21, "attrs": {"groups": groups}, "message": f"{failing} non-finite mismatch(es): ...",
+                "outputs": [{"name": "out", "failing": failing, "nonfinite_mismatch": nan, "nan_where_finite": nan}]}
+
+    row = {"op": "conv2d", "impl": "F.conv2d (TF32)", "style": "native", "dtype": "float32", "strategy": "boundary",
+           "seed": 1, "cases": 100, "failed": 2, "worst_ratio": float("inf"), "torch": "2.11.0+cu130",
+           "device": "cuda", "failures": [failure(), failure(groups=4, failing=664, nan=664)]}
+
+    def excused(*rows):
+        return [t["imprecise"] for t in summarize(list(rows), "cuda").values()]
+
+    assert excused(row) == [True]
+    assert excused(dict(row, op="conv1d", impl="F.conv1d (TF32)")) == [True]
+    assert excused(dict(row, failed=6)) == [False]  # more failures than the row holds: not all seen
+    assert excused(dict(row, failures=[failure(), failure(groups=1)])) == [False]  # not grouped
+    assert excused(dict(row, failures=[failure(), failure(failing=5, nan=2)])) == [False]  # finite errors too
+    assert excused(dict(row, failures=[failure(), failure(nan=0)])) == [False]  # Inf, not NaN
+    old = dict(row, failures=[{k: v for k, v in f.items() if k != "outputs"} for f in row["failures"]])
+    assert excused(old) == [False]  # rows from before the counts were recorded never match
+    # a cell is excused only when each of its runs is; a passing run does not spoil it
+    assert excused(row, dict(row, seed=2, failed=0, failures=[])) == [True]
+    cell = summarize([row, dict(row, seed=2, failures=[failure(failing=5, nan=2)], failed=1)], "cuda")
+    assert [(t["imprecise"], t["failed"]) for t in cell.values()] == [(False, 3)]
+    # asked without a row, such an entry excuses nothing; other strategies are not listed by it
+    assert not is_imprecise(TABLE, "conv2d", "F.conv2d (TF32)", "native", "float32", "boundary")
+    assert excused(dict(row, strategy="adversarial")) == [False]
+    # the TF32 boundary failures the H200 sweeps stored before 2026-12-04 stay gated
+    import json
+    from pathlib import Path
+    docs = Path(__file__).resolve().parents[2] / "docs" / "gpu"
+    rows = [json.loads(line) for line in open(docs / "conformance_cuda_conv2d_boundary.jsonl") if line.strip()]
+    tf32 = [r for r in rows if r["impl"] == "F.conv2d (TF32)" and r["failed"]]
+    assert tf32 and not any(t["imprecise"] for t in summarize(tf32, "cuda").values())
