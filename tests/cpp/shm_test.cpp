@@ -232,20 +232,27 @@ TEST_F(ShmTest, FloatRequestTensorsAreReadInTheArenaAndIntegerOnesCopied) {
 
 TEST_F(ShmTest, UnansweredRequestsDoNotGiveTheirArenasBack) {
   // The daemon may still read an unanswered request's arena (it borrows float storages) or write
-  // a late reply into the one offered: neither may serve another request.
-  protocol::Frame req = protocol::make_request("ping", {{"echo", true}});
-  req.add("x", random_bits(std::size_t{16} << 20, 5));  // 64 MiB: its echo takes well over 1 ms
-  for (int i = 0; i < 2; ++i)  // warm: a request arena and (the second time) a reply arena fit
-    ASSERT_TRUE(m_client->call(req).ok());
+  // a late reply into the one offered: neither may serve another request. The unanswered request:
+  // a fuzz run of seconds carrying an 8 MiB tensor, given 50 ms (an echo of 64 MiB given 1 ms was
+  // answered in time on a loaded machine, whose timer fired late).
+  protocol::Frame slow = protocol::make_request(
+      "fuzz", {{"op", "softmax"}, {"kernel", {{"kind", "builtin"}, {"name", "fp32_online"}}},
+               {"iterations", 3000}, {"seed", 5}, {"minimize", false}, {"store", false}});
+  slow.add("x", random_bits(std::size_t{2} << 20, 5));
+  for (int i = 0; i < 2; ++i) {  // warm: the request arena and a reply arena in the pool
+    protocol::Frame echo = protocol::make_request("ping", {{"echo", true}});
+    echo.add("x", random_bits(std::size_t{2} << 20, 4));
+    ASSERT_TRUE(m_client->call(echo).ok());
+  }
   const auto warm = m_client->shm_counters();
-  auto late = m_client->call(req, std::chrono::milliseconds(1));
-  ASSERT_FALSE(late.ok());
+  auto late = m_client->call(slow, std::chrono::milliseconds(50));
+  ASSERT_FALSE(late.ok()) << "a fuzz run of 3,000 cases was answered within 50 ms";
   EXPECT_EQ(late.error().code, ErrorCode::timeout) << late.error().message;
   const auto retired = m_client->shm_counters();
   EXPECT_EQ(retired.arenas + 2, warm.arenas) << warm.mapped_bytes << " " << retired.mapped_bytes;
   // The connection goes on: the next request gets fresh arenas and its own reply, bit for bit.
   protocol::Frame again = protocol::make_request("ping", {{"echo", true}});
-  const Tensor y = random_bits(std::size_t{16} << 20, 6);
+  const Tensor y = random_bits(std::size_t{2} << 20, 6);
   again.add("x", y);
   auto r = m_client->call(again);
   ASSERT_TRUE(r.ok()) << r.error().message;
