@@ -231,7 +231,8 @@ def test_clients_killed_mid_request_leave_the_daemon_serving_and_holding_nothing
     env = dict(daemon.env, PYTHONPATH=PYTHONPATH)
     rss = []
     kills = 0
-    for rnd in range(5):
+    held = []  # KiB resident outside the case cache, by round
+    for rnd in range(8):
         for mode in ("send", "wait"):
             p = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, mode, str(rnd)], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -245,14 +246,20 @@ def test_clients_killed_mid_request_leave_the_daemon_serving_and_holding_nothing
         wait_for(lambda: in_flight(daemon) == 0, 120, "the killed clients' requests to end")
         assert gpuemu.Client(autostart=False).ping()
         rss.append(rss_kib(pid))
+        cache = gpuemu.Client(autostart=False).request("stats")[0]["case_cache"]
+        assert cache["bytes"] <= cache["limit_bytes"], cache
+        held.append(rss[-1] - (cache["bytes"] >> 10))
     assert alive(pid) and daemon.pid == pid
-    # each round sends 192 MiB and asks for 40 MiB of cases: what a dead client held must
-    # not accumulate (round 1 has warmed the allocator; later rounds add no more than noise)
-    growth = max(rss[1:]) - rss[1]
-    assert growth < 96 * 1024, f"daemon RSS by round (KiB): {rss}"
+    # Each round sends 192 MiB and asks for 40 MiB of cases: what a dead client held must not
+    # accumulate. The cases a dead client asked for stay in the case cache, which is bounded
+    # (512 MiB by default; a later request for the same cases is served from it), so the daemon's
+    # RSS climbs to that bound in the first rounds (CI: 262, 478, 581 MiB) and stays there (634 MiB
+    # after 40 rounds here). Outside the cache it holds 26-120 MiB (the reference heap's kept pages,
+    # glibc's free lists); one 192 MiB tensor, or the batches (40 MiB a round), kept would pass 192.
+    assert max(held) < 192 * 1024, f"daemon RSS outside the case cache by round (KiB): {held}; RSS: {rss}"
     r = daemon.cli("fuzz", "softmax", "--kernel", "tail_leak", "-n", "6", "--seed", "3", "--json")
     assert r.returncode == 1 and json.loads(r.stdout)["failed"] >= 1, r.stdout + r.stderr
-    print(f"clients killed mid-request: {kills}; daemon RSS by round (KiB): {rss}")
+    print(f"clients killed mid-request: {kills}; daemon RSS by round (KiB): {rss}; outside the case cache: {held}")
 
 
 def test_a_daemon_stopped_while_its_clients_drop_their_connections_exits(daemon):
