@@ -126,16 +126,18 @@ const double* kv_block(const AttnProblem& p, const double* base, std::int64_t b,
 // largest value, as in attention_block_reference), or where a value there does (0·Inf: that
 // column). Those NaNs are accepted alternatives, on the group's rows at `alt`; `q` is the group's
 // first query row.
+// Under a precision policy whose operand rounding overflows (`overflow`, finite), a cached operand
+// there that reaches it is Inf in such a kernel: the same NaN (attention_policy_overflow).
 void beyond_length_alternatives(const AttnProblem& p, std::int64_t b, std::int64_t hk,
-                                const double* q, std::uint8_t* alt) {
+                                const double* q, std::uint8_t* alt, double overflow) {
   const double* k = kv_block(p, p.k, b, hk);
   const double* v = kv_block(p, p.v, b, hk);
   bool keys_nan = false;
   std::vector<char> col_nan(static_cast<std::size_t>(p.D), 0);
   for (std::int64_t j = p.seq_lens[b]; j < p.Lk; ++j)
     for (std::int64_t c = 0; c < p.D; ++c) {
-      keys_nan |= !std::isfinite(k[j * p.D + c]);
-      col_nan[static_cast<std::size_t>(c)] |= !std::isfinite(v[j * p.D + c]);
+      keys_nan |= !std::isfinite(k[j * p.D + c]) || std::fabs(k[j * p.D + c]) >= overflow;
+      col_nan[static_cast<std::size_t>(c)] |= !std::isfinite(v[j * p.D + c]) || std::fabs(v[j * p.D + c]) >= overflow;
     }
   const double fp32_max = static_cast<double>(std::numeric_limits<float>::max());
   const double abs_scale = std::max(1.0, std::fabs(p.scale));
@@ -166,7 +168,9 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, bool decode) {
     blk.p_min_normal = p_min_normal;
     blk.p_flush_weight = p_flush_weight >= 0x1.0p-60 ? p_flush_weight : 0.0;
     blk.policy_weight = policy_weight(ctx);
+    blk.operand_floor = ctx.operand_floor, blk.operand_roundoff = ctx.operand_roundoff;
     attention_block_reference(blk);
+    attention_policy_overflow(blk, ctx.operand_overflow);
   };
   for (std::int64_t b = 0; b < p.B; ++b) {
     if (decode) {  // one block per KV head: its group of query heads against the valid prefix
@@ -175,7 +179,7 @@ Result<std::vector<RefOutput>> reference(const RefContext& ctx, bool decode) {
         block({p.q + row0, kv_block(p, p.k, b, hk), kv_block(p, p.v, b, hk), p.group(),
                p.seq_lens[b], p.D, p.scale, false, out.data() + row0, c_acc.data() + row0,
                c_in.data() + row0});
-        beyond_length_alternatives(p, b, hk, p.q + row0, alt.data() + row0);
+        beyond_length_alternatives(p, b, hk, p.q + row0, alt.data() + row0, ctx.operand_overflow);
       }
     } else {
       for (std::int64_t h = 0; h < p.H; ++h) {
@@ -479,6 +483,25 @@ Result<std::vector<RefOutput>> attn_bwd_reference(const RefContext& ctx) {
       double max_mid = 0.0;
       std::vector<std::uint8_t> ovf_k(static_cast<std::size_t>(p.Lk), 0);
       std::vector<std::uint8_t> ovf_q(static_cast<std::size_t>(p.Lq * p.group()), 0);
+      // Under a precision policy whose operand rounding overflows, an operand of the backward's
+      // GEMMs that reaches the threshold is Inf there (attention_policy_overflow for the
+      // forward): in k or v, every row's scores or dP, so every gradient of the group; in q_i or
+      // dO_i, row i's P or dP (a pre-scaled q as in the forward), so grad_q's row i and, through
+      // dS and P, every key's grad_k and grad_v. Any non-finite result is accepted there.
+      const double thr = ctx.operand_overflow;
+      bool policy_all = std::isfinite(thr) && (reaches_policy_overflow(p.k + kv0, kh, thr) ||
+                                               reaches_policy_overflow(p.v + kv0, kh, thr));
+      std::vector<std::uint8_t> policy_q(static_cast<std::size_t>(p.Lq * p.group()), std::uint8_t{policy_all});
+      bool policy_kv = policy_all;
+      if (std::isfinite(thr) && !policy_all) {
+        const double q_thr = thr / std::max(1.0, std::fabs(p.scale) * 1.4426950408889634);
+        for (std::int64_t h = h0; h < h0 + p.group(); ++h)
+          for (std::int64_t i = 0; i < p.Lq; ++i) {
+            const std::int64_t at = (b * p.H + h) * qh + i * p.D;
+            if (reaches_policy_overflow(p.q + at, p.D, q_thr) || reaches_policy_overflow(p.g + at, p.D, thr))
+              policy_q[static_cast<std::size_t>((h - h0) * p.Lq + i)] = std::uint8_t{1}, policy_kv = true;
+          }
+      }
       std::vector<std::uint8_t> unres_k(static_cast<std::size_t>(p.Lk), 0);
       for (std::int64_t h = h0; h < h0 + p.group(); ++h) {
         const std::int64_t q0 = (b * p.H + h) * qh;
@@ -512,12 +535,14 @@ Result<std::vector<RefOutput>> attn_bwd_reference(const RefContext& ctx) {
         for (std::int64_t x = at; x < at + n; ++x) {
           c_acc[x] = overflow_guard(std::min(c_acc[x], 1e300), max_mid);
           c_in[x] = std::min(c_in[x], 1e300);
-          if (special) alt[x] |= k_alt_any_nonfinite | (std::isfinite(val[x]) ? 0 : k_alt_zero);
+          if (special) alt[x] |= static_cast<std::uint8_t>(k_alt_any_nonfinite | (std::isfinite(val[x]) ? 0 : k_alt_zero));
           if (ovf_rows && ovf_rows[(x - at) / p.D]) alt[x] |= k_alt_any_nonfinite;
         }
       };
+      for (std::size_t r = 0; r < ovf_q.size(); ++r) ovf_q[r] |= policy_q[r];
       for (std::int64_t h = h0; h < h0 + p.group(); ++h)
         finish(dq, cdq, idq, alt_q, (b * p.H + h) * qh, qh, ovf_q.data() + (h - h0) * p.Lq);
+      if (policy_kv) std::fill(unres_k.begin(), unres_k.end(), std::uint8_t{1});
       for (std::int64_t j = 0; j < p.Lk; ++j) ovf_k[j] |= unres_k[j];
       finish(dk, cdk, idk, alt_k, kv0, kh, ovf_k.data());
       finish(dv, cdv, idv, alt_v, kv0, kh, unres_k.data());

@@ -16,13 +16,44 @@ namespace {
 
 constexpr double k_u_fp32 = 0x1.0p-24;
 
+// s(x) of attention_reference.hpp's operand_floor: the policy's absolute conversion error of an
+// fp32 operand below the smallest normal (0 for normal values, zeros and non-finite ones).
+inline double floor_error(double x, double eta) {
+  const double m = std::fabs(x);
+  return (m > 0.0 && m < 0x1.0p-126) ? std::min(m, eta) : 0.0;
+}
+
+// s(x) over n values, or empty when none is subnormal (then its terms are 0: nothing to add).
+RefVec floor_errors(const double* x, std::int64_t n, double eta) {
+  RefVec r;
+  for (std::int64_t i = 0; i < n; ++i)
+    if (const double e = floor_error(x[i], eta); e > 0.0) {
+      if (r.empty()) r.assign(static_cast<std::size_t>(n), 0.0);
+      r[static_cast<std::size_t>(i)] = e;
+    }
+  return r;
+}
+
 }  // namespace
 
 void attention_block_reference(const AttentionBlock& blk) {
   const std::int64_t lq = blk.lq, lk = blk.lk, d = blk.d;
   if (lq <= 0 || d <= 0) return;
-  if (gpu_oracle::attention(blk)) return;  // the same block on the GPU (finite, large enough)
+  // The same block on the GPU (finite, large enough), but for a policy's subnormal floor, which
+  // only this path adds.
+  const double eta = blk.operand_floor;
+  if (eta == 0.0 && gpu_oracle::attention(blk)) return;
   const RefVec abs_k = abs_copy(blk.k, lk * d), abs_v = abs_copy(blk.v, lk * d);
+  // The floor's parts (attention_reference.hpp): s(k) and s(v) for the block, s(q) per chunk,
+  // s(p) per row; |v| with its non-finite entries as 0 (those are judged by the alternatives).
+  // wa = (2 + u)/u_fp32 weighs s(first operand)·|second|, wb = (1 + u)/u_fp32 the other way round
+  // (in u_fp32 units); folded into the s(k) and s(v) copies here, into s(q) and s(p) below.
+  const double wa = (2.0 + blk.operand_roundoff) / k_u_fp32, wb = (1.0 + blk.operand_roundoff) / k_u_fp32;
+  RefVec floor_k = eta > 0.0 ? floor_errors(blk.k, lk * d, eta) : RefVec{};
+  RefVec floor_v = eta > 0.0 ? floor_errors(blk.v, lk * d, eta) : RefVec{};
+  for (auto* f : {&floor_k, &floor_v})
+    for (auto& x : *f) x *= wb;
+  RefVec finite_abs_v;
   // With a causal mask, P's masked zeros meet every value row in a dgemm: an Inf or NaN there
   // would leak (0·Inf). Then the masked products are skipped row by row instead.
   const bool row_wise_pv = blk.causal && !all_finite(blk.v, lk * d);
@@ -60,6 +91,19 @@ void attention_block_reference(const AttentionBlock& blk) {
     dgemm_rm(false, true, rows, lk, d, q, d, blk.k, d, S.data(), lk);
     const RefVec abs_q = abs_copy(q, rows * d);
     dgemm_rm(false, true, rows, lk, d, abs_q.data(), d, abs_k.data(), d, E.data(), lk);
+    // The scores' floor in u_fp32 units, folded into E (e_ij = |scale|·E_ij·root_d below):
+    // E_ij += (wa·s(q_i)·|k_j| + wb·|q_i|·s(k_j)) / root_d.
+    RefVec floor_q = eta > 0.0 ? floor_errors(q, rows * d, eta) : RefVec{};
+    for (auto& x : floor_q) x *= wa;
+    if (!floor_q.empty() || !floor_k.empty()) {
+      std::vector<double> F(static_cast<std::size_t>(rows * lk), 0.0);
+      if (!floor_q.empty())
+        dgemm_rm(false, true, rows, lk, d, floor_q.data(), d, abs_k.data(), d, F.data(), lk, 1.0);
+      if (!floor_k.empty())
+        dgemm_rm(false, true, rows, lk, d, abs_q.data(), d, floor_k.data(), d, F.data(), lk, 1.0);
+      for (std::int64_t x = 0; x < rows * lk; ++x)
+        if (std::isfinite(F[x])) E[x] += F[x] / root_d;
+    }
     for (std::int64_t i = 0; i < rows; ++i) {
       const std::int64_t n = attended_keys(r0 + i, lk, blk.causal);
       double* s = S.data() + i * lk;
@@ -155,6 +199,24 @@ void attention_block_reference(const AttentionBlock& blk) {
             c_acc[i * d + c] += wj * abs_v[j * d + c];
           }
         }
+      }
+    }
+    if (eta > 0.0) {
+      // P·V's floor: wa·s(P)·|v| + wb·P·s(v), masked keys' P being 0 (and so s(P)).
+      std::vector<double> SP(static_cast<std::size_t>(rows * lk), 0.0);
+      bool any_p = false;
+      for (std::int64_t x = 0; x < rows * lk; ++x)
+        if ((SP[x] = wa * floor_error(P[x], eta)) > 0.0) any_p = true;
+      if (any_p || !floor_v.empty()) {
+        if (finite_abs_v.empty()) {
+          finite_abs_v = abs_v;
+          for (auto& a : finite_abs_v) a = std::isfinite(a) ? a : 0.0;
+        }
+        std::vector<double> F(static_cast<std::size_t>(rows * d), 0.0);
+        if (any_p) dgemm_rm(false, false, rows, d, lk, SP.data(), lk, finite_abs_v.data(), d, F.data(), d, 1.0);
+        if (!floor_v.empty()) dgemm_rm(false, false, rows, d, lk, P.data(), lk, floor_v.data(), d, F.data(), d, 1.0);
+        for (std::int64_t x = 0; x < rows * d; ++x)
+          if (std::isfinite(F[x])) c_acc[x] += F[x];
       }
     }
     for (std::int64_t i = 0; i < rows; ++i)
@@ -363,6 +425,37 @@ void attention_backward_block_reference(const AttentionBackwardBlock& blk) {
     dgemm_rm(true, false, lk, d, rows, CIN.data(), lk, abs_q.data(), d, blk.c_in_dk, d, 1.0);
   }
   if (blk.max_intermediate) *blk.max_intermediate = std::max(*blk.max_intermediate, max_mid);
+}
+
+bool reaches_policy_overflow(const double* x, std::int64_t n, double threshold) {
+  for (std::int64_t i = 0; i < n; ++i)
+    if (std::fabs(x[i]) >= threshold) return true;
+  return false;
+}
+
+void attention_policy_overflow(const AttentionBlock& blk, double threshold) {
+  if (!blk.alt || !std::isfinite(threshold) || blk.lq <= 0 || blk.d <= 0) return;
+  const std::int64_t lk = blk.lk, d = blk.d;
+  const bool any_key = reaches_policy_overflow(blk.k, lk * d, threshold);
+  std::vector<char> col(static_cast<std::size_t>(d), 0);
+  for (std::int64_t j = 0; j < lk; ++j)
+    for (std::int64_t c = 0; c < d; ++c) col[c] |= std::fabs(blk.v[j * d + c]) >= threshold;
+  // q pre-scaled (by scale, or by scale·log2(e) for exp2): the operand may be larger than q.
+  const double q_threshold = threshold / std::max(1.0, std::fabs(blk.scale) * 1.4426950408889634);
+  // A score that became -Inf drops its key instead (q_id·Inf < 0): the row is then the softmax
+  // over the other keys, a finite convex combination of the values, which c_acc admits as an
+  // unresolved row's (max_j |v_jd|/u_fp32 beside the NaN).
+  std::vector<double> vmax(static_cast<std::size_t>(d), 0.0);
+  for (std::int64_t j = 0; j < lk; ++j)
+    for (std::int64_t c = 0; c < d; ++c)
+      if (std::isfinite(blk.v[j * d + c])) vmax[c] = std::max(vmax[c], std::fabs(blk.v[j * d + c]));
+  for (std::int64_t i = 0; i < blk.lq; ++i) {
+    const bool row = any_key || reaches_policy_overflow(blk.q + i * d, d, q_threshold);
+    for (std::int64_t c = 0; c < d; ++c) {
+      if (row || col[c]) blk.alt[i * d + c] |= k_alt_any_nonfinite;
+      if (row && blk.c_acc) blk.c_acc[i * d + c] += vmax[c] / k_u_fp32;
+    }
+  }
 }
 
 }  // namespace gpuemu::ops

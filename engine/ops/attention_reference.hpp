@@ -59,6 +59,14 @@ struct AttentionBlock {
   // that weight of |scale|·(|q_i|·|k_j|) beside sqrt(D), and the P·V product that weight of
   // Σ_j p_ij|v_jd| beside its 2·sqrt(n_i). 0 under IEEE.
   double policy_weight = 0.0;
+  // A policy's absolute operand error (RefContext::operand_floor, eta: TF32's subnormal spacing
+  // 2^-136; 0 under IEEE and for 16-bit operands) and its relative one (operand_roundoff, u):
+  // an operand x below fp32's smallest normal converts with an error up to s(x) = min(|x|, eta),
+  // which no relative term bounds (gemm_blas.hpp's subnormal_error). The score of (i, j) gains
+  // |scale|·Σ_d ((2 + u)·s(q_id)·|k_jd| + (1 + u)·|q_id|·s(k_jd)) of absolute error, and the P·V
+  // product Σ_j ((2 + u)·s(p_ij)·|v_jd| + (1 + u)·p_ij·s(v_jd)) (P and V are its operands: a
+  // probability below 2^-126 times a value near fp32's range loses up to 2^-136 of it).
+  double operand_floor = 0.0, operand_roundoff = 0.0;
 };
 
 // The number of keys row i attends.
@@ -67,6 +75,23 @@ inline std::int64_t attended_keys(std::int64_t i, std::int64_t lk, bool causal) 
 }
 
 void attention_block_reference(const AttentionBlock& blk);
+
+// Under a precision policy whose operand rounding overflows (RefContext::operand_overflow: an fp32
+// operand of 3.40199e38 or more is Inf in TF32; gemm_ops.cpp's policy_overflow for the GEMMs), the
+// outputs an Inf operand can reach become any non-finite value (k_alt_any_nonfinite in blk.alt;
+// finite results are judged as usual). A q row holding one makes its scores ±Inf or NaN, so its
+// softmax and output row NaN; so does q times the scale (and log2(e), the exp2 form) where a kernel
+// scales q before the dot. A k row holding one does it to every row's scores: a masked key's too,
+// in the math formulation (+Inf plus the -Inf mask). A value v_jd holding one makes column d of
+// every row ±Inf, or NaN where its probability is 0 (0·Inf, masked keys included). Where a q or k
+// operand reaches a row, a score of -Inf may also drop its key: any convex combination of the
+// values is admitted there too (c_acc += max_j |v_jd|/u_fp32, as for a row fp32 cannot resolve).
+// Nothing is marked
+// when the threshold is infinite (IEEE, 16-bit operands) or no operand reaches it.
+void attention_policy_overflow(const AttentionBlock& blk, double threshold);
+
+// The same rule for one operand row: whether any of its `n` values reaches `threshold`.
+bool reaches_policy_overflow(const double* x, std::int64_t n, double threshold);
 
 // flash_attention_backward's fp64 reference for one query head against its KV head, with the
 // condition terms of the error model. The saved out and lse are used as given:

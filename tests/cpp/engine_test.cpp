@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 namespace gpuemu {
@@ -282,6 +283,258 @@ TEST(Precision, AnOperandThatOverflowsTf32MayMakeItsOutputsNonFinite) {
       }
     }
   }
+}
+
+// The same rounding in attention (flash_attention, decode_attention, flash_attention_backward under
+// a policy of the attention family): an operand that TF32 makes Inf reaches whole rows through the
+// softmax. q row i: its output row; a key row (a masked one too: the math formulation adds the -Inf
+// mask to +Inf): every row; a value v_jc: column c of every row. A correct TF32 attention (the Python
+// emulation in tests/python/test_precision.py) gave NaN rows of boundary cases there. Marked only
+// under the policy, only where such an operand reaches, and finite results are still judged.
+TestCase attention_policy_case(const char* op, const char* policy, std::uint64_t seed) {
+  const OpSchema& schema = *engine().catalogue().find(op);
+  FuzzOptions o;
+  o.precision[op] = policy;
+  o.dtypes = {DType::float32};
+  o.layouts = false;
+  o.distribution = Distribution::regular;
+  if (std::string(op) == "decode_attention") {
+    o.dims = {{"B", {2}}, {"H", {2}}, {"Hkv", {1}}, {"L", {6}}, {"D", {4}}};
+  } else {
+    o.dims = {{"B", {1}}, {"H", {2}}, {"Hkv", {2}}, {"Lq", {4}}, {"Lk", {5}}, {"D", {8}}};
+    o.attrs = Json{{"causal", false}, {"scale", nullptr}, {"enable_gqa", false}};
+    // The backward without the saved out and lse (autograd's mode): the reference's own exact
+    // forward stays consistent with the planted operand.
+    if (std::string(op) == "flash_attention_backward") o.present = {{"out", false}, {"lse", false}};
+  }
+  TestCase c = CaseGenerator(schema, o).generate(seed, 0).value();
+  for (auto& [name, t] : c.inputs) t = t.contiguous();  // storages of their own
+  return c;
+}
+
+// Which elements of each output the reference lets be NaN.
+std::vector<std::vector<bool>> nan_allowed(const std::vector<RefOutput>& ref) {
+  std::vector<std::vector<bool>> r;
+  for (const RefOutput& o : ref) {
+    std::vector<bool> m(static_cast<std::size_t>(shape_numel(o.shape)), false);
+    for (std::size_t i = 0; i < o.alt_nonfinite.size(); ++i) m[i] = (o.alt_nonfinite[i] & k_alt_nan) != 0;
+    r.push_back(std::move(m));
+  }
+  return r;
+}
+
+TEST(Precision, AnAttentionOperandThatOverflowsTf32MayMakeTheRowsItReachesNonFinite) {
+  constexpr double big = 0x1.fffp127, below = 0x1.ffdp127;  // Inf in TF32; the largest that is not
+  struct Scenario {
+    const char* op;
+    const char* what;
+    // Sets one operand to `value` (its partners tiny, so no exact product nears fp32's range) and
+    // says which elements of output `o` an Inf there reaches.
+    std::function<void(TestCase&, double)> plant;
+    std::function<bool(std::size_t o, std::int64_t flat)> reached;
+    // A value past a quarter of fp32's range is already indeterminate without a policy (a flash
+    // kernel's unnormalised sum of exp(s - m)·v may overflow: overflow_guard).
+    bool ieee_accepts = false;
+  };
+  // flash_attention [1, 2, 4, 8] and its backward; q, k, v of head h at row i, column c: ((h * L + i) * 8 + c)
+  auto tiny_column = [](Tensor& t, std::int64_t c, std::int64_t d, double factor = 1e-33) {
+    for (std::int64_t x = 0; x < t.numel(); ++x)
+      if (x % d == c) t.set_flat(x, t.get_flat(x) * factor);
+  };
+  const std::vector<Scenario> scenarios = {
+      {"flash_attention", "q[0, 0, 1, 2]",
+       [&](TestCase& c, double x) { c.inputs.at("q").set_flat((0 * 4 + 1) * 8 + 2, x); tiny_column(c.inputs.at("k"), 2, 8); },
+       [](std::size_t, std::int64_t f) { return f / 8 == 1; }},  // head 0, row 1
+      {"flash_attention", "k[0, 1, 3, 5]",
+       [&](TestCase& c, double x) { c.inputs.at("k").set_flat((1 * 5 + 3) * 8 + 5, x); tiny_column(c.inputs.at("q"), 5, 8); },
+       [](std::size_t, std::int64_t f) { return f / 32 == 1; }},  // every row of head 1
+      {"flash_attention", "v[0, 0, 3, 4]",
+       [&](TestCase& c, double x) { c.inputs.at("v").set_flat((0 * 5 + 3) * 8 + 4, x); },
+       [](std::size_t, std::int64_t f) { return f / 32 == 0 && f % 8 == 4; },  // column 4 of head 0
+       true},
+      // decode [2, 2, 4] against caches [2, 1, 6, 4]: batch 0 attends 3 positions; a key past them
+      {"decode_attention", "k_cache[0, 0, 5, 1] (past seq_lens[0] = 3)",
+       [&](TestCase& c, double x) {
+         Tensor& lens = c.inputs.at("seq_lens");
+         lens.set_flat(0, 3.0), lens.set_flat(1, 6.0);
+         c.inputs.at("k_cache").set_flat(5 * 4 + 1, x);
+         tiny_column(c.inputs.at("q"), 1, 4);
+       },
+       [](std::size_t, std::int64_t f) { return f / 8 == 0; }},  // both heads of batch 0
+      {"decode_attention", "q[1, 1, 2]",
+       [&](TestCase& c, double x) {
+         c.inputs.at("seq_lens").set_flat(1, 6.0);
+         c.inputs.at("q").set_flat((1 * 2 + 1) * 4 + 2, x);
+         tiny_column(c.inputs.at("k_cache"), 2, 4);
+       },
+       [](std::size_t, std::int64_t f) { return f / 4 == 3; }},  // batch 1, head 1
+      // grad_q row 1 of head 0; grad_k and grad_v of KV head 0 (P's and dS's rows reach every key).
+      // k's column tinier: the backward's P is recomputed from scores whose TF32 error (2^-11 of
+      // q·k) must stay well under a nat, or the policy's relative term already marks the head.
+      {"flash_attention_backward", "q[0, 0, 1, 2]",
+       [&](TestCase& c, double x) { c.inputs.at("q").set_flat((0 * 4 + 1) * 8 + 2, x); tiny_column(c.inputs.at("k"), 2, 8, 1e-36); },
+       [](std::size_t o, std::int64_t f) { return o == 0 ? f / 8 == 1 : f / 40 == 0; }},
+      {"flash_attention_backward", "grad_out[0, 1, 2, 3]",
+       [&](TestCase& c, double x) {
+         c.inputs.at("grad_out").set_flat((1 * 4 + 2) * 8 + 3, x);
+         tiny_column(c.inputs.at("v"), 3, 8);
+       },
+       [](std::size_t o, std::int64_t f) { return o == 0 ? f / 8 == 4 + 2 : f / 40 == 1; }},
+      {"flash_attention_backward", "v[0, 1, 0, 6]",
+       [&](TestCase& c, double x) { c.inputs.at("v").set_flat((1 * 5 + 0) * 8 + 6, x); tiny_column(c.inputs.at("grad_out"), 6, 8); },
+       [](std::size_t o, std::int64_t f) { return o == 0 ? f / 32 == 1 : f / 40 == 1; }},  // all of head 1
+  };
+  for (const Scenario& sc : scenarios) {
+    SCOPED_TRACE(std::string(sc.op) + " " + sc.what);
+    const OpSchema& schema = *engine().catalogue().find(sc.op);
+    // One case, three ways: the operand at TF32's Inf under the policy, just below it (where the
+    // policy's other terms may already mark rows it cannot resolve), and at it under IEEE.
+    auto refs = [&](const char* policy, double value) {
+      TestCase c = attention_policy_case(sc.op, policy, 3);
+      sc.plant(c, value);
+      const RefContext ctx = case_ref_context(schema, c).value();
+      return std::make_pair(ctx, run_reference(schema, ctx).value());
+    };
+    const auto [ctx, ref] = refs("tf32", big);
+    const auto [ieee_ctx, ieee_ref] = refs("ieee", big);
+    const auto marked = nan_allowed(ref), below_marked = nan_allowed(refs("tf32", below).second);
+    std::size_t new_marks = 0;
+    for (std::size_t o = 0; o < ref.size(); ++o)
+      for (std::int64_t f = 0; f < static_cast<std::int64_t>(marked[o].size()); ++f) {
+        const auto x = static_cast<std::size_t>(f);
+        if (sc.reached(o, f))
+          EXPECT_TRUE(marked[o][x]) << ref[o].name << " " << f << " is reached";
+        else
+          EXPECT_FALSE(marked[o][x] && !below_marked[o][x]) << ref[o].name << " " << f << " is not reached";
+        new_marks += marked[o][x] && !below_marked[o][x];
+      }
+    EXPECT_GT(new_marks, 0u) << "the rule marks what the policy's other terms do not";
+    // The kernel's answer: the reference, NaN wherever the operand reaches: passes under the
+    // policy; a NaN anywhere else fails.
+    std::vector<Tensor> answer;
+    for (const RefOutput& o : ref) {
+      auto vals = o.value;
+      for (std::size_t x = 0; x < vals.size(); ++x)
+        if (sc.reached(static_cast<std::size_t>(&o - ref.data()), static_cast<std::int64_t>(x)))
+          vals[x] = std::numeric_limits<double>::quiet_NaN();
+      answer.push_back(Tensor::from_values(o.dtype, o.shape, vals));
+    }
+    const auto v = judge(schema, ctx, ref, answer, 2.0);
+    EXPECT_TRUE(v.passed) << v.message;
+    EXPECT_EQ(judge(schema, ieee_ctx, ieee_ref, answer, 2.0).passed, sc.ieee_accepts) << "the same NaN without the policy";
+    for (std::size_t o = 0; o < ref.size(); ++o) {
+      std::size_t other = 0;
+      while (other < marked[o].size() && marked[o][other]) ++other;
+      if (other == marked[o].size()) continue;  // every element of this output is reached
+      auto bad = answer;
+      bad[o].set_flat(static_cast<std::int64_t>(other), std::numeric_limits<double>::quiet_NaN());
+      EXPECT_FALSE(judge(schema, ctx, ref, bad, 2.0).passed) << ref[o].name << " " << other;
+    }
+  }
+}
+
+// And an operand below fp32's normal range that TF32 loses (the policy's floor, as in the GEMMs
+// above). TF32's relative rounding (2^-10 per operand) already allows 2^-9 of Σ_j p_ij|v_jd| in
+// P·V, so the floor decides only where a lost product outgrows that: a score scaled up (here q =
+// 2^-137, lost to TF32's tie-to-even 0, against k = 2^127·1.999, scale 8: 2^-6 of score), or a
+// probability below TF32's grid against a large value, the other values tiny (p = 2^-139 becomes 0:
+// all of the output's 9·10^-5).
+double tf32_round(double x) {  // round to nearest even on TF32's grid (10 fraction bits), subnormals too
+  const int e = std::max(std::ilogb(x), -126);
+  const double q = std::ldexp(1.0, e - 10);
+  return std::nearbyint(x / q) * q;
+}
+
+TEST(Precision, AnAttentionOperandThatTf32LosesBelowTheNormalRangeIsWithinThePolicysFloor) {
+  const OpSchema& schema = *engine().catalogue().find("flash_attention");
+  // q, k, v of head 0: [4, 8], [5, 8], [5, 8]; row 1 of q tiny but for entry 0, so that its
+  // scores are what the scenario plants.
+  auto planted = [&](const char* policy, const std::function<void(TestCase&)>& plant) {
+    TestCase c = attention_policy_case("flash_attention", policy, 3);
+    Tensor& q = c.inputs.at("q");
+    for (std::int64_t x = 1; x < 8; ++x) q.set_flat(8 + x, q.get_flat(8 + x) * 1e-30);
+    plant(c);
+    return c;
+  };
+  // `plant` sets the operands; `answer` gives a correct TF32 kernel's output from that case and
+  // its reference.
+  using Answer = std::function<std::vector<double>(const TestCase&, const std::vector<RefOutput>&)>;
+  auto judge_both = [&](const std::function<void(TestCase&)>& plant, const Answer& answer, const char* what) {
+    SCOPED_TRACE(what);
+    for (const char* policy : {"tf32", "ieee"}) {
+      const TestCase c = planted(policy, plant);
+      const RefContext ctx = case_ref_context(schema, c).value();
+      const auto ref = run_reference(schema, ctx).value();
+      std::vector<double> vals = answer(c, ref);
+      double moved = 0.0;
+      for (std::int64_t x = 0; x < 8; ++x) moved = std::max(moved, std::fabs(vals[8 + x] - ref[0].value[8 + x]));
+      EXPECT_GT(moved, 5e-5) << "the lost operand moves row 1";
+      const auto out = [&](const std::vector<double>& v) { return Tensor::from_values(ref[0].dtype, ref[0].shape, v); };
+      const auto v = judge(schema, ctx, ref, {out(vals)}, 2.0);
+      EXPECT_EQ(v.passed, std::string(policy) == "tf32") << policy << ": " << v.message;
+      if (std::string(policy) == "tf32") {  // the floor hides nothing else: 5% off in that row fails
+        for (std::int64_t x = 0; x < 8; ++x) vals[8 + x] *= 1.05;
+        EXPECT_FALSE(judge(schema, ctx, ref, {out(vals)}, 2.0).passed);
+      }
+    }
+  };
+  auto rounded = [](const std::vector<RefOutput>& ref) {
+    std::vector<double> v(ref[0].value.begin(), ref[0].value.end());
+    for (auto& x : v) x = round_to(DType::float32, x);
+    return v;
+  };
+  const auto plant_score = [](double q10) {
+    return [q10](TestCase& c) {
+      c.attrs["scale"] = 8.0;
+      Tensor& k = c.inputs.at("k");
+      for (std::int64_t x = 0; x < 40; x += 8) k.set_flat(x, k.get_flat(x) * 1e-30);  // k[:, 0]
+      k.set_flat(0, 0x1.ffcp127);
+      c.inputs.at("q").set_flat(8, q10);
+    };
+  };
+  judge_both(
+      plant_score(0x1.0p-137),
+      [&](const TestCase&, const std::vector<RefOutput>&) {  // the attention of q[0, 0, 1, 0] = 0
+        const TestCase lost = planted("ieee", plant_score(0.0));
+        return rounded(run_reference(schema, case_ref_context(schema, lost).value()).value());
+      },
+      "the score: q[0, 0, 1, 0] = 2^-137 against k[0, 0, 0, 0] = 2^127·1.999, scale 8");
+  judge_both(
+      [](TestCase& c) {
+        c.attrs["scale"] = 1.0;
+        Tensor& q = c.inputs.at("q");
+        Tensor& k = c.inputs.at("k");
+        Tensor& v = c.inputs.at("v");
+        // Row 1's scores -95 for key 0 and 0 for the rest (p_0 = 2^-139, which TF32 rounds to 0;
+        // TF32's relative error of the score itself moves p_0 by 9% only); v's column 0 tiny but
+        // for key 0's 1.5·2^125 (below a quarter of fp32's range, where a flash kernel's
+        // unnormalised sum would make the column indeterminate anyway).
+        q.set_flat(8, 1.0);
+        for (std::int64_t j = 0; j < 5; ++j) k.set_flat(j * 8, j == 0 ? -95.0 : 0.0);
+        for (std::int64_t j = 0; j < 5; ++j) v.set_flat(j * 8, j == 0 ? 0x1.8p125 : v.get_flat(j * 8) * 1e-30);
+      },
+      [&](const TestCase& c, const std::vector<RefOutput>& ref) {
+        // Row 1's p_0 (below 2^-126) rounded to TF32 before it meets v_00: out[1, 0] moves by
+        // (tf32(p_0) - p_0)·v_00; the rest is the reference, TF32's relative rounding being the
+        // policy's other terms.
+        const Tensor& q = c.inputs.at("q");
+        const Tensor& k = c.inputs.at("k");
+        double sum = 0.0, s0 = 0.0;
+        for (std::int64_t j = 0; j < 5; ++j) {
+          double dot = 0.0;
+          for (std::int64_t x = 0; x < 8; ++x) dot += q.get_flat(8 + x) * k.get_flat(j * 8 + x);
+          sum += std::exp(dot);
+          if (j == 0) s0 = dot;
+        }
+        const double p0 = std::exp(s0) / sum;
+        EXPECT_LT(p0, 0x1.0p-126);
+        EXPECT_NE(tf32_round(p0), p0);
+        std::vector<double> v(ref[0].value.begin(), ref[0].value.end());
+        v[8] += (tf32_round(p0) - p0) * c.inputs.at("v").get_flat(0);
+        for (auto& x : v) x = round_to(DType::float32, x);
+        return v;
+      },
+      "P·V: row 1's p_0 = 2^-139 against v[0, 0, 0, 0] = 1.5·2^125");
 }
 
 TEST(Cases, ShapesHitTileBoundariesAndLongReductions) {
