@@ -300,7 +300,8 @@ def attention_kernel(Q, K, V, O, sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, sv
 
 
 def attention(a: Args, no_scale: bool = False, no_rescale: bool = False,
-              causal_strict: bool = False) -> torch.Tensor:
+              causal_strict: bool = False, precision: str = "ieee") -> torch.Tensor:
+    """``precision``: tl.dot's input_precision for fp32 ("ieee"; "tf32" is Triton's default)."""
     q, k, v = a["q"], a["k"], a["v"]
     bsz, h, lq, d = q.shape
     hkv, lk = k.shape[1], k.shape[2]
@@ -314,7 +315,7 @@ def attention(a: Args, no_scale: bool = False, no_rescale: bool = False,
     grid = (triton.cdiv(lq, block_m), bsz * h)
     attention_kernel[grid](q, k, v, o, *q.stride(), *k.stride(), *v.stride(), *o.stride(), h, hkv, lq, lk, d,
                            scale, CAUSAL=bool(a["causal"]), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-                           PRECISION="ieee" if q.dtype == torch.float32 else None, NO_RESCALE=no_rescale, CAUSAL_STRICT=causal_strict,
+                           PRECISION=precision if q.dtype == torch.float32 else None, NO_RESCALE=no_rescale, CAUSAL_STRICT=causal_strict,
                            num_warps=4 if block_d <= 64 else 8)
     return o
 
