@@ -334,10 +334,15 @@ void attention_backward_block_reference(const AttentionBackwardBlock& blk) {
       const double root_n = sqrt_len(n);
       double R = 0.0;
       for (std::int64_t j = 0; j < n; ++j) {
-        const double p = std::exp(s[j] - lse);
+        const double arg = s[j] - lse, p = std::exp(arg);
         const double w = e[j] + e_bar + 3.0 * std::fabs(s[j]) + 2.0 * std::fabs(lse) + 2.0 * root_n + 2.0;
+        // The kernel's P is exp(arg + δ) with |δ| <= u·w: off by at most P·expm1(u·w). Where the
+        // exact P underflows fp64 that product is taken in the log domain, exp(arg + u·w): an
+        // argument error past the gap lets a key fp64 gives P = 0 carry real probability (scores
+        // of 1e10 that differ by 1,253 nats, 2,700 nats of fp32 error: CPU sweep, master seed 7).
         // Below fp32's smallest normal an fp32 P holds only 2^-150 absolute: 2^-126 in units of u.
-        const double dp = (p == 0.0 ? 0.0 : bwd_cap(p * std::expm1(k_u_fp32 * w) / k_u_fp32)) +
+        const double dp = bwd_cap(p > 0.0 ? p * std::expm1(k_u_fp32 * w) / k_u_fp32
+                                          : std::exp(arg + k_u_fp32 * w) / k_u_fp32) +
                           (p < 0x1.0p-126 ? 0x1.0p-126 : 0.0);
         // Past 2 nats of argument error fp32 cannot tell the probabilities apart, and its P may
         // overflow: a correct kernel may give non-finite gradients from this pair (Inf·0).

@@ -1052,6 +1052,53 @@ TEST(OpsABackward, FlashAttentionBackwardMaskedOverflowIsIndeterminate) {
     }
 }
 
+TEST(OpsABackward, FlashAttentionBackwardUnresolvedScoresMayGiveAnUnderflowedKeyProbability) {
+  // The CPU sweep's master seed 7 in small (flash_attention_backward, boundary values): two scores
+  // of 2^40 that differ by 1,000 nats. fp64 gives key 1 P = e^-1000 = 0 exactly; fp32 spaces
+  // numbers near 2^40 by 2^16, so a correct fp32 kernel rounds both scores to 2^40 and, against the
+  // saved lse of 2^40, gives both keys P = 1. Key 1's dS, its grad_k and grad_v and its share of
+  // grad_q are then real, where the exact ones are 0.
+  const AttnShape s{1, 1, 1, 1, 2, 2, false, 1.0};
+  const std::vector<double> q = {0x1.0p20, 1.0}, k = {0x1.0p20, 0.0, 0x1.0p20, -1000.0},
+                            v = {1.0, 0.0, -1.0, 0.0}, g = {1.0, 0.0};
+  const RefContext ctx = attn_bwd_ctx(s, DType::float32, g, q, k, v);
+  auto ref = builtin_of("flash_attention_backward").reference(ctx);
+  ASSERT_TRUE(ref.ok()) << ref.error().message;
+  // FA2's backward in fp32 from the saved out and lse.
+  const auto f = [](double x) { return static_cast<float>(x); };
+  const float lse = f(ctx.inputs.at("lse").data[0]);
+  float P[2], dS[2];
+  const float D = f(g[0]) * f(ctx.inputs.at("out").data[0]) + f(g[1]) * f(ctx.inputs.at("out").data[1]);
+  for (int j = 0; j < 2; ++j) {
+    const float score = f(q[0]) * f(k[2 * j]) + f(q[1]) * f(k[2 * j + 1]);
+    P[j] = std::exp(score - lse);
+    dS[j] = P[j] * (f(g[0]) * f(v[2 * j]) + f(g[1]) * f(v[2 * j + 1]) - D);
+  }
+  ASSERT_EQ(P[1], 1.0f) << "fp32 resolves the scores now: the test lost its point";
+  const RefOutput& gq = ref->at(0);
+  const RefOutput& gk = ref->at(1);
+  const RefOutput& gv = ref->at(2);
+  const auto err = [](float got, const RefOutput& r, std::size_t x) {
+    return element_error(got, r.value[x], r.c_acc[x], r.c_in[x], DType::float32, DType::float32, r.alt_nonfinite[x]);
+  };
+  for (std::size_t c = 0; c < 2; ++c) {
+    EXPECT_EQ(gq.value[c] * static_cast<double>(c), 0.0);  // exact grad_q = 0·k0 (its second element is 0)
+    EXPECT_LE(err(dS[0] * f(k[c]) + dS[1] * f(k[2 + c]), gq, c), 2.0) << "grad_q " << c;
+    EXPECT_EQ(gk.value[2 + c], 0.0);
+    EXPECT_LE(err(dS[1] * f(q[c]), gk, 2 + c), 2.0) << "grad_k of key 1, " << c;
+    EXPECT_EQ(gv.value[2 + c], 0.0);
+    EXPECT_LE(err(P[1] * f(g[c]), gv, 2 + c), 2.0) << "grad_v of key 1, " << c;
+  }
+  // Scores fp32 resolves (0 and -1,000): key 1's P is 0 there too, and a kernel that gives it
+  // P = 1 is wrong: the same gradients fail.
+  const std::vector<double> q2 = {1.0, 1.0}, k2 = {0.0, 0.0, 0.0, -1000.0};
+  const RefContext calm = attn_bwd_ctx(s, DType::float32, g, q2, k2, v);
+  auto ref2 = builtin_of("flash_attention_backward").reference(calm);
+  ASSERT_TRUE(ref2.ok()) << ref2.error().message;
+  EXPECT_GT(err(1.0f, ref2->at(2), 2), 2.0);          // grad_v of key 1 from P = 1
+  EXPECT_GT(err(-2.0f * -1000.0f, ref2->at(0), 1), 2.0);  // grad_q through key 1's dS = -2
+}
+
 std::vector<Scenario> flash_backward_scenarios() {
   struct S {
     AttnShape shape;
