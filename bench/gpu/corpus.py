@@ -254,7 +254,9 @@ def fixed_shape_checks(e: Entry, fn: Callable, dtype: str) -> Dict[str, Any]:
 def softmax_evidence(e: Entry, fn: Callable, dtype: str, dims: Dict[str, int]) -> Dict[str, Any]:
     """For a softmax that gpuemu flags: on randn rows of the failing case's shape, how far its rows'
     sums are from 1 (a correctly rounded softmax stays within u_out of 1, whatever N) and its worst
-    relative error against the fp32 softmax, in units of the output dtype's roundoff u_out."""
+    relative error against an fp64 softmax, in units of the output dtype's roundoff u_out (a softmax
+    computed in fp32 and rounded once stays within about 1 u_out; past IMPRECISE_U the kernel's own
+    arithmetic is coarser than that: verdict says so instead of calling the failure a false positive)."""
     import torch
 
     dt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
@@ -307,6 +309,10 @@ def run_one(job: Tuple[int, str, int, int]) -> Dict[str, Any]:
     return row
 
 
+IMPRECISE_U = 2.0  # softmax_evidence's worst relative error, in u_out, that no fp32 softmax reaches
+IMPRECISE = "flagged: the kernel's own imprecision"
+
+
 def verdict(r: Dict[str, Any]) -> str:
     if "error" in r:
         return "ERROR"
@@ -314,7 +320,10 @@ def verdict(r: Dict[str, Any]) -> str:
         return "caught" if r["failed"] else "MISSED"
     if r["bug"]:  # a bug that does not change this dtype's result (e.g. acc in fp32 for fp32)
         return "pass (bug inert here)" if not r["failed"] else "flagged"
-    return "pass" if not r["failed"] else "FALSE POSITIVE"
+    if not r["failed"]:
+        return "pass"
+    ev = r.get("evidence") or {}
+    return IMPRECISE if ev.get("max_rel_error_in_u", 0.0) > IMPRECISE_U else "FALSE POSITIVE"
 
 
 def markdown(rows: List[Dict[str, Any]], commit: str, device: str) -> str:
@@ -339,8 +348,10 @@ def markdown(rows: List[Dict[str, Any]], commit: str, device: str) -> str:
     out += ["", f"Buggy kernel × dtype runs: {len(bugs)}, caught by gpuemu: {sum(1 for r in bugs if r['failed'])}, "
             f"by allclose: {sum(1 for r in bugs if not r.get('allclose'))}, "
             f"by assert_close: {sum(1 for r in bugs if not r.get('assert_close'))}.",
-            f"Correct kernel × dtype runs: {len(good)}, flagged by gpuemu (false positives): "
-            f"{sum(1 for r in good if r['failed'])}, by allclose: {sum(1 for r in good if not r.get('allclose'))}, "
+            f"Correct kernel × dtype runs: {len(good)}, flagged by gpuemu: {sum(1 for r in good if r['failed'])} "
+            f"(false positives: {sum(1 for r in good if verdict(r) == 'FALSE POSITIVE')}; the kernel's own "
+            f"imprecision, measured beside the run: {sum(1 for r in good if verdict(r) == IMPRECISE)}), "
+            f"by allclose: {sum(1 for r in good if not r.get('allclose'))}, "
             f"by assert_close: {sum(1 for r in good if not r.get('assert_close'))}."]
     errs = [r for r in rows if "error" in r]
     if errs:
