@@ -314,6 +314,16 @@ void attention_backward_block_reference(const AttentionBackwardBlock& blk) {
       double* gp = G.data() + i * lk;
       double* a = A.data() + i * lk;
       double e_bar = 0.0, w0_max = 0.0;
+      // A score whose fp32 dot product may overflow (its products' magnitudes summed, times the
+      // scale or scale·log2 e a kernel may fold into q, within a factor 2 of fp32's largest value)
+      // may come out ±Inf or NaN in whatever order the kernel sums: a -Inf drops its key from the
+      // softmax, and the normalized P of the row's other keys may then be anything in [0, 1]
+      // (H200, master seed 7, boundary values: cuBLAS's scores dropped the key fp64 gives P = 1,
+      // and autograd's grad_v gave dO = 3.4e38 to the key it gives 0). The forward accepts any
+      // convex combination in such a row; here δP is at least 1 (1/u in units of u) for its keys.
+      bool row_may_overflow = false;
+      for (std::int64_t j = 0; j < n; ++j)
+        row_may_overflow |= !(std::max(1.0, abs_scale * k_log2e) * e[j] < k_fp32_max / 2);
       for (std::int64_t j = 0; j < n; ++j) {
         note(std::max(1.0, abs_scale) * e[j]);
         note(a[j]);
@@ -343,7 +353,7 @@ void attention_backward_block_reference(const AttentionBackwardBlock& blk) {
         // Below fp32's smallest normal an fp32 P holds only 2^-150 absolute: 2^-126 in units of u.
         const double dp = bwd_cap(p > 0.0 ? p * std::expm1(k_u_fp32 * w) / k_u_fp32
                                           : std::exp(arg + k_u_fp32 * w) / k_u_fp32) +
-                          (p < 0x1.0p-126 ? 0x1.0p-126 : 0.0);
+                          (p < 0x1.0p-126 ? 0x1.0p-126 : 0.0) + (row_may_overflow ? 1.0 / k_u_fp32 : 0.0);
         // Past 2 nats of argument error fp32 cannot tell the probabilities apart, and its P may
         // overflow: a correct kernel may give non-finite gradients from this pair (Inf·0).
         if (k_u_fp32 * w > 2.0 && blk.unresolved_q) {
@@ -446,7 +456,7 @@ void attention_policy_overflow(const AttentionBlock& blk, double threshold) {
   for (std::int64_t j = 0; j < lk; ++j)
     for (std::int64_t c = 0; c < d; ++c) col[c] |= std::fabs(blk.v[j * d + c]) >= threshold;
   // q pre-scaled (by scale, or by scale·log2(e) for exp2): the operand may be larger than q.
-  const double q_threshold = threshold / std::max(1.0, std::fabs(blk.scale) * 1.4426950408889634);
+  const double q_threshold = threshold / std::max(1.0, std::fabs(blk.scale) * k_log2e);
   // A score that became -Inf drops its key instead (q_id·Inf < 0): the row is then the softmax
   // over the other keys, a finite convex combination of the values, which c_acc admits as an
   // unresolved row's (max_j |v_jd|/u_fp32 beside the NaN).

@@ -106,7 +106,9 @@ bool reaches_policy_overflow(const double* x, std::int64_t n, double threshold);
 //   own rounding; ē_i and sqrt(n_i) cover kernels that recompute the softmax from the max and the
 //   row sum instead), so P_ij by P_ij·expm1(u·w_ij)/u (first order u·w_ij; taken to all orders so
 //   that scores fp32 cannot resolve make the bound grow, not break; exp(s_ij − lse_i + u·w_ij)/u
-//   where P_ij underflows fp64, so that such a score may still carry probability);
+//   where P_ij underflows fp64, so that such a score may still carry probability; plus 1/u for
+//   every key of a row where a score's fp32 dot product may overflow, since a -Inf score drops its
+//   key and leaves the others any normalized P);
 //   dS: c_acc = δP_ij·|dP_ij − D_i| + P_ij·(sqrt(D)·A_ij + (sqrt(D) + 1)·Dabs_i + R_i + |dP_ij| +
 //     |D_i|) + |dS_ij|, R_i = Σ_j P_ij·(δP_ij/P_ij + 2·sqrt(n_i))·A_ij (D recomputed as
 //     rowsum(dO∘(P·V)) by a kernel that does not read the saved out);

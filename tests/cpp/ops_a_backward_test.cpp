@@ -1099,6 +1099,54 @@ TEST(OpsABackward, FlashAttentionBackwardUnresolvedScoresMayGiveAnUnderflowedKey
   EXPECT_GT(err(-2.0f * -1000.0f, ref2->at(0), 1), 2.0);  // grad_q through key 1's dS = -2
 }
 
+TEST(OpsABackward, FlashAttentionBackwardAScoreThatMayOverflowLetsTheRowsPBeAnyDistribution) {
+  // The H200's master seed 7 in small (flash_attention_backward, boundary values): key 1's score is
+  // 1.5e38 exactly, but its fp32 dot product, summed in order, meets -4.5e38 = -Inf first and stays
+  // there; autograd's softmax then gives key 0 all the probability fp64 gives key 1, and grad_v
+  // moves dO (3e38) from key 1 to key 0. A finite answer, wrong by the whole row: a correct fp32
+  // kernel may give it, since another summation order gives +Inf or NaN instead.
+  const AttnShape s{1, 1, 1, 1, 2, 3, false, 1.0};
+  const std::vector<double> g = {3e38, -2.0, 0.5}, v = {1.0, 2.0, 3.0, -1.0, 0.25, 4.0};
+  const auto f = [](double x) { return static_cast<float>(x); };
+  const auto autograd_grad_v = [&](const std::vector<double>& q, const std::vector<double>& k) {
+    float sc[2];
+    for (int j = 0; j < 2; ++j) {
+      float acc = 0.0f;
+      for (int c = 0; c < 3; ++c) acc += f(q[c]) * f(k[3 * j + c]);
+      sc[j] = acc;
+    }
+    const float m = std::max(sc[0], sc[1]);
+    const float e0 = std::exp(sc[0] - m), e1 = std::exp(sc[1] - m);
+    const float P[2] = {e0 / (e0 + e1), e1 / (e0 + e1)};
+    std::vector<float> dv(6);
+    for (int j = 0; j < 2; ++j)
+      for (int c = 0; c < 3; ++c) dv[3 * j + c] = P[j] * f(g[c]);
+    return dv;
+  };
+  const auto worst = [](const std::vector<float>& got, const RefOutput& r) {
+    double w = 0.0;
+    for (std::size_t x = 0; x < got.size(); ++x)
+      w = std::max(w, element_error(got[x], r.value[x], r.c_acc[x], r.c_in[x], DType::float32, DType::float32,
+                                    r.alt_nonfinite[x]));
+    return w;
+  };
+  const std::vector<double> q = {-3e38, 3e38, 3e38}, k = {0.0, 0.0, 0.0, 1.5, 1.0, 1.0};
+  const std::vector<float> dv = autograd_grad_v(q, k);
+  ASSERT_EQ(dv[0], f(g[0])) << "the emulation no longer drops key 1: the test lost its point";
+  auto ref = builtin_of("flash_attention_backward").reference(attn_bwd_ctx(s, DType::float32, g, q, k, v));
+  ASSERT_TRUE(ref.ok()) << ref.error().message;
+  EXPECT_EQ(ref->at(2).value[0], 0.0);  // exact: key 0's P is 0
+  EXPECT_EQ(ref->at(2).value[3], 3e38);
+  EXPECT_LE(worst(dv, ref->at(2)), 2.0);
+  // The same row 100 times smaller overflows in no order, and fp32 keeps key 1's P = 1: the same
+  // moved gradient is then a wrong kernel's, and fails.
+  const std::vector<double> q2 = {-3e36, 3e36, 3e36};
+  ASSERT_EQ(autograd_grad_v(q2, k)[3], f(g[0]));
+  auto ref2 = builtin_of("flash_attention_backward").reference(attn_bwd_ctx(s, DType::float32, g, q2, k, v));
+  ASSERT_TRUE(ref2.ok()) << ref2.error().message;
+  EXPECT_GT(worst(dv, ref2->at(2)), 2.0);
+}
+
 std::vector<Scenario> flash_backward_scenarios() {
   struct S {
     AttnShape shape;
