@@ -2,14 +2,17 @@
 correct kernel that gpuemu flags is a false positive unless the evidence measured beside the run
 shows the kernel's own arithmetic coarser than any fp32 softmax."""
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench" / "gpu"))
-
-import corpus  # noqa: E402
+# Loaded by path under its own name: bench/corpus/ (test_corpus.py) is also importable as "corpus".
+_spec = importlib.util.spec_from_file_location("gpu_corpus_report", ROOT / "bench" / "gpu" / "corpus.py")
+corpus = importlib.util.module_from_spec(_spec)
+sys.modules["gpu_corpus_report"] = corpus  # dataclasses look their module up by name
+_spec.loader.exec_module(corpus)
 
 
 def row(**kw):
