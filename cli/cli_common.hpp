@@ -43,6 +43,7 @@ void register_coverage_commands(CLI::App& app, CliContext& ctx);
 void register_project_commands(CLI::App& app, CliContext& ctx);
 void register_lsp_commands(CLI::App& app, CliContext& ctx);
 void register_scale_commands(CLI::App& app, CliContext& ctx);
+void register_kernelbench_commands(CLI::App& app, CliContext& ctx);  // cmd_kernelbench.cpp
 
 // Parses "D=64,128" into a dim restriction; "name=value" attrs into JSON values.
 std::pair<std::string, std::vector<std::int64_t>> parse_dim_restriction(const std::string& text);

@@ -381,7 +381,7 @@ int run_ci(const CiOptions& o) {
 Json daemon_runs(DaemonClient& client, const std::string& op, std::size_t limit) {
   const Json list = call_daemon(client, wire::RunsRequest{op, limit});
   Json out = Json::array();
-  for (const auto& run : list.value("runs", Json::array())) {
+  for (const auto& run : join_backward_parts(list.value("runs", Json::array()))) {
     const std::int64_t total = run.value("total", std::int64_t{0});
     const std::int64_t passed = run.value("passed", std::int64_t{0});
     const Json kernel = run.value("kernel", Json::object());
@@ -400,6 +400,10 @@ Json daemon_runs(DaemonClient& client, const std::string& op, std::size_t limit)
                    {"first_failure", run.value("first_failure", Json())},
                    {"elapsed", run.value("elapsed", Json())},
                    {"failure_ids", run.value("failure_ids", Json::array())}});
+    // A backward=True run of the Python client: the case counts above are forward and gradients
+    // together; its parts' own counts, and the link between the two runs.
+    for (const char* key : {"forward", "gradients", "part_of"})
+      if (run.contains(key)) out.back()[key] = run[key];
   }
   return out;
 }
@@ -456,7 +460,7 @@ Json stored_failures_report(const std::string& op, std::size_t limit, const std:
   }
   // Pass rates and cases-to-first-failure come from the daemon's run history, whatever --runs says.
   const Json history =
-      call_daemon(*client, wire::RunsRequest{op, k_stats_runs}).value("runs", Json::array());
+      join_backward_parts(call_daemon(*client, wire::RunsRequest{op, k_stats_runs}).value("runs", Json::array()));
   Json first_failures = first_failures_from_runs(history);
   if (first_failures.size() > runs_limit) first_failures.erase(first_failures.begin() + static_cast<std::ptrdiff_t>(runs_limit), first_failures.end());
   return {{"tool", "gpuemu"},

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   register_project_commands(app, ctx);
   register_lsp_commands(app, ctx);
   register_scale_commands(app, ctx);
+  register_kernelbench_commands(app, ctx);
   auto* version = app.add_subcommand(
       "version", "Print gpuemu's version, the protocol's, and where its schemas and daemon are");
   static bool version_json = false;

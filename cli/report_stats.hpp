@@ -11,6 +11,15 @@ namespace gpuemu::cli {
 // (`runs`: each with op, total, passed and, since the editor release, by_dtype {dtype: {total,
 // passed}}; an older record without by_dtype counts under dtype "*").
 nlohmann::json pass_rates_from_runs(const nlohmann::json& runs);
+
+// The daemon's run records with the two parts of a Python client's backward=True run made one:
+// each record of its forward (part_of {part: "forward", run}) counts a case failed when its output
+// or any gradient failed, in the records of its gradients (part_of {part: "gradients", run}, the
+// same `run`: the backward run's id) at the same case indices (the two parts' case i share the
+// case seed). Such a record gains `forward` {total, passed} (its own counts), `gradients` {op, run, total, passed, failed}
+// and `backward: true`; its passed, first_failure, by_dtype and failure_ids are the case's. The
+// gradients' records stay as they are (op <op>_backward). Records of no such run are unchanged.
+nlohmann::json join_backward_parts(const nlohmann::json& runs);
 // The same from a `gpuemu ci` document's results (op, dtype, cases, failed_cases).
 nlohmann::json pass_rates_from_results(const nlohmann::json& results);
 

@@ -39,6 +39,25 @@ std::string iso_time(std::int64_t ms) {
   return os.str();
 }
 
+// After a daemon run's "passed/total": a Python client's backward=True run counts a case failed
+// when its output or a gradient failed (cli/report_stats.hpp, join_backward_parts), so its parts'
+// own counts follow; the gradients' run names the forward run it is part of.
+std::string backward_parts(const Json& run) {
+  std::ostringstream os;
+  if (run.contains("forward") && run.contains("gradients")) {
+    const Json& f = run["forward"];
+    const Json& g = run["gradients"];
+    os << " (forward " << str(f, "passed") << "/" << str(f, "total") << ", gradients "
+       << str(g, "op") << " " << str(g, "passed") << "/" << str(g, "total") << "; backward run "
+       << str(g, "run") << ")";
+  } else if (run.contains("part_of") && run["part_of"].is_object() &&
+             run["part_of"].value("part", "") == "gradients") {
+    os << " (the gradients of " << str(run["part_of"], "op") << "'s backward run "
+       << str(run["part_of"], "run") << ")";
+  }
+  return os.str();
+}
+
 // The lines a human needs about one failing result.
 std::string failure_detail(const Json& r) {
   std::ostringstream os;
@@ -106,7 +125,8 @@ std::string report_text(const Json& doc) {
     for (const auto& run : druns)
       os << "  " << iso_time(run.value("time_ms", std::int64_t{0})) << "  " << str(run, "id")
          << "  " << str(run, "kind") << "  " << str(run, "op") << "  " << str(run, "kernel")
-         << "  " << str(run, "passed") << "/" << str(run, "total") << " passed\n";
+         << "  " << str(run, "passed") << "/" << str(run, "total") << " passed"
+         << backward_parts(run) << "\n";
   }
   os << "\n"
      << s.value("total", 0) << " tests: " << s.value("passed", 0) << " passed, "
@@ -300,7 +320,7 @@ std::string report_html(const Json& doc) {
          << xml_escape(str(run, "id")) << "</td><td>" << xml_escape(str(run, "kind"))
          << "</td><td>" << xml_escape(str(run, "op")) << "</td><td>"
          << xml_escape(str(run, "kernel")) << "</td><td>" << xml_escape(str(run, "passed")) << "/"
-         << xml_escape(str(run, "total")) << "</td><td>"
+         << xml_escape(str(run, "total")) << xml_escape(backward_parts(run)) << "</td><td>"
          << (run.contains("first_failure") && run["first_failure"].is_number_integer() &&
                      run["first_failure"].get<std::int64_t>() >= 0
                  ? std::to_string(run["first_failure"].get<std::int64_t>())

@@ -45,6 +45,9 @@ class ScriptReference final : public ExternalReference {
                         {"attrs", ctx.attrs},
                         {"inputs", inputs}}}};
     if (!absent.empty()) request.header["absent"] = absent;
+    // A reference that returns values only gets its condition term derived by the runner
+    // (docs/custom-ops.md, "The error model of a custom op").
+    request.header["derive_bounds"] = schema.outputs.size();
     GPUEMU_TRY(protocol::Frame reply, m_process->exchange(request, "the reference of " + schema.name));
     const Json& h = reply.header;
     const std::string where = m_process->spec().script + ":" + m_process->spec().function;
@@ -88,6 +91,7 @@ class ScriptReference final : public ExternalReference {
       t.to_f64(o.c_acc.data());
       for (double& c : o.c_acc) c = std::isfinite(c) ? std::fabs(c) : 0.0;
     }
+    GPUEMU_TRY_STATUS(check_reference_shapes(schema, ctx, out, where));
     return out;
   }
 

@@ -103,8 +103,14 @@ Result<wire::RunsReply> runs(DaemonContext& ctx, const wire::RunsRequest& p) {
   const std::string& op = p.op;
   GPUEMU_TRY(auto list, ctx.store->list_runs(p.limit));
   wire::RunsReply out;
+  // An op's runs include the gradients part of its backward=True runs (op <op>_backward,
+  // part_of.op = op), which the report joins to their forward part.
+  auto part_of_op = [&](const Json& r) {
+    const auto it = r.find("part_of");
+    return it != r.end() && it->is_object() && it->value("op", "") == op;
+  };
   for (auto& r : list)
-    if (op.empty() || r.value("op", "") == op) out.runs.push_back(std::move(r));
+    if (op.empty() || r.value("op", "") == op || part_of_op(r)) out.runs.push_back(std::move(r));
   return out;
 }
 

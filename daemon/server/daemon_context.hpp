@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <utility>
@@ -171,10 +172,12 @@ struct HeldSubmission {
   std::string op;
   std::string options_key;  // protocol::options_to_json(options).dump() of the judging request
   std::size_t items = 0;
+  std::size_t inconclusive = 0;  // items that passed where resolvable, some elements not (a torch op's)
   std::vector<CaseResult> failures;
   std::vector<std::size_t> failure_item;
   std::vector<Json> failure_kernels;
   Json results, by_dtype, coverage;
+  Json failed_cases = Json::array();  // [{index, dtype, outputs}] of the failing items (the run record's)
   std::int64_t first_failure = -1, first_index = -1;
   std::optional<std::uint64_t> master_seed;
   std::vector<std::string> used;  // the kept cases judged (case cache keys)
@@ -188,6 +191,9 @@ struct ClientRun {
   explicit ClientRun(FuzzRequest r) : run(std::move(r)) {}
   std::mutex mutex;
   std::string options_key;  // protocol::options_to_json(options).dump() of the opening request
+  // The keys of the options a `next` of this run drew a chunk under (the run's, but for
+  // vary_attrs): the submissions of those chunks carry them.
+  std::set<std::string> next_keys;
   FuzzRun run;
   bool closed = false;  // done: later submissions are refused
 };

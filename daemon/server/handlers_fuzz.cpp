@@ -6,6 +6,7 @@
 #include "server/coverage.hpp"
 #include "server/records.hpp"
 #include "server/request_engine.hpp"
+#include "server/supplied_reference.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -174,6 +175,7 @@ Result<wire::FuzzReply> fuzz(DaemonContext& ctx, const wire::FuzzRequest& p) {
                 {"failure_ids", ids},
                 {"first_failure", report.first_failure},
                 {"dtypes", protocol::options_to_json(fr.options).value("dtypes", Json::array())},
+                {"vary_attrs", fr.options.vary_attrs},
                 {"by_dtype", by_dtype},
                 {"coverage", cov},
                 {"envelope", j.envelope}};
@@ -305,7 +307,8 @@ Json run_summary(const std::string& id, const FuzzRun& run) {
           {"iterations", run.request().iterations},
           {"total", r.total},
           {"passed", r.passed},
-          {"failed", r.total - r.passed},
+          {"inconclusive", r.inconclusive},
+          {"failed", r.total - r.passed - r.inconclusive},
           {"first_failure", r.first_failure},
           {"worst", Json{{"index", r.worst_index},
                          {"ratio", std::isfinite(r.worst_ratio) ? Json(r.worst_ratio) : Json("inf")}}},
@@ -490,7 +493,13 @@ Status judge_items(DaemonContext& ctx, const Frame& req, const wire::SubmitOutpu
         r.verdict = judge(kept->schema(), prepared->ctx, prepared->reference, outs,
                           engine.envelopes().get(op, c.dtype), &prepared->rounded);
       } else {
-        GPUEMU_TRY(r.verdict, engine.judge_case(c, outs));
+        // An op from PyTorch code is judged by the reference its client sent with this item.
+        const SuppliedReference* supplied = supplied_reference_of(gen.schema());
+        if (supplied) supplied->point_at(&req, prefix);
+        auto judged = engine.judge_case(c, outs);
+        if (supplied) supplied->point_at(nullptr, {});
+        if (!judged) return judged.error();
+        r.verdict = std::move(judged).value();
       }
       if (!r.verdict.passed && from_client) {
         r.diagnosis = *from_client;
@@ -506,11 +515,28 @@ Status judge_items(DaemonContext& ctx, const Frame& req, const wire::SubmitOutpu
                          {"message", r.verdict.message},
                          {"seed", c.seed},
                          {"index", c.index}});
-    count_case(h.by_dtype, c, r.verdict.passed);
+    if (r.verdict.inconclusive) {  // neither passed nor failed: counted apart, with the reason
+      h.results.back()["inconclusive"] = true;
+      ++h.inconclusive;
+    }
+    count_case(h.by_dtype, c, r.verdict.passed && !r.verdict.inconclusive);
     if (r.verdict.passed) h.passes.emplace_back(c.index, r.verdict);
     if (!r.verdict.passed) {
       if (h.first_failure < 0 || c.index < h.first_failure) h.first_failure = c.index;
       h.results.back()["diagnosis"] = r.diagnosis.to_json();
+      // The outputs that failed, by schema name (every output when none was judged: the kernel
+      // raised, broke its contract or wrote its inputs).
+      // (A verdict's outputs are the schema's, in its order; a one-output reference may call
+      // its output "out" whatever the schema names it.)
+      const auto& specs = gen.schema().outputs;
+      Json failed_outputs = Json::array();
+      for (std::size_t k = 0; k < r.verdict.outputs.size(); ++k)
+        if (!r.verdict.outputs[k].passed)
+          failed_outputs.push_back(k < specs.size() ? specs[k].name : r.verdict.outputs[k].name);
+      if (failed_outputs.empty())
+        for (const auto& o : gen.schema().outputs) failed_outputs.push_back(o.name);
+      h.results.back()["failed_outputs"] = failed_outputs;
+      h.failed_cases.push_back({{"index", c.index}, {"dtype", std::string(dtype_name(c.dtype))}, {"outputs", failed_outputs}});
       Json k = kernel;  // the request's kernel identity, refined per item (file, line)
       if (item.kernel.is_object()) k.update(item.kernel);
       h.failure_kernels.push_back(std::move(k));
@@ -559,7 +585,8 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const wire::SubmitOutputsReques
     run_lock = std::unique_lock(crun->mutex);
     if (crun->closed)
       return make_error(ErrorCode::invalid_argument, "client-side run '" + p.run_id + "' is over");
-    if (crun->run.request().op != op || crun->options_key != options_key)
+    if (crun->run.request().op != op ||
+        (crun->options_key != options_key && crun->next_keys.count(options_key) == 0))
       return make_error(ErrorCode::invalid_argument,
                         "client-side run '" + p.run_id + "' fuzzes " + crun->run.request().op +
                             " under other options than this request's");
@@ -643,12 +670,20 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const wire::SubmitOutputsReques
                 {"first_index", h.first_index},
                 {"kernel", kernel_identity(kernel)},
                 {"total", h.items},
-                {"passed", h.items - h.failures.size()},
+                {"passed", h.items - h.failures.size() - h.inconclusive},
+                {"inconclusive", h.inconclusive},
                 {"failure_ids", ids},
                 {"first_failure", h.first_failure},
                 {"dtypes", protocol::options_to_json(options).value("dtypes", Json::array())},
+                {"vary_attrs", options.vary_attrs},
                 {"by_dtype", h.by_dtype},
-                {"coverage", h.coverage}};
+                {"coverage", h.coverage},
+                {"failed_cases", h.failed_cases}};
+    // A client-side run's records name it, and the part of a backward=True run they are
+    // (`part_of`: the forward, or the gradients of the forward run named): the report joins the
+    // two into one count of cases (cli/report_stats.hpp, join_backward_parts).
+    if (!p.run_id.empty()) run["run_id"] = p.run_id;
+    if (p.part_of.is_object() && !p.part_of.empty()) run["part_of"] = p.part_of;
     (void)ctx.store->put_run(run);
   }
   wire::SubmitOutputsReply j;
@@ -671,9 +706,27 @@ Result<Frame> submit_outputs(DaemonContext& ctx, const wire::SubmitOutputsReques
   if (p.next && !(crun && crun->closed)) {
     const wire::NextBatch& next = *p.next;
     const std::uint64_t master = next.seed ? *next.seed : h.master_seed.value_or(0);
-    GPUEMU_TRY(j.next, hand_out(ctx, p.custom_op, re, op, *schema, options, master,
+    // `next.options`: the chunk is drawn (and will be submitted) under other options; in a run,
+    // the run's own but for vary_attrs (the attrs its kernel was seen to read).
+    const FuzzOptions& next_options = next.options ? *next.options : options;
+    if (next.options) {
+      GPUEMU_TRY_STATUS(check_case_budget(ctx, *schema, next_options));
+      const std::string next_key = protocol::options_to_json(next_options).dump();
+      if (crun && next_key != crun->options_key) {
+        auto but_vary = [](FuzzOptions o) {
+          o.vary_attrs.clear();
+          return protocol::options_to_json(o).dump();
+        };
+        if (but_vary(next_options) != but_vary(crun->run.request().options))
+          return make_error(ErrorCode::invalid_argument,
+                            "'next.options' of client-side run '" + p.run_id +
+                                "' may differ from the run's options only in vary_attrs");
+        crun->next_keys.insert(next_key);
+      }
+    }
+    GPUEMU_TRY(j.next, hand_out(ctx, p.custom_op, re, op, *schema, next_options, master,
                                 next.start_index, next.count, next.digests, reply));
-    GPUEMU_TRY_STATUS(prefetch(ctx, p.custom_op, re, op, *schema, options, master,
+    GPUEMU_TRY_STATUS(prefetch(ctx, p.custom_op, re, op, *schema, next_options, master,
                                next.start_index + next.count, next.prefetch));
   }
   reply.header["result"] = to_json(j);

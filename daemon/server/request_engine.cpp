@@ -2,6 +2,7 @@
 #include "server/request_engine.hpp"
 
 #include "script_kernels/script_reference.hpp"
+#include "server/supplied_reference.hpp"
 
 #include <filesystem>
 
@@ -41,6 +42,12 @@ Result<OpSchema> load_custom_op(const DaemonContext& ctx, const Json& spec) {
   schema.source_file = file;
   const fs::path base = fs::path(file).parent_path();
   const Json ref = spec.value("reference", Json());
+  if (schema.reference.rfind("torch:", 0) == 0) {
+    // PyTorch code held by the client that made the op: it supplies each case's reference with
+    // the kernel's outputs (supplied_reference.hpp).
+    schema.external_reference = std::make_shared<SuppliedReference>();
+    return schema;
+  }
   ScriptKernelSpec rs;
   if (ref.is_object()) {
     GPUEMU_TRY(rs.script, string_param(ref, "script"));

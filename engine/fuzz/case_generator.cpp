@@ -274,6 +274,7 @@ Result<TestCase> CaseGenerator::generate_pinned(
     auto make_values = [&](const Shape& s) {
       ValueRequest r = req;
       r.shape = s;
+      r.pattern_seed = derive_seed(seed, "pattern:" + spec.name);
       Rng vrng = Rng::substream(seed, "input:" + spec.name);
       auto v = generate_values(r, vrng);
       if (transform != transforms.end()) v = transform_values(transform->second, std::move(v), dtype);

@@ -151,7 +151,7 @@ class Probes {
   Diagnosis run() {
     using Rule = std::optional<Diagnosis> (Probes::*)();
     for (Rule rule : {&Probes::overflow_at_moderate_values, &Probes::stride_assumption,
-                      &Probes::precision, &Probes::narrow_outputs, &Probes::attr_mismatch,
+                      &Probes::dim_stride_assumption, &Probes::precision, &Probes::narrow_outputs, &Probes::attr_mismatch,
                       &Probes::eps_placement, &Probes::block_boundaries, &Probes::constant_ratio,
                       &Probes::overflow_at_scale, &Probes::length, &Probes::formula_constant})
       if (auto d = (this->*rule)()) return *d;
@@ -272,6 +272,67 @@ class Probes {
       if (l.kind != "contiguous") d.evidence.push_back("input '" + n + "' was " + l.kind);
     d.evidence.push_back("the same case with contiguous inputs passes");
     return d;
+  }
+
+  // 3b. Stride assumption along a dim attr: a case whose `dim` (an attr naming a dim of an input,
+  // softmax's) is not that input's innermost dim fails, and the same case with the input stored so
+  // that `dim` is innermost (the same values, shape and attrs; only the strides differ) passes:
+  // the kernel walks the lines along `dim` as if they were contiguous (a wrapper that moves `dim`
+  // last and forgets `.contiguous()`). Only the storage changes, so a correct kernel passes both.
+  std::optional<Diagnosis> dim_stride_assumption() {
+    for (const auto& a : m_schema.attrs) {
+      if (a.dim_of.empty() || !m_c.attrs.contains(a.name) || !m_c.attrs[a.name].is_number_integer()) continue;
+      auto it = m_c.inputs.find(a.dim_of);
+      if (it == m_c.inputs.end()) continue;
+      const std::int64_t rank = it->second.dim();
+      std::int64_t d = m_c.attrs[a.name].get<std::int64_t>();
+      if (d < 0) d += rank;
+      if (d < 0 || d >= rank || d == rank - 1 || it->second.shape()[static_cast<std::size_t>(d)] < 2) continue;
+      auto relaid = [&](std::optional<TestCase> tc) -> std::optional<bool> {
+        if (!tc) return std::nullopt;
+        auto& t = tc->inputs.at(a.dim_of);
+        t = innermost(t, d);
+        tc->layouts[a.dim_of] = InputLayout{"transposed", 0};
+        return run_case(*tc);
+      };
+      const std::pair<std::uint64_t, const Transforms*> variants[] = {
+          {m_c.seed, &m_c.value_transforms}, {m_probe_seed, &m_c.value_transforms}, {m_c.seed, &m_ones}};
+      bool all = true;
+      for (const auto& [seed, tr] : variants) {
+        auto pc = m_gen.generate_pinned(seed, m_free_dims, *tr);
+        auto p = relaid(pc ? std::optional<TestCase>(std::move(*pc)) : std::nullopt);
+        if (!p || !*p) {
+          all = false;
+          break;
+        }
+      }
+      if (!all) continue;
+      return make("stride_assumption",
+                  "fails with '" + a.dim_of + "' walked along " + a.name + "=" + attr_text(m_c.attrs[a.name]) +
+                      ", which is not its innermost dim, and passes with the same values stored so that "
+                      "it is: the kernel assumes the lines it walks are contiguous",
+                  {"the same case with '" + a.dim_of + "' stored with dim " + std::to_string(d) +
+                   " innermost passes (its seed, a second seed, and constant values)"});
+    }
+    return std::nullopt;
+  }
+  // `t`'s values in a fresh storage whose innermost dim is `d`: a view with t's shape.
+  static Tensor innermost(const Tensor& t, std::int64_t d) {
+    Shape stored;
+    const auto rank = static_cast<std::size_t>(t.dim());
+    for (std::size_t i = 0; i < rank; ++i)
+      if (static_cast<std::int64_t>(i) != d) stored.push_back(t.shape()[i]);
+    stored.push_back(t.shape()[static_cast<std::size_t>(d)]);
+    const auto st = contiguous_strides(stored);
+    std::vector<std::int64_t> strides(rank);
+    for (std::size_t i = 0, j = 0; i < rank; ++i)
+      strides[i] = static_cast<std::int64_t>(i) == d ? st.back() : st[j++];
+    Tensor base = Tensor::zeros(t.dtype(), stored);
+    Tensor v = Tensor::view(t.dtype(), t.shape(), strides, 0, base.storage()).value();
+    const std::vector<double> values = t.to_f64();
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(values.size()); ++i)
+      v.set_flat(i, values[static_cast<std::size_t>(i)]);
+    return v;
   }
 
   // 4. Precision: a low-precision case that passes when drawn in float32 (where "the input dtype"

@@ -168,7 +168,8 @@ Json CaseResult::to_json(bool with_inputs) const {
 
 Json FuzzReport::to_json() const {
   Json j{{"op", op}, {"seed", master_seed}, {"total", total}, {"passed", passed},
-         {"failed", total - passed}, {"first_failure", first_failure}, {"elapsed", elapsed_s}};
+         {"failed", total - passed - inconclusive}, {"first_failure", first_failure}, {"elapsed", elapsed_s}};
+  if (inconclusive) j["inconclusive"] = inconclusive;
   // JSON has no infinity: "inf", as the verdict writes max_error.
   j["worst"] = Json{{"index", worst_index}, {"ratio", std::isfinite(worst_ratio) ? Json(worst_ratio) : Json("inf")}};
   j["failures"] = Json::array();

@@ -56,7 +56,7 @@ void FuzzRun::record(CaseResult r) {
     m_report.worst_index = i;
   }
   if (r.verdict.passed) {
-    ++m_report.passed;
+    ++(r.verdict.inconclusive ? m_report.inconclusive : m_report.passed);
     return;
   }
   if (m_report.first_failure < 0 || i < m_report.first_failure) m_report.first_failure = i;

@@ -16,6 +16,7 @@ std::int64_t last_dim(const Shape& s) { return s.empty() ? 1 : std::max<std::int
 double pow2(Rng& rng, int lo, int hi) { return std::ldexp(1.0, static_cast<int>(rng.integer(lo, hi))); }
 
 bool is_logit_like(const OpSchema& s, const InputSpec& in) {
+  if (!in.values.empty()) return in.values == "logits";
   if (s.family == "softmax") return true;
   if (s.family == "attention") return in.name == "q" || in.name == "k" || in.name == "k_cache";
   if (s.family == "loss") return in.name == "logits";
@@ -23,10 +24,12 @@ bool is_logit_like(const OpSchema& s, const InputSpec& in) {
 }
 
 bool is_norm_input(const OpSchema& s, const InputSpec& in) {
+  if (!in.values.empty()) return in.values == "norm";
   return (s.family == "norm" || s.name == "l2norm") && in.name == "x";
 }
 
-bool is_accumulated(const OpSchema& s) {
+bool is_accumulated(const OpSchema& s, const InputSpec& in) {
+  if (!in.values.empty()) return in.values == "accumulated";
   return s.family == "gemm" || s.family == "conv" || s.family == "scan" || s.name == "sum" ||
          s.name == "mean" || s.name == "scaled_fp8_matmul";
 }
@@ -354,6 +357,185 @@ void fill_integers(std::vector<double>& v, Rng& rng, std::int64_t lo, std::int64
   }
 }
 
+
+// ---- Formulation patterns (issue 47): inputs at the conditioning limit of a formula that cancels.
+// Each is drawn in one adversarial case of 4, from the case's "pattern:<input>" sub-stream, after
+// the input's own values (a case it leaves alone keeps its bytes), on the dtype's grid.
+
+// A value on d's grid of magnitude in [2^e, 2^(e+1)), either sign.
+double grid_value(Rng& rng, DType d, int e) {
+  const double m = rng.uniform(1.0, 2.0) * std::ldexp(1.0, e);
+  return round_to(d, rng.chance(1, 2) ? m : -m);
+}
+
+// Nearly constant units at a large offset with sparse deviations (layer_norm's rows, group_norm's
+// groups): every element of a unit of N is the offset o (in [2^e, 2^(e+1))), but for k of them
+// (1 to 8, at most one in 16) o + c·2^(e-q), c in ±[1, 4]: deviations of q bits below the offset,
+// a multiple of its spacing (q <= p, the dtype's mantissa bits). Then σ ≈ √(k/N)·c·2^(e-q) and
+// o/σ ≈ 2^q·√(N/k)/c, and a one-pass E[x²] − E[x]² in fp32 loses u_fp32·o² to cancellation: a
+// relative error of u_fp32·(o/σ)² in the variance, against the bound's u_out + u_fp32·(o/σ)·G·√k
+// on a deviating output (docs/error-model.md's norm term), so it shows once (o/σ)² > 2·u_out/u_fp32
+// and o/σ > 2·G·√k. Dense rows on the dtype's grid never get there in 16 bits (offset/σ <= 2^(p-2)
+// in fill_norm: bfloat16's one-pass error stayed under its output rounding). q is at most
+// 16 − log2(N/k)/2 (o/σ <= 2^16), where a correct two-pass kernel's mean, off by u_fp32·o·G, is
+// still small next to σ. o is chosen so that the variance is at least 16·eps (eps would hide the
+// variance's error) and o² stays far inside fp32.
+void nearly_constant_units(std::vector<double>& v, std::int64_t unit, DType d, double eps, Rng& rng) {
+  if (unit < 2 || v.empty()) return;
+  const int p = dtype_info(d).mantissa_bits;
+  const auto units = static_cast<std::int64_t>(v.size()) / unit;
+  const auto forced = static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(std::max<std::int64_t>(units, 1))));
+  int cap_exp = 0;
+  std::frexp(dtype_cap(d), &cap_exp);
+  for (std::int64_t u = 0; u < units; ++u) {
+    if (u != forced && !rng.chance(1, 2)) continue;
+    const std::int64_t most = std::clamp<std::int64_t>(unit / 16, 1, 8);
+    const auto k = 1 + static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(most)));
+    const double n_over_k = static_cast<double>(unit) / static_cast<double>(k);
+    const int q_max = std::clamp(16 - static_cast<int>(std::ceil(std::log2(n_over_k) / 2.0)), 2, p);
+    const int q = static_cast<int>(rng.integer(std::max(2, q_max - 4), q_max));
+    // (2^(e-q))^2·k/N >= 16·eps: e >= q + log2(16·eps·N/k)/2.
+    const double need = std::log2(16.0 * std::max(eps, 0x1p-40) * n_over_k);
+    const int lo = q + static_cast<int>(std::ceil(need / 2.0));
+    const int e = std::min(std::max(lo, -4) + static_cast<int>(rng.integer(0, 4)), std::min(cap_exp - 2, 40));
+    const double o = grid_value(rng, d, e);
+    double* row = v.data() + u * unit;
+    std::fill(row, row + unit, o);
+    for (std::int64_t j = 0; j < k; ++j) {
+      const auto at = static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(unit)));
+      const auto c = static_cast<double>(rng.integer(1, 4)) * (rng.chance(1, 2) ? 1.0 : -1.0);
+      row[at] = round_to(d, o + c * std::ldexp(1.0, std::ilogb(o) - q));
+    }
+  }
+}
+
+// One dominant logit over many equal ones (the softmax family, logsumexp, cross_entropy's logits):
+// along `dim` (one line, and each other with probability 1/2) every logit is c, one is c + δ.
+// |c| in [2^e, 2^(e+1)), e the top (20; 15 in float16, |c| <= 65,376 so that c + δ stays finite:
+// fp16's range, past its usual drawing cap, since x − max is exact) in half the lines, else
+// uniform from 0; δ one of: 0 (a tie of N), 1-4 spacings of c, 8-30, or 104-120 (the others' exp
+// then underflows fp32). A kernel that sums exp(x) before it knows the max overflows at c > 88; one
+// that takes log(softmax) gets log(0) past δ = 104; one that normalises by a rounded lse,
+// exp(x − fl(c + log N)), is off by up to u_fp32·|c| in every probability (6 % at c = 2^20; in
+// float16 up to 4 output ulps at |c| >= 2^15, where 2^14 gave 2 and hid it in 4 runs of 20).
+void dominant_logit_lines(std::vector<double>& v, const Lines& l, DType d, Rng& rng) {
+  if (l.len < 2 || v.empty()) return;
+  const bool half = d == DType::float16;
+  const int top = half ? 15 : 20;
+  const auto forced = static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(l.outer * l.inner)));
+  for (std::int64_t o = 0; o < l.outer; ++o)
+    for (std::int64_t i = 0; i < l.inner; ++i) {
+      if (o * l.inner + i != forced && !rng.chance(1, 2)) continue;
+      double c = grid_value(rng, d, rng.chance(1, 2) ? top : static_cast<int>(rng.integer(0, top)));
+      if (half) c = std::clamp(c, -65376.0, 65376.0);  // on fp16's grid (a multiple of 32)
+      double delta = 0.0;
+      switch (rng.bounded(4)) {
+        case 1: delta = static_cast<double>(rng.integer(1, 4)) * spacing(d, c); break;
+        case 2: delta = rng.uniform(8.0, 30.0); break;
+        case 3: delta = rng.uniform(104.0, 120.0); break;
+        default: break;
+      }
+      const auto dom = static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(l.len)));
+      for (std::int64_t k = 0; k < l.len; ++k) v[static_cast<std::size_t>((o * l.len + k) * l.inner + i)] = c;
+      v[static_cast<std::size_t>((o * l.len + dom) * l.inner + i)] = round_to(d, c + delta);
+    }
+}
+
+// Long prefix sums that cancel (cumsum): along `dim` (one line, and each other with probability
+// 1/2) a head of small values (ε = 2^[-4, 0]) and then adjacent pairs a, −a + c·spacing(a)
+// (c in [-2, 2]) of magnitude L = ε·2^(p+[4, 8]) (p the mantissa bits; within the dtype's range).
+// Every prefix of the tail returns to the head's scale, so the running sums cancel; a kernel
+// that derives the prefix from the line's total minus its suffix loses u_fp32·Σ|tail| on the
+// head, where the bound holds only the head's own u_fp32·Σ|head| and the output's rounding.
+void cancelling_prefix_lines(std::vector<double>& v, const Lines& l, DType d, Rng& rng) {
+  if (l.len < 4 || v.empty()) return;
+  const int p = dtype_info(d).mantissa_bits;
+  int max_exp = 0;
+  std::frexp(std::min(dtype_info(d).max_finite / 16.0, 1e30), &max_exp);
+  const auto forced = static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(l.outer * l.inner)));
+  for (std::int64_t o = 0; o < l.outer; ++o)
+    for (std::int64_t i = 0; i < l.inner; ++i) {
+      if (o * l.inner + i != forced && !rng.chance(1, 2)) continue;
+      auto at = [&](std::int64_t k) -> double& { return v[static_cast<std::size_t>((o * l.len + k) * l.inner + i)]; };
+      const int eps_exp = static_cast<int>(rng.integer(-4, 0));
+      const int big_exp = std::min(eps_exp + p + static_cast<int>(rng.integer(4, 8)), max_exp - 2);
+      const auto head = 1 + static_cast<std::int64_t>(rng.bounded(static_cast<std::uint64_t>(l.len / 2)));
+      for (std::int64_t k = 0; k < head; ++k) at(k) = round_to(d, rng.normal() * std::ldexp(1.0, eps_exp));
+      std::int64_t k = head;
+      for (; k + 1 < l.len; k += 2) {
+        const double a = grid_value(rng, d, big_exp - static_cast<int>(rng.integer(0, 2)));
+        at(k) = a;
+        at(k + 1) = round_to(d, -a + static_cast<double>(rng.integer(-2, 2)) * spacing(d, a));
+      }
+      if (k < l.len) at(k) = 0.0;
+    }
+}
+
+// Tiny magnitudes for the elementwise ops: about half the elements at ±2^e, e from the dtype's
+// smallest normal exponent (at most 2^-60 down) to 2^-9, where 1 − σ(−x), 2σ(2x) − 1 or
+// (e^(2x) − 1)/(e^(2x) + 1) cancel against an fp32 one (fill_wide draws no magnitude below 2^-8).
+void tiny_magnitudes(std::vector<double>& v, DType d, Rng& rng) {
+  const int lo = std::max(std::ilogb(dtype_info(d).min_normal), -60);
+  for (auto& x : v)
+    if (rng.chance(1, 2)) x = grid_value(rng, d, static_cast<int>(rng.integer(lo, -9)));
+}
+
+double attr_number(const Json* attrs, const char* name, double dflt) {
+  if (attrs && attrs->contains(name) && (*attrs)[name].is_number()) return (*attrs)[name].get<double>();
+  return dflt;
+}
+
+// Draws the formulation patterns of issue 47 where the op has one (docs/fuzzing.md).
+void formulation_patterns(std::vector<double>& v, const ValueRequest& req, const std::string& kind) {
+  const OpSchema& s = *req.schema;
+  const InputSpec& in = *req.spec;
+  if (v.empty() || req.pattern_seed == 0) return;
+  // An input with a recipe of its own (an op inferred from PyTorch code) takes its recipe's pattern,
+  // along its last dim.
+  const bool norm = ((s.name == "layer_norm" || s.name == "group_norm") && in.name == "x") || in.values == "norm";
+  const bool logits = ((s.name == "softmax" || s.name == "log_softmax" || s.name == "logsumexp") && in.name == "x") ||
+                      in.values == "logits";
+  const bool loss_logits = s.name == "cross_entropy" && in.name == "logits";
+  const bool scan = s.name == "cumsum" && in.name == "x";
+  const bool elementwise = ((s.family == "elementwise" && in.values.empty()) || in.values == "wide") && kind == "real" &&
+                           s.name.find("_backward") == std::string::npos;
+  if (!norm && !logits && !loss_logits && !scan && !elementwise) return;
+  Rng rng(req.pattern_seed);
+  if (!rng.chance(1, 4)) return;
+  const DType d = req.dtype;
+  if (norm) {
+    std::int64_t unit = last_dim(req.shape);
+    if (in.values == "norm" && req.shape.size() > 1) {
+      // An op inferred from PyTorch code normalises over dims its schema does not name (a group
+      // norm's groups of channels, a batch norm's batch): the unit is the last k dims, k drawn
+      // from 1 to the rank, so that every group of trailing dims, and the whole tensor, may be
+      // nearly constant.
+      const auto k = 1 + static_cast<std::size_t>(rng.bounded(req.shape.size()));
+      unit = 1;
+      for (std::size_t i = req.shape.size() - k; i < req.shape.size(); ++i) unit *= req.shape[i];
+    }
+    if (s.name == "group_norm") {
+      const auto g = static_cast<std::int64_t>(attr_number(req.attrs, "num_groups", 1.0));
+      const std::int64_t b = req.shape.empty() ? 1 : req.shape[0];
+      const auto n = static_cast<std::int64_t>(v.size());
+      if (g < 1 || b < 1 || n % (b * g) != 0) return;
+      unit = n / (b * g);
+    }
+    nearly_constant_units(v, unit, d, attr_number(req.attrs, "eps", 1e-5), rng);
+  } else if (logits || loss_logits) {
+    Lines l = lines_along(req.shape, req.attrs);
+    if (loss_logits) {  // the class dim is 1
+      Json class_dim = {{"dim", 1}};
+      l = lines_along(req.shape, &class_dim);
+    }
+    dominant_logit_lines(v, l, d, rng);
+  } else if (scan) {
+    cancelling_prefix_lines(v, lines_along(req.shape, req.attrs), d, rng);
+  } else {
+    tiny_magnitudes(v, d, rng);
+  }
+}
+
 }  // namespace
 
 std::vector<double> generate_values(const ValueRequest& req, Rng& rng) {
@@ -418,12 +600,15 @@ std::vector<double> generate_values(const ValueRequest& req, Rng& rng) {
         fill_logits(v, req.shape, rng, req.dtype, in.name == "k" || in.name == "k_cache");
         if (s.name == "logsumexp") center_log_sum_exp(v, req.shape, req.attrs, rng);
       } else if (is_norm_input(s, in)) fill_norm(v, req.shape, rng, req.dtype, req.schema->name == "l2norm");
-      else if (is_accumulated(s)) {
+      else if (is_accumulated(s, in)) {
         fill_accumulated(v, rng);
         if (s.family == "scan" || s.name == "sum" || s.name == "mean") cancel_lines(v, req.shape, req.attrs, req.dtype, rng);
       }
-      else if (s.family == "elementwise" || s.family == "binary" || s.family == "quant") fill_wide(v, rng, req.dtype, false);
+      else if (in.values == "wide" || (in.values.empty() && (s.family == "elementwise" || s.family == "binary" ||
+                                                             s.family == "quant")))
+        fill_wide(v, rng, req.dtype, false);
       else fill_regular(v, rng, rng.chance(1, 2) ? 1.0 : 8.0);
+      formulation_patterns(v, req, kind);
       break;
   }
   if (kind == "scale") {

@@ -14,6 +14,9 @@ struct ValueRequest {
   Shape shape;
   std::int64_t bound = 0;   // indices:/targets: upper bound (exclusive), lengths: max (inclusive)
   const Json* attrs = nullptr;
+  // The seed of the case's "pattern:<input>" sub-stream (issue 47): the formulation patterns of the
+  // adversarial strategy draw from it, so that a case they leave alone keeps its bytes.
+  std::uint64_t pattern_seed = 0;
 };
 
 // Values in logical row-major order, already exactly representable in the request's dtype.

@@ -185,6 +185,7 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx,
               double envelope, const std::vector<std::vector<double>>* rounded) {
   Verdict verdict;
   verdict.envelope = envelope;
+  const bool derived = schema.reference.rfind("torch:", 0) == 0;
   if (outputs.size() != reference.size()) {
     verdict.passed = false;
     verdict.message = "expected " + std::to_string(reference.size()) + " output(s), got " +
@@ -310,6 +311,14 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx,
         record(e, err, o, ref.value[e]);
       }
       v.passed = v.failing == 0;
+      // An op from PyTorch code marks what its reference cannot resolve with an infinite c_acc or c_in (a
+      // comparison or an argmax within its own error decides the element); those are counted.
+      if (derived)
+        for (std::size_t e = 0; e < out.size(); ++e) {
+          const bool open = (!ref.c_acc.empty() && std::isinf(ref.c_acc[e])) ||
+                            (!ref.c_in.empty() && std::isinf(ref.c_in[e]));
+          if (open && std::isfinite(ref.value[e])) ++v.unresolved;
+        }
       if (v.nonfinite_mismatch > 0) {
         v.worst_index = first_nonfinite;
         v.worst_out = out[static_cast<std::size_t>(first_nonfinite)];
@@ -337,14 +346,24 @@ Verdict judge(const OpSchema& schema, const RefContext& ctx,
     verdict.max_error = std::max(verdict.max_error, v.max_error);
     verdict.outputs.push_back(std::move(v));
   }
-  if (verdict.passed)
+  if (verdict.passed) {
     verdict.message = "max error " + fmt(verdict.max_error) + " <= envelope " + fmt(envelope);
+    std::int64_t unresolved = 0;
+    for (const auto& o : verdict.outputs) unresolved += o.unresolved;
+    if (unresolved > 0) {
+      verdict.inconclusive = true;
+      verdict.message = "inconclusive: " + std::to_string(unresolved) +
+                        " element(s) depend on a decision the reference cannot make within its own error "
+                        "(a comparison, an argmax); the rest: " + verdict.message;
+    }
+  }
   return verdict;
 }
 
 Json Verdict::to_json() const {
   Json j;
   j["passed"] = passed;
+  if (inconclusive) j["inconclusive"] = true;
   j["max_error"] = std::isfinite(max_error) ? Json(max_error) : Json("inf");
   j["envelope"] = envelope;
   j["message"] = message;
@@ -363,6 +382,7 @@ Json Verdict::to_json() const {
     oj["nan_where_finite"] = o.nan_where_finite;
     oj["indeterminate"] = o.indeterminate;
     if (o.alternative) oj["alternative"] = o.alternative;
+    if (o.unresolved) oj["unresolved"] = o.unresolved;
     oj["message"] = o.message;
     j["outputs"].push_back(oj);
   }

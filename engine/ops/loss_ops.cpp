@@ -140,10 +140,12 @@ Result<std::vector<RefOutput>> cross_entropy_reference(const RefContext& ctx) {
             const double absorbed_x =
                 s > 0.0 ? SumGrowth::absorbed(a.classes, sum_abs, [x](std::int64_t k) { return x[k]; })
                         : 0.0;
-            c[ri] = std::fabs(m) + std::fabs(lse) + std::fabs(x[t]) + grow_e.growth(classes) +
+            // Both sums' terms repeat where the logits do (repeat_growth; exp is monotone).
+            const double repeats = SumGrowth::repeat_growth(a.classes, [x](std::int64_t k) { return x[k]; });
+            c[ri] = std::fabs(m) + std::fabs(lse) + std::fabs(x[t]) + std::max(grow_e.growth(classes), repeats) +
                     absorbed_e + spread / sum_e +
                     s * (std::fabs(lse) +
-                         sum_abs / classes * (grow_x.growth(classes) + absorbed_x));
+                         sum_abs / classes * (std::max(grow_x.growth(classes), repeats) + absorbed_x));
             c[ri] = overflow_guard(c[ri], sum_abs);
             cin[ri] = (1.0 - s) * std::fabs(logp_t) + s * abs_logp_mean;
             if (peak[ri] >= in_max) cin[ri] = std::max(cin[ri], peak[ri]);

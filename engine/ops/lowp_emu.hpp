@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -99,19 +100,26 @@ class SumGrowth {
   // (2.2 sqrt(n)) where this gives 1,245 (docs/error-model.md, "Correlated rounding").
   template <class Value>
   static double repeat_growth(std::int64_t n, Value&& value) {
-    std::vector<double> v;
-    v.reserve(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));
+    // Counted in one pass over an open-addressed table of the values' bits (+0 and -0 one value,
+    // as == has them): O(n), where sorting a copy cost several times the softmax row it bounds.
+    if (n <= 1) return n == 1 && std::isfinite(value(0)) ? 1.0 : 0.0;
+    std::size_t cap = 16;
+    while (cap < 2 * static_cast<std::size_t>(n)) cap *= 2;
+    thread_local std::vector<std::uint64_t> keys;
+    thread_local std::vector<std::uint32_t> counts;
+    constexpr std::uint64_t k_empty = 0x7ff8dead00000000ULL;  // a NaN: never a finite value's bits
+    keys.assign(cap, k_empty);
+    counts.resize(cap);
+    const int shift = 64 - std::countr_zero(cap);
+    double squares = 0.0;
     for (std::int64_t k = 0; k < n; ++k) {
       const double x = value(k);
-      if (std::isfinite(x)) v.push_back(x);
-    }
-    std::sort(v.begin(), v.end());
-    double squares = 0.0;
-    for (std::size_t i = 0; i < v.size();) {
-      std::size_t j = i + 1;
-      while (j < v.size() && v[j] == v[i]) ++j;
-      squares += static_cast<double>(j - i) * static_cast<double>(j - i);
-      i = j;
+      if (!std::isfinite(x)) continue;
+      const std::uint64_t bits = std::bit_cast<std::uint64_t>(x == 0.0 ? 0.0 : x);
+      std::size_t h = static_cast<std::size_t>((bits * 0x9E3779B97F4A7C15ULL) >> shift);
+      while (keys[h] != k_empty && keys[h] != bits) h = (h + 1) & (cap - 1);
+      if (keys[h] == k_empty) keys[h] = bits, counts[h] = 0;
+      squares += 2.0 * counts[h]++ + 1.0;  // (c + 1)^2 - c^2
     }
     return std::sqrt(squares);
   }

@@ -108,6 +108,8 @@ std::int64_t affine_size(const RefContext& ctx, const NormRows& nr) {
   return ((v[0] + v[1]) + (v[2] + v[3])) + tail;
 }
 
+inline double mean_abs_of(double abs_sum, double len) { return len > 0.0 ? abs_sum / len : 0.0; }
+
 // rstd_hi = 1 / sqrt(var - dvar + eps), the largest rstd a variance known to within dvar may give
 // (var - dvar clamped at 0, var + eps at the least fp32 subnormal), and (rstd_hi - rstd) / u, formed
 // without cancelling: 1/sqrt(a) - 1/sqrt(b) = (b - a) / (sqrt(a) sqrt(b) (sqrt(a) + sqrt(b))).
@@ -202,7 +204,8 @@ struct NormJob {
       // amplified (amp) and |x - mean| * (rstd_hi - rstd) (d_rstd, in units of u).
       const RstdRange rr =
           welford_rstd(centered ? 2.0 * 0x1p-24 * (x_hi - x_lo) * hi : 0.0, ssq / len, eps);
-      const double rstd_hi = rr.hi, d_rstd = rr.excess;
+      const double rstd_hi = rr.hi;
+      double d_rstd = rr.excess;
       const double intermediate = std::max(abs_sum, ssq);
       // The fp32 mean is off by about u * mean|x| * sqrt(len) (mean|x| >= |mean|: mixed signs),
       // and never known better than half a subnormal spacing (u * FLT_MIN), which rstd amplifies
@@ -211,10 +214,14 @@ struct NormJob {
       // The fp32 sum's growth: sqrt(len), or more over near-equal terms (SumGrowth): x for the
       // mean, x^2 for rms_norm's mean square.
       // Plus the terms within an ulp or two of the sum (SumGrowth::absorbed).
+      // Or more over repeated terms (repeat_growth: a nearly constant row at an offset, a
+      // low-precision row): x for the mean, |x| for the mean square.
       const double growth =
-          centered ? SumGrowth::growth(len, abs_sum / len, hi - lo) +
+          centered ? std::max(SumGrowth::growth(len, abs_sum / len, hi - lo),
+                              SumGrowth::repeat_growth(len_i, [row](std::int64_t k) { return row[k]; })) +
                          SumGrowth::absorbed(len_i, abs_sum, [row](std::int64_t k) { return row[k]; })
-                   : SumGrowth::growth(len, ssq / len, hi * hi - lo * lo) +
+                   : std::max(SumGrowth::growth(len, ssq / len, hi * hi - lo * lo),
+                              SumGrowth::repeat_growth(len_i, [row](std::int64_t k) { return std::fabs(row[k]); })) +
                          SumGrowth::absorbed(len_i, ssq,
                                              [row](std::int64_t k) { return row[k] * row[k]; });
       // A layer_norm row of one element has an exact mean (no addition, a division by 1;
@@ -225,6 +232,21 @@ struct NormJob {
       // counted twice for longer rows (|x| and mean|x|, each times rstd * G): halving an N = 1
       // bound that let an output of 0.25 where b = 0 pass at 1.3 (issue 21: float16, weight only,
       // fuzz seed 78, case 226). Not group_norm, whose folded affine is bounded below.
+      // And downward: a two-pass variance over deviations from a mean off by delta is var + delta^2
+      // (exactly: the deviations' sum is -N delta). Second order while delta << sigma, but a running
+      // sum over a nearly constant row of repeats errs by up to u * mean|x| * G, G ~ N, which reaches
+      // sigma: there the variance, and every x_hat, shrinks by sqrt(var / (var + delta^2)) (a
+      // single-thread fp32 loop over 14,785 copies of -450.75 and one -442.75, float16: x_hat 121.6
+      // came out 71.2, 2.6 times the first-order bound). rstd_lo = 1 / sqrt(var + delta^2 + eps);
+      // the term |x - mean| * (rstd - rstd_lo) / u joins the upward one (the larger of the two).
+      if (centered && len_i > 1) {
+        const double delta = 0x1p-24 * mean_abs_of(abs_sum, len) * growth;
+        const double b = ssq / len + eps, a = b + delta * delta;
+        if (finite(a) && b > 0.0 && a > b) {
+          const double sa = std::sqrt(a), sb = std::sqrt(b);
+          d_rstd = std::max(d_rstd, (a - b) / (sa * sb * (sa + sb)) * 0x1p24);
+        }
+      }
       const bool exact_mean = centered && len_i == 1 && !nr->grouped;
       const double amp = exact_mean ? 0.0 : rstd_hi * growth,
                    c_base = (exact_mean ? mean_abs * rstd_hi : mean_abs * amp) +

@@ -1,5 +1,6 @@
 #include "gpuemu/op.hpp"
 
+#include "fuzz/shape_sampler.hpp"
 #include "ops/register.hpp"
 
 #include <mutex>
@@ -119,6 +120,10 @@ std::vector<std::string> BuiltinRegistry::names() const {
 Result<std::vector<RefOutput>> run_reference(const OpSchema& schema, const RefContext& ctx) {
   if (schema.external_reference) return schema.external_reference->run(ctx);
   const std::string& ref = schema.reference;
+  if (ref.rfind("torch:", 0) == 0)
+    return make_error(ErrorCode::invalid_argument,
+                      "op '" + schema.name + "': its reference is PyTorch code held by the Python process "
+                      "that made it (gpuemu.torch_op): run it from there");
   if (ref.rfind("builtin:", 0) != 0)
     return make_error(ErrorCode::invalid_argument,
                       "op '" + schema.name + "': reference '" + ref +
@@ -134,6 +139,49 @@ Result<std::vector<RefOutput>> run_reference(const OpSchema& schema, const RefCo
   } catch (const std::exception& e) {
     return make_error(ErrorCode::internal, std::string("reference failed: ") + e.what());
   }
+}
+
+std::optional<Shape> expected_output_shape(const OpSchema& schema, const RefContext& ctx, std::size_t index) {
+  if (index >= schema.outputs.size()) return std::nullopt;
+  const Json& rule = schema.outputs[index].shape;
+  if (rule.is_string()) {
+    const std::string& text = rule.get_ref<const std::string&>();
+    if (text.rfind("like:", 0) != 0) return std::nullopt;  // a description
+    auto it = ctx.inputs.find(std::string_view(text).substr(5));
+    if (it == ctx.inputs.end()) return std::nullopt;
+    return it->second.shape;
+  }
+  if (!rule.is_array()) return std::nullopt;
+  for (const auto& in : schema.inputs)
+    if (in.any_leading_dims) return std::nullopt;  // the caller's rank, not the schema's
+  Shape out;
+  for (const auto& e : rule) {
+    if (e.is_number_integer()) {
+      out.push_back(e.get<std::int64_t>());
+      continue;
+    }
+    if (!e.is_string()) return std::nullopt;
+    auto v = eval_expr(e.get<std::string>(), ctx.dims, ctx.attrs);
+    if (!v) return std::nullopt;
+    out.push_back(*v);
+  }
+  return out;
+}
+
+Status check_reference_shapes(const OpSchema& schema, const RefContext& ctx,
+                              const std::vector<RefOutput>& outputs, const std::string& who) {
+  for (std::size_t i = 0; i < outputs.size() && i < schema.outputs.size(); ++i) {
+    const auto want = expected_output_shape(schema, ctx, i);
+    if (!want || *want == outputs[i].shape) continue;
+    const Json& rule = schema.outputs[i].shape;
+    return make_error(ErrorCode::invalid_argument,
+                      "the reference " + who + " returned output '" + schema.outputs[i].name + "' of shape " +
+                          shape_to_string(outputs[i].shape) + ", but op '" + schema.name + "' gives it " +
+                          shape_to_string(*want) + " for this case (schema: \"shape\": " + rule.dump() +
+                          ", dims " + Json(ctx.dims).dump() +
+                          "): the reference is wrong, not the kernel; no case was judged by it");
+  }
+  return {};
 }
 
 }  // namespace gpuemu

@@ -80,10 +80,13 @@ struct SoftmaxRows {
       return;
     }
     for (int l = 0; l < 4; ++l) lo = std::min(lo, lov[l]);
-    // The sum's growth: sqrt(N), or more over near-equal terms (exp(x - max) in [lo, 1]: SumGrowth),
-    // plus the terms within an ulp or two of the sum (absorbed: most of a row far below its max).
+    // The sum's growth: sqrt(N), or more over near-equal terms (exp(x - max) in [lo, 1]: SumGrowth)
+    // or repeated ones (the exp terms repeat where the logits do, exp being monotone: a row of
+    // equal logits beside one dominant one, a low-precision row: repeat_growth), plus the terms
+    // within an ulp or two of the sum (absorbed: most of a row far below its max).
     const double root =
-        SumGrowth::growth(static_cast<double>(n), s / static_cast<double>(n), 1.0 - lo) +
+        std::max(SumGrowth::growth(static_cast<double>(n), s / static_cast<double>(n), 1.0 - lo),
+                 SumGrowth::repeat_growth(n, [x](std::int64_t k) { return x[k]; })) +
         SumGrowth::absorbed(n, s, [out](std::int64_t k) { return out[k]; });
     // Pass 3: the value and its condition term.
     if (log) {

@@ -97,8 +97,10 @@ class SchemaReader {
         "rope", "conv", "loss", "gather", "quant", "custom"};
     if (!k_families.count(s.family)) return error({"family"}, "unknown family '" + s.family + "'");
     GPUEMU_TRY(s.reference, get_string(doc, {}, "reference", true));
-    if (s.reference.rfind("builtin:", 0) != 0 && s.reference.rfind("script:", 0) != 0)
-      return error({"reference"}, "must be 'builtin:<name>' or 'script:<file>.py:<function>'");
+    if (s.reference.rfind("builtin:", 0) != 0 && s.reference.rfind("script:", 0) != 0 &&
+        s.reference.rfind("torch:", 0) != 0)
+      return error({"reference"},
+                   "must be 'builtin:<name>', 'script:<file>.py:<function>' or 'torch:<name>'");
 
     if (!doc.contains("dtypes") || !doc["dtypes"].is_array() || doc["dtypes"].empty())
       return error({"dtypes"}, "must be a non-empty list of dtype names");
@@ -203,7 +205,7 @@ class SchemaReader {
     for (const auto& in : doc["inputs"]) {
       if (!in.is_object()) return error({"inputs"}, "entries must be objects");
       std::vector<std::string> p = {"inputs", in.value("name", std::string("?"))};
-      GPUEMU_TRY_STATUS(check_keys(in, p, {"name", "shape", "shape_when", "dtype", "domain", "optional", "presence", "layouts", "any_leading_dims", "description"}));
+      GPUEMU_TRY_STATUS(check_keys(in, p, {"name", "shape", "shape_when", "dtype", "domain", "optional", "presence", "layouts", "any_leading_dims", "values", "description"}));
       InputSpec spec;
       GPUEMU_TRY(spec.name, get_string(in, p, "name", true));
       if (!in.contains("shape")) return error(p, "shape must be a list");
@@ -288,6 +290,12 @@ class SchemaReader {
             return error(p, "unknown layout " + l.dump());
           spec.layouts.push_back(l.get<std::string>());
         }
+      }
+      if (in.contains("values")) {
+        static const std::set<std::string> k_recipes = {"logits", "norm", "accumulated", "wide", "regular"};
+        if (!in["values"].is_string() || !k_recipes.count(in["values"].get<std::string>()))
+          return error(p, "values must be one of logits, norm, accumulated, wide, regular");
+        spec.values = in["values"].get<std::string>();
       }
       if (in.contains("any_leading_dims")) {
         if (!in["any_leading_dims"].is_boolean()) return error(p, "any_leading_dims must be a bool");

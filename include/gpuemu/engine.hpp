@@ -73,6 +73,9 @@ struct FuzzReport {
   std::uint64_t master_seed = 0;
   std::int64_t total = 0;
   std::int64_t passed = 0;
+  // Cases that passed where they could be judged but hold elements the reference cannot resolve
+  // (Verdict::inconclusive): neither passed nor failed. failed = total - passed - inconclusive.
+  std::int64_t inconclusive = 0;
   std::int64_t first_failure = -1;  // index of the first failing case
   double elapsed_s = 0.0;
   std::vector<CaseResult> failures;

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -213,5 +214,16 @@ class BuiltinRegistry {
 // Runs the schema's reference on `ctx`: its external_reference when bound, else the built-in one
 // its `reference` names ("script:" references need the daemon to bind them).
 Result<std::vector<RefOutput>> run_reference(const OpSchema& schema, const RefContext& ctx);
+
+// The shape the schema gives output `index` of the case in `ctx`: "like:<input>" is that input's
+// shape, a list of expressions is evaluated over the case's dims and attrs. None where the schema
+// does not fix it (a description, an input that takes any number of leading dims, a name the
+// case does not bind).
+std::optional<Shape> expected_output_shape(const OpSchema& schema, const RefContext& ctx, std::size_t index);
+
+// An error naming `who` (the reference) when one of `outputs` has another shape than the schema
+// gives it: a reference's output is never taken as the truth a correct kernel must match.
+Status check_reference_shapes(const OpSchema& schema, const RefContext& ctx,
+                              const std::vector<RefOutput>& outputs, const std::string& who);
 
 }  // namespace gpuemu

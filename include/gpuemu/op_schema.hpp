@@ -55,6 +55,10 @@ struct InputSpec {
   InputPresence presence = InputPresence::drawn;  // when the fuzzer omits it (optional only)
   std::vector<std::string> layouts; // non-contiguous layouts it may take: transposed, strided,
                                     // offset, expanded
+  // The adversarial value recipe, where the family's does not fit this input (schema key
+  // "values"): logits | norm | accumulated | wide | regular; empty: the family's. Ops inferred
+  // from PyTorch code (gpuemu.torch_op) set it from the ops each input feeds.
+  std::string values;
   // PyTorch's (*, N): the first shape entry (a dim name) stands for any number of leading dims,
   // bound to their product (1 when there are none). The fuzzer draws the schema's rank; a caller's
   // own tensors (gpuemu.reference, run_op) may have any rank >= shape.size() - 1.

@@ -26,6 +26,8 @@ struct OutputVerdict {
                                        // its own: 0 x Inf inside a kernel, docs/gpu.md)
   std::int64_t indeterminate = 0;      // elements whose intermediates overflow legitimately
   std::int64_t alternative = 0;        // non-finite results another correct formulation gives
+  std::int64_t unresolved = 0;         // elements the reference cannot resolve (an op from PyTorch
+                                       // code, docs/torch-ops.md: a decision within its own error)
   std::string message;
   RefVec errors;                       // per-element normalised error, row-major (diagnosis and
                                        // the error map, gpuemu/error_map.hpp); inf: mismatch
@@ -33,6 +35,9 @@ struct OutputVerdict {
 
 struct Verdict {
   bool passed = true;
+  // Passed where it could be judged, but some elements the reference cannot resolve: the case
+  // counts neither as a pass nor as a failure (FuzzReport::inconclusive).
+  bool inconclusive = false;
   double max_error = 0.0;
   double envelope = 0.0;
   std::string message;                 // one line

@@ -89,6 +89,7 @@ void NextBatch::map(M& m, S& s) {
   m.seed("seed", s.seed);
   m.opt("prefetch", s.prefetch);
   m.opt("digests", s.digests);
+  m.opt("options", s.options);
 }
 
 template <class M, class S>
@@ -117,6 +118,7 @@ void SubmitOutputsRequest::map(M& m, S& s) {
   m.opt("items", s.items, "'items' must be a non-empty array");
   m.opt("diagnoses", s.diagnoses);
   m.opt("run_id", s.run_id);
+  m.opt("part_of", s.part_of);
 }
 
 template <class M, class S>

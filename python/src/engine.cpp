@@ -1,6 +1,7 @@
 // gpuemu._core.Engine: the validation service in-process (fuzz, judge, minimise, diagnose,
 // calibrate), with Python callables as the kernel under test.
 #include "convert.hpp"
+#include "py_reference.hpp"
 #include "register.hpp"
 
 #include "gpuemu/engine.hpp"
@@ -191,6 +192,13 @@ void register_engine(py::module_& m) {
         tune_malloc_for_cases(MallocTuning::unless_environment_says);  // in-process runs make cases here
         return unwrap(Engine::create_default());
       }))
+      .def("with_op",
+           [](const Engine& e, const std::string& schema, const std::string& file, py::function reference,
+              py::object envelope) { return engine_with_op(e, schema, file, std::move(reference), envelope); },
+           py::arg("schema"), py::arg("file"), py::arg("reference"), py::arg("envelope") = py::none(),
+           "A copy of this engine whose catalogue also holds the op of `schema` (its JSON text), with "
+           "reference(inputs, attrs, dims, dtype) -> [value | (value, c_acc[, c_in]) per output] "
+           "called in this process, and `envelope` (every dtype) when given")
       .def("builtin_kernels", &Engine::builtin_kernel_names)
       .def("envelope", [](const Engine& e, const std::string& op, const std::string& dtype) {
         return e.envelopes().get(op, dtype_from_name(dtype));
@@ -246,7 +254,7 @@ void register_engine(py::module_& m) {
                       std::int64_t iterations, py::object dtypes, const std::string& strategy, py::object dims,
                       py::object attrs, py::object vary_attrs, bool layouts, bool fail_fast, bool diagnose,
                       const std::string& repro_prefix, py::object present, py::object precision,
-                      int minimize) {
+                      int minimize, std::int64_t start_index, int diagnose_limit) {
         FuzzRequest req;
         req.op = op;
         req.options = options_from(dtypes, strategy, dims, attrs, vary_attrs, layouts, present, precision);
@@ -256,14 +264,18 @@ void register_engine(py::module_& m) {
         req.diagnose = diagnose;
         req.repro_prefix = repro_prefix;
         req.minimize = std::max(minimize, 0);
+        req.start_index = std::max<std::int64_t>(start_index, 0);
+        req.diagnose_limit = std::max(diagnose_limit, 0);
         return py_from_json(unwrap(e.fuzz(req, runner_of(kernel))).to_json());
       }, py::arg("op"), py::arg("kernel"), py::arg("seed"), py::arg("iterations") = 100,
          py::arg("dtypes") = py::none(), py::arg("strategy") = "adversarial", py::arg("dims") = py::none(),
          py::arg("attrs") = py::none(), py::arg("vary_attrs") = py::none(), py::arg("layouts") = true,
          py::arg("fail_fast") = false, py::arg("diagnose") = true, py::arg("repro_prefix") = "",
          py::arg("present") = py::none(), py::arg("precision") = py::none(), py::arg("minimize") = 0,
+         py::arg("start_index") = 0, py::arg("diagnose_limit") = 3,
          "One fuzz run (Engine::fuzz): the report's JSON; `minimize`: the first that many failures "
-         "are shrunk with the same kernel (each failure's `minimized`)")
+         "are shrunk with the same kernel (each failure's `minimized`); `start_index`: the run judges "
+         "cases [start_index, start_index + iterations) of the seed; `diagnose_limit`: failures diagnosed")
       .def("minimize", [](const Engine& e, const TestCase& c, py::function kernel, py::object dims,
                           py::object layouts_flag, int max_evaluations, py::object present, py::object precision) {
         FuzzOptions o = options_from(py::none(), std::string(distribution_name(c.distribution)), dims, py::none(),

@@ -47,8 +47,15 @@ std::shared_ptr<const Catalogue> catalogue_nogil(bool reload = false) {
   return catalogue(reload);
 }
 
+py::array_t<double> array_of(RefVec&& v, const std::vector<py::ssize_t>& shape) {
+  // The array takes the buffer as it is (no copy): the capsule frees it with the array.
+  auto* held = new RefVec(std::move(v));
+  py::capsule owner(held, [](void* p) { delete static_cast<RefVec*>(p); });
+  return py::array_t<double>(shape, held->data(), owner);
+}
+
 py::list reference(const std::string& op, const py::dict& inputs, const py::dict& attrs,
-                   const std::optional<std::string>& case_dtype) {
+                   const std::optional<std::string>& case_dtype, bool bounds) {
   tune_malloc_for_cases(MallocTuning::unless_environment_says);  // the inputs' copies and the outputs
   // Decode everything to exact values while holding the GIL (straight from the arrays' memory),
   // then compute without it.
@@ -78,7 +85,7 @@ py::list reference(const std::string& op, const py::dict& inputs, const py::dict
     if (!schema) throw GpuemuException(schema.error());
     auto ctx = make_ref_context(**schema, std::move(args), attr_json, dtype);
     if (!ctx) throw GpuemuException(ctx.error());
-    ctx->value_only = true;  // nobody judges here: the value alone, no error bounds
+    ctx->value_only = !bounds;  // nobody judges here: the value alone, unless the bounds are asked for
     auto result = run_reference(**schema, *ctx);
     if (!result) throw GpuemuException(result.error());
     outputs = std::move(result).value();
@@ -91,11 +98,17 @@ py::list reference(const std::string& op, const py::dict& inputs, const py::dict
       throw_error(ErrorCode::internal, "op '" + op + "': reference output '" + o.name + "' has " +
                                            std::to_string(o.value.size()) + " values for shape " +
                                            shape_to_string(o.shape));
-    // The array takes the reference's buffer as it is (no copy): the capsule frees it with the array.
-    auto* held = new RefVec(std::move(o.value));
-    py::capsule owner(held, [](void* p) { delete static_cast<RefVec*>(p); });
-    py::array_t<double> arr(shape, held->data(), owner);
-    out.append(py::make_tuple(o.name, std::move(arr), std::string(dtype_name(o.dtype))));
+    const std::size_t n = o.value.size();
+    auto arr = array_of(std::move(o.value), shape);
+    if (!bounds) {
+      out.append(py::make_tuple(o.name, std::move(arr), std::string(dtype_name(o.dtype))));
+      continue;
+    }
+    // the error model's terms (docs/error-model.md): empty ones are zeros; an exact op's are unused
+    if (o.c_acc.empty() || o.exact) o.c_acc.assign(n, 0.0);
+    if (o.c_in.empty() || o.exact) o.c_in.assign(n, 0.0);
+    out.append(py::make_tuple(o.name, std::move(arr), std::string(dtype_name(o.dtype)),
+                              array_of(std::move(o.c_acc), shape), array_of(std::move(o.c_in), shape)));
   }
   return out;
 }
@@ -128,9 +141,9 @@ void register_reference(py::module_& m) {
       "set_oracle_min_macs", [](std::int64_t macs) { oracle_backend::set_min_macs(macs); },
       py::arg("macs"), "problems of at least this many multiply-adds go to the GPU backend");
   m.def("reference", &reference, py::arg("op"), py::arg("inputs"), py::arg("attrs"),
-        py::arg("dtype") = py::none(),
-        "fp64 reference outputs of `op`: a list of (name, float64 array, output dtype name); "
-        "inputs map names to (array, dtype name) pairs");
+        py::arg("dtype") = py::none(), py::arg("bounds") = false,
+        "fp64 reference outputs of `op`: a list of (name, float64 array, output dtype name), with "
+        "`bounds` (name, value, dtype, c_acc, c_in); inputs map names to (array, dtype name) pairs");
   m.def(
       "ops",
       [] {

@@ -180,10 +180,11 @@ void plain_softmax(const std::vector<double>& x, std::int64_t outer, std::int64_
         lo = std::min(lo, e);
         if (e > 0) w += e * std::fabs(x[at(o, k, i)] - m);
       }
-      // The sum's growth: near-equal terms (SumGrowth) and absorbed ones.
+      // The sum's growth: near-equal terms (SumGrowth), repeated ones and absorbed ones.
       const double n = static_cast<double>(len);
       const double sqrt_len =
-          ops::SumGrowth::growth(n, s / n, 1.0 - lo) +
+          std::max(ops::SumGrowth::growth(n, s / n, 1.0 - lo),
+                   ops::SumGrowth::repeat_growth(len, [&](std::int64_t k) { return x[at(o, k, i)]; })) +
           ops::SumGrowth::absorbed(len, s, [&](std::int64_t k) { return std::exp(x[at(o, k, i)] - m); });
       const double lse = m + std::log(s);
       const double row_term =
@@ -236,9 +237,11 @@ void plain_norm(const std::vector<double>& x, std::int64_t len, const std::vecto
     const double mean_abs = centered ? abs_sum / n : 0.0;
     // The fp32 sum's growth over the row (SumGrowth: sqrt(len), more over near-equal terms).
     const double growth =
-        centered ? ops::SumGrowth::growth(n, abs_sum / n, hi - lo) +
+        centered ? std::max(ops::SumGrowth::growth(n, abs_sum / n, hi - lo),
+                            ops::SumGrowth::repeat_growth(len, [row](std::int64_t k) { return row[k]; })) +
                        ops::SumGrowth::absorbed(len, abs_sum, [row](std::int64_t k) { return row[k]; })
-                 : ops::SumGrowth::growth(n, ssq / n, hi * hi - lo * lo) +
+                 : std::max(ops::SumGrowth::growth(n, ssq / n, hi * hi - lo * lo),
+                            ops::SumGrowth::repeat_growth(len, [row](std::int64_t k) { return std::fabs(row[k]); })) +
                        ops::SumGrowth::absorbed(len, ssq,
                                                 [row](std::int64_t k) { return row[k] * row[k]; });
     // The Welford variance's error (2 u range max|x|) bounds how large rstd may be computed.
@@ -250,6 +253,12 @@ void plain_norm(const std::vector<double>& x, std::int64_t len, const std::vecto
       // 1/sqrt(a) - 1/sqrt(var + eps) over var + eps - a, without cancelling, in units of u.
       const double drop = var - dvar > 0.0 ? dvar : var + eps - a;
       d_rstd = drop * rstd_hi * rstd / (std::sqrt(a) + std::sqrt(var + eps)) * 0x1p24;
+    }
+    // Downward: a two-pass variance from a mean off by delta = u mean|x| G is var + delta^2.
+    if (centered && n > 1) {
+      const double delta = 0x1p-24 * mean_abs * growth, b = ssq / n + eps, a = b + delta * delta;
+      if (std::isfinite(a) && b > 0.0 && a > b)
+        d_rstd = std::max(d_rstd, (a - b) / (std::sqrt(a) * std::sqrt(b) * (std::sqrt(a) + std::sqrt(b))) * 0x1p24);
     }
     // One element: the mean is exact, and only the folded affine's rounding of rstd * mean is left.
     const bool exact_mean = centered && n == 1;

@@ -107,6 +107,10 @@ struct NextBatch {
   std::optional<std::uint64_t> seed;  // absent: the submitted cases' master seed
   std::int64_t prefetch = 0;
   bool digests = true;
+  // The options the next batch is drawn under (absent: the submission's). In a client-side run
+  // they may differ from the run's only in vary_attrs: a run that starts varying the attrs its
+  // kernel was seen to read. The chunk is then submitted under these options.
+  std::optional<FuzzOptions> options;
   template <class M, class S>
   static void map(M& m, S& s);
 };
@@ -139,6 +143,10 @@ struct SubmitOutputsRequest {
   std::optional<std::vector<SubmitItem>> items;
   Json diagnoses;  // [{item, diagnosis}] of a held submission
   std::string run_id;  // the client-side run these items belong to (get_test_batch's `run`)
+  // The part of a backward=True run these items are, stored with the run record:
+  // {part: "forward", run, gradients_op} or {part: "gradients", run, op}: `run` names the
+  // backward run, the same in both parts (docs/protocol.md).
+  Json part_of;
   template <class M, class S>
   static void map(M& m, S& s);
 };
