@@ -8,7 +8,9 @@ values the kernel received. This package is its Python side:
 - :mod:`gpuemu.rng` — gpuemu's reproducible RNG in pure Python, bit-identical to the C++ one;
 - :func:`fuzz_op_in_process` — fuzz an op against a Python kernel, in process;
 - :mod:`gpuemu.errors` — the exception hierarchy (:class:`GpuemuError` and its subclasses);
-- :class:`Client` — the daemon's client: client-side fuzzing, test batches, stored failures.
+- :class:`Client` — the daemon's client: client-side fuzzing, test batches, stored failures;
+- :func:`torch_op` — an op made from the PyTorch code a kernel replaces (imports torch on first use);
+- :mod:`gpuemu.kernelbench` — KernelBench's format: problems, candidates, verdicts against reward hacks.
 """
 
 from . import dtypes, errors, rng
@@ -36,9 +38,24 @@ from .rng import Rng, derive_seed
 
 from ._core import __version__  # VERSION at the top of the tree, through CMake (one number everywhere)
 
+
+def __getattr__(name: str):
+    """``torch_op`` and ``TorchOp`` import torch when first asked for (``import gpuemu`` does not)."""
+    if name in ("torch_op", "TorchOp"):
+        from . import torch_ops
+
+        return getattr(torch_ops, name)
+    raise AttributeError(f"module 'gpuemu' has no attribute {name!r}")
+
+
+def __dir__():
+    """The module's names, with the two that :func:`__getattr__` imports on first use."""
+    return sorted(set(globals()) | {"torch_op", "TorchOp"})
+
 __all__ = [
     "Client",
     "ClientFailure",
+    "TorchOp",
     "ConflictError",
     "ConnectError",
     "ProtocolError",
@@ -72,4 +89,5 @@ __all__ = [
     "rng",
     "round_to",
     "to_bits",
+    "torch_op",
 ]

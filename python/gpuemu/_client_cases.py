@@ -13,6 +13,7 @@ import numpy as np
 from . import _core, errors
 from . import _frameworks as _fw
 from .dtypes import to_bits
+from .inprocess import _ReadTracking
 
 
 def _round_bits(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -109,6 +110,48 @@ class _Cases:
             o["precision"] = dict(precision)
         return o
 
+    def _register_torch_op(self, op: Any) -> str:
+        """An op object (gpuemu.torch_op) fuzzed through the daemon: its schema travels with every
+        request (``custom_op``) and its reference runs here, sent with each item's outputs."""
+        for attr in ("name", "schema", "reference", "schema_json", "engine"):
+            if not hasattr(op, attr):
+                raise errors.ValidationError(f"op must be an op name or a gpuemu.torch_op, got {type(op).__name__}")
+        self.__dict__.setdefault("_schemas", {})[op.name] = op.schema
+        self.__dict__.setdefault("_torch_ops", {})[op.name] = op
+        return op.name
+
+    def _torch_op_params(self, op: str) -> Dict[str, Any]:
+        """The params every request about the torch op ``op`` carries: its schema (``custom_op``) and
+        its envelope (2 unless the op says otherwise: none of its terms is calibrated). Empty for
+        any other op."""
+        t = self.__dict__.get("_torch_ops", {}).get(op)
+        if t is None:
+            return {}
+        return {"custom_op": {"name": op, "schema": t.schema_json(), "schema_file": f"<torch_op {op}>"},
+                "envelope": {"*": float(t.envelope)}}
+
+    def _supplied_reference(self, op: str, case: Dict[str, Any], inputs: Dict[str, _fw.Input], i: int) -> list:
+        """The wire tensors of a torch op's reference for one case (items/<i>/reference/<k>/value,
+        c_acc, c_in), computed here from the case's exact inputs before the kernel runs."""
+        t = self._torch_ops[op]
+        exact = {}
+        for name, inp in inputs.items():
+            x = inp.tensor
+            if hasattr(x, "detach"):  # torch
+                x = x.detach().cpu()
+                exact[name] = (x.double() if x.is_floating_point() else x.long()).numpy()
+            else:
+                a = np.asarray(x)
+                exact[name] = a.astype(np.float64) if a.dtype.kind == "f" else a.astype(np.int64)
+        out = []
+        for k, parts in enumerate(t.reference(exact, dict(case.get("attrs", {})), dict(case.get("dims", {})),
+                                              case["dtype"])):
+            for term, arr in zip(("value", "c_acc", "c_in"), parts):
+                a = np.ascontiguousarray(arr, dtype=np.float64)
+                strides = [st // 8 for st in a.strides] if a.ndim else []
+                out.append((f"items/{i}/reference/{k}/{term}", "float64", list(a.shape), strides, 0, a))
+        return out
+
     def _with_absent(self, op: str, case: Dict[str, Any], args: Dict[str, Any]) -> Dict[str, Any]:
         """``args`` plus ``None`` for every input of the op the case left out (an optional input
         arrives under its name as ``None``, as PyTorch's own signatures take ``weight=None``)."""
@@ -123,6 +166,7 @@ class _Cases:
         the cases' JSON carries each input's digest, which the daemon hashes every byte for;
         ``run``: open a client-side run in the daemon, whose id is then ``self._run_id``)."""
         params = {"op": op, "count": count, "start_index": start, "options": options}
+        params.update(self._torch_op_params(op))
         if run is not None:
             params["run"] = run
         if prefetch > 0:
@@ -194,13 +238,15 @@ class _Cases:
         return out
 
     def _run_item(self, op, run_op, case, inputs, i: int, check_determinism: bool, rebuild,
-                  runs_here: bool = True) -> Tuple[dict, list]:
+                  runs_here: bool = True, reads: Optional[set] = None) -> Tuple[dict, list]:
         """Runs the kernel on one case: (item json, wire tensors). ``runs_here``: ``run_op`` is the
         kernel itself, so the inputs it is handed can be copied before it runs (an input that
         comes back unchanged is then not sent); False when it only returns what a kernel already
-        made (submit_output)."""
+        made (submit_output). ``reads``: a set the attrs ``run_op`` reads are recorded in."""
         args: Dict[str, Any] = self._with_absent(op, case, {n: inp.tensor for n, inp in inputs.items()})
         args.update(case.get("attrs", {}))
+        if reads is not None:
+            args = _ReadTracking(args, case.get("attrs", {}).keys(), reads)
         item: Dict[str, Any] = {"case": case}
         tensors = []
         pristine = _pristine_copies(inputs) if runs_here else {}
@@ -235,6 +281,8 @@ class _Cases:
                 again_inputs = rebuild()
                 args2: Dict[str, Any] = self._with_absent(op, case, {n: inp.tensor for n, inp in again_inputs.items()})
                 args2.update(case.get("attrs", {}))
+                if reads is not None:
+                    args2 = _ReadTracking(args2, case.get("attrs", {}).keys(), reads)
                 again = [_output_array(v, want[k]) for k, v in enumerate(_outputs_of(run_op(args2)))]
                 for k, ((_, a), (_, b)) in enumerate(zip(outs, again)):
                     if a.tobytes() != b.tobytes():

@@ -4,11 +4,13 @@ backward op's fp64 reference (docs/python.md). gpuemu.client.Client mixes it in.
 
 from __future__ import annotations
 
+import dataclasses
+import secrets
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from . import _core, errors
 from ._client_cases import _present_with
-from .inprocess import FuzzResults
+from .inprocess import Failure, FuzzResults, _ReadTracking
 
 # Domains of a backward op's saved inputs that are statistics of the forward's inputs (values.cpp,
 # derive_saved), which a kernel's forward recomputes and the backward op's model covers.
@@ -93,16 +95,56 @@ class _Gradients:
             raise errors.ValidationError(
                 f"backward=True: {bop} judges the gradient of {op}'s '{pinned_off[0]}', which present= pins "
                 f"absent; fuzz the backward kernel itself with fuzz_op_client_side('{bop}', ...)")
-        forward = self.fuzz_op_client_side(op, run_op, **kw)
-        if kw.get("fail_fast") and not forward.ok:
-            return forward
-        kernel = _autograd_kernel(run_op, fwd_inputs, grads, b_inputs, zero_leaves, fschema)
-        # pins of inputs the backward op's cases carry (a forward-only input's, the bias's, are not its)
-        # ... and the autograd mode's own pins (softmax_backward's x present, flash_attention_backward's
-        # saved out and lse absent)
-        bkw = {**kw, "present": {**{k: v for k, v in present.items() if k in b_inputs}, **mode_pins} or None}
-        forward.gradients = self.fuzz_op_client_side(bop, kernel, **bkw)
-        return forward
+        # The two runs' records name the backward run they are part of (the daemon stores it with
+        # each run record; `gpuemu report` joins them into one count of cases).
+        run = secrets.token_hex(8)
+        try:
+            self._part_of = {"part": "forward", "run": run, "gradients_op": bop}
+            forward = self.fuzz_op_client_side(op, run_op, **kw)
+            if kw.get("fail_fast") and not forward.ok:
+                return forward
+            kernel = _autograd_kernel(run_op, fwd_inputs, grads, b_inputs, zero_leaves, fschema)
+            # pins of inputs the backward op's cases carry (a forward-only input's, the bias's, are not
+            # its) ... and the autograd mode's own pins (softmax_backward's x present,
+            # flash_attention_backward's saved out and lse absent)
+            bkw = {**kw, "present": {**{k: v for k, v in present.items() if k in b_inputs}, **mode_pins} or None}
+            self._part_of = {"part": "gradients", "run": run, "op": op}
+            gradients = self.fuzz_op_client_side(bop, kernel, **bkw)
+        finally:
+            self._part_of = None
+        return _one_case_per_index(forward, gradients, bool(kw.get("fail_fast")))
+
+
+def _one_case_per_index(forward: FuzzResults, gradients: FuzzResults, fail_fast: bool) -> FuzzResults:
+    """The results of a backward=True run: case i is the forward's case i and the gradients' case i
+    (both drawn from the same case seed, the master seed's i-th: the same dtype, and the same dims
+    where the backward op's schema draws them alike), and it fails when its output or any of its
+    gradients failed. Its failure is the forward's (its ``tensors`` then also naming the gradients
+    that failed, its message followed by theirs) or, when only gradients failed, the gradients'
+    (``tensors``: ``["grad_x"]``, ...). ``total`` is the cases asked for (under ``fail_fast``, the
+    cases both parts judged). ``forward`` and ``gradients`` keep each part's own results."""
+    total = min(forward.total, gradients.total) if fail_fast else max(forward.total, gradients.total)
+    by_index: Dict[int, Failure] = {}
+    for f in forward.failures:
+        if f.index < total:
+            by_index[f.index] = f
+    for g in gradients.failures:
+        if g.index >= total:
+            continue
+        f = by_index.get(g.index)
+        if f is None:
+            by_index[g.index] = g
+        else:
+            by_index[g.index] = dataclasses.replace(
+                f, tensors=list(f.tensors) + [t for t in g.tensors if t not in f.tensors],
+                message=f"{f.message}; gradients ({g.id}): {g.message}")
+    failures = [by_index[i] for i in sorted(by_index)]
+    worst = [(r.worst_ratio, r.worst_index) for r in (forward, gradients) if r.worst_ratio is not None]
+    ratio, index = max(worst, key=lambda w: w[0]) if worst else (None, -1)
+    return dataclasses.replace(
+        forward, total=total, passed=total - len(failures), failures=failures,
+        first_failure=failures[0].index if failures else -1, elapsed=forward.elapsed + gradients.elapsed,
+        worst_ratio=ratio, worst_index=index, gradients=gradients, forward=forward)
 
 
 def _zero_leaf(spec: Dict[str, Any], fschema: Dict[str, Any], args: Dict[str, Any]) -> Any:
@@ -143,7 +185,7 @@ def _autograd_kernel(run_op: Callable[[Dict[str, Any]], Any], fwd_inputs: Sequen
 
         leaves: Dict[str, Any] = {}
         args: Dict[str, Any] = {}
-        for name, value in inputs.items():
+        for name, value in dict.items(inputs):  # not a read of every attr: run_op's own reads count
             if name == "grad_out" or (name in b_inputs and name not in fwd_inputs):
                 continue  # the upstream gradient, and saved statistics
             if name in fwd_inputs and torch.is_tensor(value) and value.is_floating_point():
@@ -156,6 +198,8 @@ def _autograd_kernel(run_op: Callable[[Dict[str, Any]], Any], fwd_inputs: Sequen
                 leaves[name] = args[name] = _zero_leaf(zero_leaves[name], fschema or {}, args)
         for name in fwd_inputs:
             args.setdefault(name, None)  # an optional input the case lacks, as PyTorch's weight=None
+        if isinstance(inputs, _ReadTracking):  # the attrs run_op reads are varied (fuzz_op_client_side)
+            args = _ReadTracking(args, inputs._watched, inputs._reads)
         out = run_op(args)
         first = out[0] if isinstance(out, (tuple, list)) else out
         torch.autograd.backward(first, inputs["grad_out"])

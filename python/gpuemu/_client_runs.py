@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 from . import _core, errors
 from . import _frameworks as _fw
 from ._client_cases import _round_bits
-from .inprocess import Failure, FuzzResults, _Kernel
+from .inprocess import _FIRST_CHUNK, Failure, FuzzResults, _Kernel, _varied, _varyable_attrs
 
 _CHUNK = 16  # cases per get_test_batch / submit_outputs round trip
 
@@ -107,8 +107,12 @@ class _Runs:
         tensor (or a tuple for multi-output ops). ``present`` pins optional inputs the kernel
         always (``True``) or never (``False``) takes (``{"weight": True, "bias": True}``);
         ``precision`` declares reduced-precision GEMM operands (``{"matmul": "tf32"}``);
-        ``vary_attrs`` names attrs drawn from their schema values case by case (``["causal"]``:
-        without it every attr keeps its default or its ``attrs`` value). The
+        attrs: an attr ``run_op`` reads from its inputs (``inputs["causal"]``; ``**inputs`` and
+        ``items()`` read every one) is drawn from its schema values in the chunks of cases after
+        the one it was read in (the first chunk is the first case alone, with every attr at its
+        default), unless ``attrs`` pins it; an attr it never reads keeps its default.
+        ``vary_attrs`` names the attrs drawn instead (``["causal"]``, from the first case on;
+        ``[]``: none); ``results.varied_attrs`` lists those that were. The
         first ``diagnose_limit`` failures the daemon judged are diagnosed here, by re-running
         ``run_op`` on the engine's probes, and stored with that diagnosis.
 
@@ -125,6 +129,11 @@ class _Runs:
         without the saved ``out`` and ``lse``; the error model adds what the kernel's own forward
         output may deviate by (docs/error-model.md). An op whose backward op has no such mode is
         refused with the reason: fuzz its backward kernel directly."""
+        if not isinstance(op, str):  # gpuemu.torch_op: its reference runs here, the daemon judges
+            op = self._register_torch_op(op)
+            if backward:
+                raise errors.ValidationError(f"op '{op}' is made from PyTorch code: backward=True needs a backward "
+                                             "op of the catalogue")
         if backward:
             return self._fuzz_with_gradients(
                 op, run_op, iterations=iterations, value_distribution=value_distribution, dtypes=dtypes,
@@ -132,12 +141,20 @@ class _Runs:
                 fail_fast=fail_fast, progress=progress, check_determinism=check_determinism,
                 diagnose_limit=diagnose_limit, present=present, precision=precision, vary_attrs=vary_attrs)
         fw = self._framework(framework)
+        torch_op = op in self.__dict__.get("_torch_ops", {})
         options = self._options(dtypes, value_distribution, dims, attrs, layouts, present, precision, vary_attrs)
         kernel = _kernel_identity(run_op)
         kernel["framework"] = fw  # what the kernel was handed (an editor's repro script needs it)
         t0 = time.perf_counter()
         failures: List[ClientFailure] = []
         master = seed
+        # Attrs drawn when the kernel reads them (vary_attrs=None): `reads` gathers the attrs run_op
+        # read; the chunk after the one they were read in is drawn under vary_attrs=those (the
+        # daemon's `next.options`), and each chunk is submitted under the options it was drawn with.
+        auto, always = _varyable_attrs(self._schema(op), attrs)
+        reads: Optional[set] = set() if vary_attrs is None and auto else None
+        chunk_options = options
+        varied = set(_varied(options.get("vary_attrs"), auto, always))
         if iterations <= 0:
             return FuzzResults(op=op, seed=int(master if master is not None else 0),
                                value_distribution=value_distribution, framework=fw, total=0, passed=0,
@@ -148,7 +165,7 @@ class _Runs:
         # reply carries. This loop only runs the kernel and renders that summary.
         summary: Dict[str, Any] = {}
         sent = 0  # cases handed out so far
-        n = min(_CHUNK, iterations)
+        n = min(_FIRST_CHUNK if reads is not None else _CHUNK, iterations)
         batch, master = self._batch(op, options, master, 0, n, fw, device, check_determinism,
                                     prefetch=min(_CHUNK, iterations - n), digests=False,
                                     run={"iterations": int(iterations), "fail_fast": bool(fail_fast),
@@ -162,19 +179,28 @@ class _Runs:
                     return {name: _fw.make_input(fw, d, shape, strides, offset, storage.copy(), device)
                             for name, (d, shape, strides, offset, storage) in case["_wire"].items()}
 
-                item, t = self._run_item(op, run_op, case, inputs, i, check_determinism, rebuild)
+                supplied = self._supplied_reference(op, case, inputs, i) if torch_op else []
+                item, t = self._run_item(op, run_op, case, inputs, i, check_determinism, rebuild, reads=reads)
                 items.append(item)
                 tensors.extend(t)
+                tensors.extend(supplied)
             for item in items:
                 item["case"] = {k: v for k, v in item["case"].items() if k != "_wire"}
-            params = {"op": op, "options": options, "items": items, "kernel": kernel, "store": True,
+            params = {"op": op, "options": chunk_options, "items": items, "kernel": kernel, "store": True,
                       "client": {"name": "gpuemu-python"}, "snapshots": True, "run_id": run_id}
+            params.update(self._torch_op_params(op))
+            if self.__dict__.get("_part_of"):  # a part of a backward=True run (_client_gradients)
+                params["part_of"] = self._part_of
             left = iterations - sent
             if left > 0:  # the next chunk comes back with this one's verdicts: one request a chunk
                 # ... and the daemon makes the one after it while this process runs the kernel
                 nxt = min(_CHUNK, left)
                 params["next"] = {"count": nxt, "start_index": sent, "seed": master,
                                   "prefetch": min(_CHUNK, left - nxt), "digests": False}
+                if reads is not None:
+                    vary = sorted(set(chunk_options.get("vary_attrs", ())) | (reads & set(auto)))
+                    if vary != chunk_options.get("vary_attrs", []):
+                        params["next"]["options"] = {**options, "vary_attrs": vary}
             if diagnose_limit > 0:
                 params["hold_for_diagnosis"] = True  # failures come back unstored, to be diagnosed
                 params["hold_by_id"] = True  # ... and kept by the daemon: only diagnoses go back
@@ -184,7 +210,7 @@ class _Runs:
                 for i, ((case, _inputs), r) in enumerate(zip(batch, res["results"])):
                     if not r.get("diagnose"):  # the run's diagnosis budget names these
                         continue
-                    d = self._diagnose_here(op, options, case, tensors, i, run_op, fw, device, r.get("envelope"))
+                    d = self._diagnose_here(op, chunk_options, case, tensors, i, run_op, fw, device, r.get("envelope"))
                     if d is not None:
                         items[i]["diagnosis"] = d
                         diagnoses.append({"item": i, "diagnosis": d})
@@ -195,6 +221,8 @@ class _Runs:
                                   if "next" in res else None)
             if batch is not None:
                 sent += len(batch)
+                chunk_options = params["next"].get("options", chunk_options)
+                varied |= set(_varied(chunk_options.get("vary_attrs"), auto, always))
             for i, ((case, inputs), item, r) in enumerate(zip(done, items, res["results"])):
                 if r["passed"]:
                     continue
@@ -215,7 +243,8 @@ class _Runs:
                            failures=failures,
                            worst_ratio=(float("inf") if ratio == "inf" else float(ratio))
                            if int(worst.get("index", -1)) >= 0 else None,
-                           worst_index=int(worst.get("index", -1)))
+                           worst_index=int(worst.get("index", -1)), varied_attrs=sorted(varied),
+                           inconclusive=int(summary.get("inconclusive", 0)))
 
     def _finish_held(self, params: Dict[str, Any], held_id: Optional[str], diagnoses: List[Dict[str, Any]],
                      tensors: Sequence[tuple]):
@@ -230,10 +259,17 @@ class _Runs:
                 pass
         return self.request("submit_outputs", params, tensors)
 
-    def _local_engine(self) -> Any:
+    def _local_engine(self, op: Optional[str] = None) -> Any:
+        """The in-process engine (with the torch op ``op`` in its catalogue, when it is one)."""
         if "_engine" not in self.__dict__:
             self._engine = _core.Engine()
-        return self._engine
+        t = self.__dict__.get("_torch_ops", {}).get(op) if op else None
+        if t is None:
+            return self._engine
+        engines = self.__dict__.setdefault("_op_engines", {})
+        if op not in engines:
+            engines[op] = t.engine(self._engine)
+        return engines[op]
 
     def _diagnose_here(self, op: str, options: Dict[str, Any], case: Dict[str, Any], tensors: Sequence[tuple],
                        i: int, run_op: Callable, fw: str, device: Optional[str],
@@ -243,10 +279,11 @@ class _Runs:
         daemon does for kernels it can run itself. None when this process cannot regenerate the
         case (an op only the daemon knows) or judges it passing."""
         kw = {"dtypes": options.get("dtypes"), "strategy": options["distribution"], "dims": options.get("dims"),
-              "attrs": options.get("attrs"), "layouts": bool(options.get("layouts", True)),
+              "attrs": options.get("attrs"), "vary_attrs": options.get("vary_attrs") or None,
+              "layouts": bool(options.get("layouts", True)),
               "present": options.get("present"), "precision": options.get("precision")}
         try:
-            engine = self._local_engine()
+            engine = self._local_engine(op)
             c = engine.cases(op, int(case["master_seed"]), 1, start=int(case["index"]), **kw)[0]
         except errors.GpuemuError:
             return None
@@ -286,7 +323,7 @@ class _Runs:
             envelope=float(r.get("envelope") or 0.0), message=r.get("message", ""),
             diagnosis=r.get("diagnosis", {}), repro=r.get("repro") or f"gpuemu repro {fid}",
             traceback=item.get("kernel_error"), verdict={k: v for k, v in r.items() if k != "snapshot"}, snapshot=snapshot, file=kernel.get("file"),
-            line=kernel.get("line"))
+            line=kernel.get("line"), tensors=list(r.get("failed_outputs") or []))
 
     def run_registered(self, op: str, kernel: Optional[str] = None,
                        config: Optional[Union[str, os.PathLike]] = None, iterations: Optional[int] = None,

@@ -262,8 +262,45 @@ def handle(np, fw, framework, device, fn, header, tensors):
         desc, storage = tensors[key]
         kwargs[name] = fw.make_input(framework, desc["dtype"], desc["shape"], desc["strides"], desc["offset"],
                                      np.frombuffer(storage, dtype=np.uint8), device).tensor
-    result = fn(kwargs)
+    result = fn(dict(kwargs))
+    k = header.get("derive_bounds")
+    if isinstance(k, int) and k > 0 and framework == "numpy":
+        values = list(result) if isinstance(result, (list, tuple)) else [result]
+        if len(values) == k:  # a reference that returns values only: its condition term, derived
+            c_acc = derived_bounds(fn, kwargs, k)
+            if c_acc is not None:
+                result = values + c_acc
     return output_tensors(fw, result)
+
+
+_TRACER = []
+
+
+def derived_bounds(fn, kwargs, k):
+    """c_acc of each output of a numpy reference that returned values only, derived op by op
+    (gpuemu/torch_ops/_numpy.py, loaded by path with the two modules it needs); None where torch is
+    not installed here or the reference uses something the analysis does not follow (the reference's
+    values then stand with output rounding alone, as before)."""
+    if not _TRACER:
+        try:
+            import types
+
+            pkg = types.ModuleType("_gpuemu_torch_ops")
+            pkg.__path__ = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_ops")]
+            sys.modules["_gpuemu_torch_ops"] = pkg
+            import importlib
+
+            _TRACER.append(importlib.import_module("_gpuemu_torch_ops._numpy"))
+        except Exception:  # noqa: no torch here: no derivation
+            _TRACER.append(None)
+    tracer = _TRACER[0]
+    if tracer is None:
+        return None
+    try:
+        return tracer.derive(fn, kwargs, k)
+    except Exception as exc:  # noqa: an op without a rule: the values stand alone
+        print(f"gpuemu: the reference's condition term was not derived: {_error_text(exc)}", file=sys.stderr)
+        return None
 
 
 def main(argv=None) -> int:

@@ -69,7 +69,10 @@ class Failure:
     where the reference is finite) against ``envelope``; ``diagnosis`` is the engine's
     ``{"bug_class", "summary", "evidence"}``; ``repro`` a Python call that replays the case;
     ``traceback`` the traceback when ``run_op`` raised; ``minimized`` the minimizer's result
-    (``{"summary", "dims", "transforms", "evaluations", ...}``) when asked for.
+    (``{"summary", "dims", "transforms", "evaluations", ...}``) when asked for. ``tensors`` names
+    the tensors of the case that failed, by schema name: the op's outputs (``["out"]``) and, in a
+    ``backward=True`` run, the gradients (``["grad_x"]``, ``["out", "grad_x"]``); empty where the
+    judge did not say (an in-process run's failure).
     """
 
     id: str
@@ -88,6 +91,7 @@ class Failure:
     traceback: Optional[str] = None
     minimized: Optional[Dict[str, Any]] = None
     verdict: Dict[str, Any] = field(default_factory=dict, repr=False)
+    tensors: List[str] = field(default_factory=list)
 
     @property
     def bug_class(self) -> str:
@@ -102,6 +106,8 @@ class Failure:
             + (f" layout {layout}" if layout else ""),
             f"  {self.message}",
         ]
+        if self.tensors:
+            lines.insert(1, f"  failed: {', '.join(self.tensors)}")
         if self.diagnosis and self.diagnosis.get("summary"):
             lines.append(f"  diagnosis: {self.diagnosis.get('bug_class')}: {self.diagnosis['summary']}")
         if self.minimized and self.minimized.get("summary"):
@@ -133,16 +139,26 @@ class FuzzResults:
     worst_ratio: Optional[float] = None
     worst_index: int = -1
     # With ``backward=True`` (Client.fuzz_op_client_side): the run of the op's backward op, whose
-    # cases fed the kernel's autograd a fuzzed ``grad_out`` and judged every input gradient.
+    # cases fed the kernel's autograd a fuzzed ``grad_out`` and judged every input gradient. The
+    # results themselves then count a case failed when its output or any gradient failed (case i
+    # is the forward's case i and the gradients' case i, at the same case seed); ``forward`` is
+    # the forward run alone.
     gradients: Optional["FuzzResults"] = None
+    forward: Optional["FuzzResults"] = field(default=None, repr=False)
+    # The attrs drawn over their schema values in some cases of the run (the rest kept their
+    # default or their pinned value): those the kernel was seen to read, or ``vary_attrs``.
+    varied_attrs: List[str] = field(default_factory=list)
+    # Cases that passed where they could be judged, with elements the reference cannot resolve (an
+    # op from PyTorch code: docs/torch-ops.md): neither passed nor failed. They do not fail ``ok``.
+    inconclusive: int = 0
 
     @property
     def failed(self) -> int:
-        return self.total - self.passed
+        return self.total - self.passed - self.inconclusive
 
     @property
     def ok(self) -> bool:
-        """Every case passed, the gradients' too when they were judged."""
+        """No case failed (inconclusive ones do not count), the gradients' too when they were judged."""
         return self.failed == 0 and (self.gradients is None or self.gradients.ok)
 
     def __bool__(self) -> bool:
@@ -150,12 +166,18 @@ class FuzzResults:
 
     def summary(self) -> str:
         head = (
-            f"{self.op}: {self.passed}/{self.total} passed ({self.value_distribution}, seed {self.seed}, "
-            f"{self.elapsed:.2f}s)"
+            f"{self.op}: {self.passed}/{self.total} passed"
+            + (f", {self.inconclusive} inconclusive" if self.inconclusive else "")
+            + f" ({self.value_distribution}, seed {self.seed}, {self.elapsed:.2f}s)"
         )
+        if self.varied_attrs:
+            head += f"; attrs varied: {', '.join(self.varied_attrs)}"
+        if self.forward is not None and self.gradients is not None:
+            head += (f"; a case is its output and its gradients: forward {self.forward.passed}/"
+                     f"{self.forward.total}, gradients {self.gradients.passed}/{self.gradients.total} passed")
         lines = [head] + [f.describe() for f in self.failures[:5]]
-        if self.gradients is not None:
-            lines.append("gradients: " + self.gradients.summary())
+        if self.gradients is not None:  # its head: its failures are among the case's, above
+            lines.append("gradients: " + self.gradients.summary().split("\n")[0])
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -224,6 +246,112 @@ def _outputs(result: Any, case_dtype: str, round_bits: Optional[_fw.RoundBits] =
 
 
 # ---------------------------------------------------------------------------------------------
+# Attrs drawn when the kernel reads them
+
+
+class _ReadTracking(dict):
+    """``run_op``'s inputs: a plain dict to the kernel, which records the attrs (``watched``) the
+    kernel read into ``reads``: ``inputs["dim"]``, ``.get``, ``.pop``, ``.setdefault``; ``items()``,
+    ``values()``, ``keys()``, iteration, ``copy()``, ``dict(inputs)`` and ``**inputs`` read every
+    attr. ``"dim" in inputs`` and ``len`` read none."""
+
+    def __init__(self, data: Dict[str, Any], watched: Iterable[str], reads: set) -> None:
+        super().__init__(data)
+        self._watched = frozenset(watched)
+        self._reads = reads
+
+    def _read(self, key: Any) -> None:
+        if key in self._watched:
+            self._reads.add(key)
+
+    def _read_all(self) -> None:
+        self._reads.update(self._watched)
+
+    def __getitem__(self, key: Any) -> Any:
+        self._read(key)
+        return super().__getitem__(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self._read(key)
+        return super().get(key, default)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self._read(key)
+        return super().pop(key, *default)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self._read(key)
+        return super().setdefault(key, default)
+
+    def popitem(self) -> Any:
+        self._read_all()
+        return super().popitem()
+
+    def items(self):  # type: ignore[override]
+        self._read_all()
+        return super().items()
+
+    def values(self):  # type: ignore[override]
+        self._read_all()
+        return super().values()
+
+    def keys(self):  # type: ignore[override]  # ** unpacking and dict(inputs) go through keys()
+        self._read_all()
+        return super().keys()
+
+    def __iter__(self):
+        self._read_all()
+        return super().__iter__()
+
+    def copy(self) -> Dict[str, Any]:  # type: ignore[override]
+        self._read_all()
+        return dict(super().items())
+
+    def __or__(self, other: Any) -> Any:
+        self._read_all()
+        return dict(super().items()) | other
+
+    def __ror__(self, other: Any) -> Any:
+        self._read_all()
+        return other | dict(super().items())
+
+    def __reduce__(self) -> Any:
+        self._read_all()
+        return (dict, (dict(super().items()),))
+
+
+def _attr_specs(schema: Mapping[str, Any]) -> List[Tuple[str, Mapping[str, Any]]]:
+    attrs = schema.get("attrs") or {}
+    if isinstance(attrs, Mapping):
+        return list(attrs.items())
+    return [(a["name"], a) for a in attrs]
+
+
+def _varyable_attrs(schema: Mapping[str, Any], pinned: Optional[Mapping[str, Any]]) -> Tuple[List[str], List[str]]:
+    """(the attrs a kernel's read makes varied: semantic ones with schema values, not pinned;
+    the attrs the generator draws in every run: non-semantic ones with values, not pinned)."""
+    pinned = pinned or {}
+    auto, always = [], []
+    for name, spec in _attr_specs(schema):
+        if name in pinned or not spec.get("values"):
+            continue
+        (auto if spec.get("semantic", True) else always).append(name)
+    return sorted(auto), sorted(always)
+
+
+def _varied(vary: Optional[Sequence[str]], auto: Sequence[str], always: Sequence[str]) -> List[str]:
+    """The attrs a generator under ``vary_attrs=vary`` draws over their values."""
+    return sorted((set(vary or ()) & set(auto)) | set(always))
+
+
+# Cases [0, 1) of a run that draws the attrs its kernel reads are drawn before any read is seen,
+# with every attr at its default; the reads seen in one chunk vary the attrs of the next (the
+# client-side run's chunks: _client_runs._CHUNK).
+_FIRST_CHUNK = 1
+_READ_CHUNK = 16
+
+
+# ---------------------------------------------------------------------------------------------
 # The kernel adapter handed to the engine
 
 
@@ -242,12 +370,15 @@ class _Kernel:
         self.want = want  # case -> the dtype expected of each output (None: the case's dtype)
         self.tracebacks: Dict[int, str] = {}
         self.abort: Optional[BaseException] = None
+        self.reads: Optional[set] = None  # a set: the attrs run_op reads are recorded there
 
     def __call__(self, case: Any) -> List[Tuple[np.ndarray, str]]:
         if self.abort is not None:
             raise RuntimeError("run aborted")
         try:
             args = case_inputs(case, self.framework, self.device, self.numpy_bits)
+            if self.reads is not None:
+                args = _ReadTracking(args, case.attrs.keys(), self.reads)
             return _outputs(self.run_op(args), case.dtype, self.round_bits,
                             self.want(case) if self.want is not None else None)
         except Exception as exc:
@@ -260,6 +391,17 @@ class _Kernel:
 
 def _engine() -> Any:
     return core().Engine()
+
+
+def _resolve(op: Any) -> Tuple[Any, str, Dict[str, Any]]:
+    """(engine, op name, schema) of an op name, or of an op object (gpuemu.torch_op's): the engine
+    then holds that op too."""
+    if isinstance(op, str):
+        return _engine(), op, core().op_schema(op)
+    engine_of = getattr(op, "engine", None)
+    if not callable(engine_of) or not isinstance(getattr(op, "schema", None), dict):
+        raise ValidationError(f"op must be an op name or a gpuemu.torch_op, got {type(op).__name__}")
+    return engine_of(_engine()), op.name, op.schema
 
 
 def _canonical_dtypes(dtypes: Optional[Iterable[Any]]) -> Optional[List[str]]:
@@ -334,8 +476,16 @@ def fuzz_op_in_process(
     the inputs, judged by whether the output propagates them as the reference does).
     ``dtypes``: restrict the case dtypes (names, aliases or torch/numpy dtypes); default: every
     dtype of the op. ``seed``: the master seed (random when None; reported in the results).
-    ``dims``: restrict dims by name (``{"D": [64, 128]}``); ``attrs``: pin attrs;
-    ``vary_attrs``: attrs to draw from their schema values. ``layouts=False`` keeps every input
+    ``dims``: restrict dims by name (``{"D": [64, 128]}``); ``attrs``: pin attrs.
+    Attrs: by default (``vary_attrs=None``) an attr ``run_op`` reads from its inputs
+    (``inputs["offset"]``, ``.get``; ``**inputs``, ``items()`` and iteration read every attr) is
+    drawn from its schema values in later cases: the first case runs with every attr at its
+    default, and the reads of each chunk of cases (1, then 16 at a time) vary the attrs of the
+    next. An attr it never reads keeps its default; one pinned in ``attrs`` keeps that value.
+    ``vary_attrs=[...]`` names the attrs drawn instead, from the first case on, reads or not;
+    ``vary_attrs=[]`` varies none. ``results.varied_attrs`` lists the attrs that were drawn
+    (with non-semantic ones such as group_norm's ``num_groups``, drawn in every run), and
+    each failure's ``repro`` the ``vary_attrs`` its case was drawn with. ``layouts=False`` keeps every input
     contiguous. ``fail_fast``: stop at the first failure. ``minimize``: shrink failing cases
     (``True``: the first failure; an int n: the first n). ``diagnose``: name the likely bug class
     of each failure (it re-runs the kernel on a few variants of the case). ``framework``: torch,
@@ -347,6 +497,7 @@ def fuzz_op_in_process(
     (``{"matmul": "tf32"}``; policies ieee, tf32, tf32x3, bf16x3, docs/error-model.md): the error
     model then allows that operand rounding; by default a TF32 fp32 GEMM fails.
     """
+    engine, op, schema = _resolve(op)
     _fw.require(framework)  # unknown or not installed: a ValidationError naming the package
     if value_distribution not in Strategies:
         raise ValidationError(
@@ -359,43 +510,81 @@ def fuzz_op_in_process(
     dtype_names = _canonical_dtypes(dtypes)
     dims_arg = {k: ([int(v)] if isinstance(v, int) else [int(x) for x in v]) for k, v in dims.items()} if dims else None
     attrs_arg = dict(attrs) if attrs else None
-    vary_arg = list(vary_attrs) if vary_attrs else None
+    if isinstance(vary_attrs, str):
+        raise ValidationError(f"vary_attrs must be a list of attr names, got {vary_attrs!r}")
+    vary_arg = list(vary_attrs) if vary_attrs is not None else None
     pins = {"present": dict(present) if present else None, "precision": dict(precision) if precision else None}
 
-    engine = _engine()
     kernel = _Kernel(run_op, framework, device)
     n_min = int(minimize) if not isinstance(minimize, bool) else (1 if minimize else 0)
+    auto, always = _varyable_attrs(schema, attrs_arg)
+    # vary_attrs=None: the attrs run_op reads are varied from the chunk after the one it read them
+    # in (the first case keeps every attr at its default); a list (even empty) is the one varied.
+    detect = vary_arg is None and bool(auto)
     started = time.perf_counter()
-    # One run in the engine (Engine::fuzz): generation, judging, the diagnosis budget, the first
-    # failures minimized with this kernel.
-    report = engine.fuzz(
-        op, kernel, int(seed), int(iterations), dtypes=dtype_names, strategy=value_distribution, dims=dims_arg,
-        attrs=attrs_arg, vary_attrs=vary_arg, layouts=layouts, fail_fast=fail_fast, diagnose=diagnose,
-        minimize=max(n_min, 0), **pins,
-    )
-    if kernel.abort is not None:
-        raise kernel.abort
+    # Runs in the engine (Engine::fuzz: generation, judging, the diagnosis budget, the first
+    # failures minimized with this kernel), one a chunk while the attrs read are watched.
+    phases: List[Tuple[Dict[str, Any], Optional[List[str]]]] = []
+    start, diagnoses, minimized = 0, 0, 0
+    vary_now = vary_arg
+    while start < iterations:
+        n = int(iterations) - start
+        if detect:
+            n = min(n, _FIRST_CHUNK if start == 0 else _READ_CHUNK)
+            kernel.reads = set()
+        report = engine.fuzz(
+            op, kernel, int(seed), n, dtypes=dtype_names, strategy=value_distribution, dims=dims_arg,
+            attrs=attrs_arg, vary_attrs=vary_now or None, layouts=layouts, fail_fast=fail_fast, diagnose=diagnose,
+            minimize=max(n_min - minimized, 0), start_index=start, diagnose_limit=max(3 - diagnoses, 0), **pins,
+        )
+        if kernel.abort is not None:
+            raise kernel.abort
+        phases.append((report, vary_now))
+        start += n
+        if diagnose:  # the engine diagnoses the first failures of a run, up to its limit
+            diagnoses += min(len(report["failures"]), max(3 - diagnoses, 0))
+        minimized += sum(1 for f in report["failures"] if "minimized" in f)
+        if fail_fast and report["failures"]:
+            break
+        if detect:
+            read = sorted(set(vary_now or ()) | (kernel.reads & set(auto)))
+            vary_now = read or None
 
-    failures = []
-    for f in report["failures"]:
-        repro = _repro(op, int(f["seed"]), value_distribution, dtype_names, dims_arg, attrs_arg, vary_arg, layouts,
-                       framework, **pins)
-        failures.append(_failure(op, int(seed), f, kernel, repro))
-        if "minimized" in f:
-            failures[-1].minimized = f["minimized"]
+    failures: List[Failure] = []
+    total = passed = inconclusive = 0
+    first_failure, worst_ratio, worst_index = -1, None, -1
+    varied: set = set()
+    for report, vary in phases:
+        varied |= set(_varied(vary, auto, always))
+        total += int(report["total"])
+        passed += int(report["passed"])
+        inconclusive += int(report.get("inconclusive", 0))
+        if first_failure < 0:
+            first_failure = int(report.get("first_failure", -1))
+        ratio = float(report["worst"]["ratio"])
+        if int(report["worst"]["index"]) >= 0 and (worst_ratio is None or ratio > worst_ratio):
+            worst_ratio, worst_index = ratio, int(report["worst"]["index"])
+        for f in report["failures"]:
+            repro = _repro(op, int(f["seed"]), value_distribution, dtype_names, dims_arg, attrs_arg, vary, layouts,
+                           framework, **pins)
+            failures.append(_failure(op, int(seed), f, kernel, repro))
+            if "minimized" in f:
+                failures[-1].minimized = f["minimized"]
 
     return FuzzResults(
         op=op,
         seed=int(seed),
         value_distribution=value_distribution,
         framework=framework,
-        total=int(report["total"]),
-        passed=int(report["passed"]),
+        total=total,
+        passed=passed,
         elapsed=time.perf_counter() - started,
-        first_failure=int(report.get("first_failure", -1)),
+        first_failure=first_failure,
         failures=failures,
-        worst_ratio=float(report["worst"]["ratio"]),
-        worst_index=int(report["worst"]["index"]),
+        worst_ratio=worst_ratio if worst_ratio is not None else 0.0,
+        worst_index=worst_index,
+        varied_attrs=sorted(varied),
+        inconclusive=inconclusive,
     )
 
 

@@ -13,11 +13,15 @@ then write::
     def test_my_softmax(gpuemu_fuzz):
         gpuemu_fuzz(lambda inputs: my_softmax(inputs["x"]))
 
+The marker's op is an op name or an op made from PyTorch code (``gpuemu.torch_op``, built at
+import time: ``@pytest.mark.gpuemu(gpuemu.torch_op("add_rms_norm", reference=..., example_inputs=...))``).
 The marker's keyword arguments are those of :meth:`gpuemu.Client.fuzz_op_client_side`
 (``iterations``, ``value_distribution``, ``dtypes``, ``seed``, ``framework``, ``device``, ``dims``,
-``attrs``, ``layouts``, ``fail_fast``, ``check_determinism``). ``gpuemu_fuzz(run_op, **overrides)``
-runs the fuzz, records ``gpuemu_seed`` / ``gpuemu_passed`` / ``gpuemu_total`` (and the first
-failure's ``gpuemu_repro``) as JUnit properties, and fails the test with one line per failing case.
+``attrs``, ``vary_attrs``, ``layouts``, ``fail_fast``, ``check_determinism``). ``gpuemu_fuzz(run_op, **overrides)``
+runs the fuzz, records ``gpuemu_seed`` / ``gpuemu_passed`` / ``gpuemu_total`` /
+``gpuemu_varied_attrs`` (the attrs drawn over their schema values, comma-separated: those the
+kernel read, see :meth:`gpuemu.Client.fuzz_op_client_side`; and the first failure's
+``gpuemu_repro``) as JUnit properties, and fails the test with one line per failing case.
 ``gpuemu_client`` is the session's :class:`gpuemu.Client` (one daemon for the whole session).
 
 Command-line options: ``--gpuemu-iterations N`` overrides every marker's iteration count (e.g. a
@@ -76,19 +80,26 @@ def gpuemu_fuzz(request: pytest.FixtureRequest, gpuemu_client, record_property) 
     if cli_seed is not None:
         options["seed"] = cli_seed
 
+    name = op if isinstance(op, str) else getattr(op, "name", repr(op))  # an op name or a gpuemu.torch_op
+
     def run(run_op: Callable[[Dict[str, Any]], Any], **overrides: Any):
         results = gpuemu_client.fuzz_op_client_side(op, run_op, **{**options, **overrides})
-        record_property("gpuemu_op", op)
+        record_property("gpuemu_op", name)
         record_property("gpuemu_seed", results.seed)
         record_property("gpuemu_passed", results.passed)
         record_property("gpuemu_total", results.total)
+        if results.inconclusive:  # a torch op's cases its reference could not decide: not failures
+            record_property("gpuemu_inconclusive", results.inconclusive)
+        # the attrs drawn over their schema values (those run_op read, or the marker's vary_attrs)
+        record_property("gpuemu_varied_attrs", ",".join(results.varied_attrs))
         if results.failures:
             record_property("gpuemu_repro", results.failures[0].repro)
-            lines = [f"gpuemu: {op}: {results.total - results.passed} of {results.total} cases failed "
-                     f"(master seed {results.seed})"]
+            lines = [f"gpuemu: {name}: {results.failed} of {results.total} cases failed "
+                     f"(master seed {results.seed}"
+                     + (f"; attrs varied: {', '.join(results.varied_attrs)}" if results.varied_attrs else "") + ")"]
             lines += ["  - " + _describe(f) for f in results.failures[:_MAX_LISTED]]
             if len(results.failures) > _MAX_LISTED:
-                lines.append(f"  ... and {len(results.failures) - _MAX_LISTED} more (gpuemu failures list --op {op})")
+                lines.append(f"  ... and {len(results.failures) - _MAX_LISTED} more (gpuemu failures list --op {name})")
             pytest.fail("\n".join(lines), pytrace=False)
         return results
 

@@ -62,8 +62,9 @@ def test_a_wrong_backward_is_caught_and_the_failure_names_the_gradient(daemon):
     with Client() as c:
         r = c.fuzz_op_client_side("silu", silu_sigmoid_only, iterations=16, dtypes=["float32"], seed=3,
                                   backward=True)
-    assert r.failed == 0, "the forward is correct"
+    assert r.forward.failed == 0, "the forward is correct"
     assert not r.ok and not r
+    assert r.failed == r.gradients.failed > 0, "a case fails with its gradient"
     g = r.gradients
     assert g is not None and g.failed > 0
     assert g.op == "silu_backward" and "gradients: silu_backward: " in r.summary()
@@ -87,7 +88,8 @@ def test_a_gradient_autograd_never_reaches_is_judged_as_zeros(daemon):
     with Client() as c:
         r = c.fuzz_op_client_side("matmul", lambda i: i["a"].detach() @ i["b"], iterations=8,
                                   dtypes=["float32"], seed=5, backward=True)
-    assert r.failed == 0 and r.gradients.failed > 0
+    assert r.forward.failed == 0 and r.gradients.failed > 0 and r.failed == r.gradients.failed
+    assert all("grad_a" in f.tensors for f in r.failures), [f.tensors for f in r.failures]
     assert any("grad_a" in f.message for f in r.gradients.failures), [f.message for f in r.gradients.failures]
 
 
@@ -170,7 +172,10 @@ def test_a_layer_norm_backward_missing_its_projection_or_dropping_grad_bias_tail
                                   seed=11, backward=True, present={"weight": True})
         t = c.fuzz_op_client_side("layer_norm", layer_norm_by_hand("bias_tail"), iterations=24, dtypes=["float32"],
                                   seed=11, backward=True, present={"weight": True, "bias": True})
-    assert p.failed == 0 and t.failed == 0, "the forwards are correct"
+    assert p.forward.failed == 0 and t.forward.failed == 0, "the forwards are correct"
+    assert p.failed == p.gradients.failed and t.failed == t.gradients.failed
+    assert {x for f in p.failures for x in f.tensors} == {"grad_x"}
+    assert {x for f in t.failures for x in f.tensors} == {"grad_bias"}
     assert p.gradients.failed > 0 and t.gradients.failed > 0
     for f in p.gradients.failures:  # three outputs (a weight): the message names the one that failed
         assert "'grad_x'" in f.message and "'grad_weight'" not in f.message and "'grad_bias'" not in f.message, \
@@ -224,7 +229,7 @@ def test_check_determinism_covers_the_gradients(daemon):
         racy = c.fuzz_op_client_side("silu", lambda i: SiluRacyBackward.apply(i["x"]), iterations=6,
                                      dtypes=["float32"], seed=3, backward=True, check_determinism=True)
     assert steady.ok, str(steady)
-    assert racy.failed == 0, "the forward is deterministic"
+    assert racy.forward.failed == 0, "the forward is deterministic"
     assert racy.gradients.failed > 0
     assert any("nondeterministic" in f.message for f in racy.gradients.failures), \
         [f.message for f in racy.gradients.failures]
@@ -263,7 +268,7 @@ def test_gelu_through_autograd_and_the_backward_ops_it_cannot_drive(daemon):
         laid = c.fuzz_op_client_side("gelu", gelu, iterations=12, dtypes=["float32"], seed=7,
                                      vary_attrs=["approximate"], backward=True)
         if torch.__version__.startswith("1.13"):
-            assert laid.failed == 0 and laid.gradients.failed > 0
+            assert laid.forward.failed == 0 and laid.gradients.failed > 0 and laid.failed > 0
             f = laid.gradients.failures[0]
             assert f.attrs["approximate"] == "none" and f.layout["grad_out"] != "contiguous"
             assert f.bug_class == "stride_assumption", f.describe()
@@ -298,7 +303,8 @@ def test_cross_entropy_through_autograd_judges_the_logits_gradient(daemon):
             iterations=30, dtypes=["float32"], seed=5, backward=True)
     assert ok.ok, str(ok)
     assert ok.gradients is not None and ok.gradients.op == "cross_entropy_backward" and ok.gradients.passed == 30
-    assert bad.failed == 0 and bad.gradients is not None and bad.gradients.failed > 0, str(bad)
+    assert bad.forward.failed == 0 and bad.gradients is not None and bad.gradients.failed > 0, str(bad)
+    assert bad.failed == bad.gradients.failed
 
 
 class CrossEntropyNoneFirstGrad(torch.autograd.Function):
@@ -337,5 +343,73 @@ def test_cross_entropy_none_through_autograd_judges_the_logits_gradient(daemon):
     assert ok.ok, str(ok)
     assert ok.gradients is not None and ok.gradients.op == "cross_entropy_backward" and ok.gradients.passed == 30
     shapes = {tuple(f.shapes.get("grad_out", ())) for f in bad.gradients.failures} if bad.gradients else set()
-    assert bad.failed == 0 and bad.gradients is not None and bad.gradients.failed > 0, str(bad)
+    assert bad.forward.failed == 0 and bad.gradients is not None and bad.gradients.failed > 0, str(bad)
+    assert bad.failed == bad.gradients.failed
     assert all(len(s) == 1 for s in shapes), shapes  # the failing cases' grad_out is [N]
+
+
+# --- A case is one case (issue 47): under backward=True a case fails when its output or any of its
+# gradients fails, and passed / failed / failures say so; each failure names the tensors that failed.
+
+from backward_client import SoftmaxNoRowSum  # noqa: E402
+
+
+def softmax_no_row_sum(i):
+    return SoftmaxNoRowSum.apply(i["x"], i["dim"])
+
+
+def test_a_softmax_backward_missing_its_row_sum_fails_its_cases_in_failed_and_failures(daemon):
+    with Client() as c:
+        r = c.fuzz_op_client_side("softmax", softmax_no_row_sum, iterations=40, dtypes=["float32"], seed=1,
+                                  backward=True)
+    assert r.total == 40, "total is the cases asked for"
+    assert r.forward.failed == 0 and r.forward.total == 40, "the forward is correct"
+    assert r.gradients.failed > 30
+    assert r.failed == r.gradients.failed and r.passed == 40 - r.gradients.failed and not r.ok
+    assert len(r.failures) == r.failed
+    assert all(f.tensors == ["grad_x"] for f in r.failures), [f.tensors for f in r.failures]
+    assert r.first_failure == r.gradients.first_failure
+    assert f"softmax: {r.passed}/40 passed" in r.summary() and "failed: grad_x" in r.summary()
+
+
+def test_a_correct_softmax_autograd_counts_no_failure(daemon):
+    with Client() as c:
+        r = c.fuzz_op_client_side("softmax", lambda i: torch.softmax(i["x"], i["dim"]), iterations=24,
+                                  dtypes=["float32"], seed=1, backward=True)
+    assert r.ok and r.failed == 0 and r.passed == r.total == 24 and r.failures == [], str(r)
+
+
+def test_a_forward_only_bug_still_fails_and_a_case_failing_both_ways_counts_once(daemon):
+    # softmax scaled by 1.01: its forward fails every case; its gradient y·(g − Σg·y) scaled too
+    # fails the cases where the error shows there.
+    with Client() as c:
+        r = c.fuzz_op_client_side("softmax", lambda i: torch.softmax(i["x"], i["dim"]) * 1.01, iterations=12,
+                                  dtypes=["float32"], seed=1, backward=True)
+    assert r.forward.failed == 12 and r.failed == 12 and r.total == 12 and len(r.failures) == 12
+    assert all(f.tensors[0] == "out" for f in r.failures), [f.tensors for f in r.failures]
+    both = [f for f in r.failures if "grad_x" in f.tensors]
+    assert len(both) == r.gradients.failed > 0, "a case failing in its output and its gradient is one failure"
+    assert all("gradients (" in f.message for f in both)
+
+
+def test_the_report_joins_a_backward_run_into_one_count_of_cases(daemon):
+    import json
+
+    with Client() as c:
+        r = c.fuzz_op_client_side("softmax", softmax_no_row_sum, iterations=20, dtypes=["float32"], seed=1,
+                                  backward=True)
+    assert r.failed > 0
+    doc = json.loads(daemon.cli("report", "--op", "softmax", "--format", "json", "--runs", "daemon").stdout)
+    fwd = [x for x in doc["daemon_runs"] if x["op"] == "softmax"]
+    grads = [x for x in doc["daemon_runs"] if x["op"] == "softmax_backward"]
+    assert fwd and grads, doc["daemon_runs"]
+    assert sum(x["total"] for x in fwd) == 20
+    assert sum(x["failed"] for x in fwd) == r.failed, fwd  # not "0 failed"
+    assert sum(x["forward"]["passed"] for x in fwd) == 20
+    assert sum(x["gradients"]["failed"] for x in fwd) == r.gradients.failed
+    assert all(x["part_of"]["part"] == "gradients" and x["part_of"]["op"] == "softmax" for x in grads)
+    rate = next(p for p in doc["pass_rates"] if p["op"] == "softmax")
+    assert rate["cases"] == 20 and rate["passed"] == r.passed, doc["pass_rates"]
+    text = daemon.cli("report", "--op", "softmax", "--runs", "daemon").stdout
+    assert f"forward 20/20" not in text  # per chunk
+    assert "gradients softmax_backward" in text and "backward run" in text, text

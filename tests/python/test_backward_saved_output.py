@@ -143,8 +143,9 @@ def test_buggy_backwards_of_the_saved_output_are_caught(daemon, log, bug):
     with Client() as c:
         r = c.fuzz_op_client_side(op, saves_rounded(log, bug), iterations=48, dtypes=dtypes, seed=29,
                                   value_distribution="adversarial", backward=True, diagnose_limit=0)
-    assert r.failed == 0, "the forward is correct"
+    assert r.forward.failed == 0, "the forward is correct"
     assert r.gradients.failed > 0, f"{bug}: {r.gradients}"
+    assert r.failed == r.gradients.failed
     assert all("elements over the envelope" in f.message for f in r.gradients.failures)
 
 
@@ -322,6 +323,7 @@ def test_attention_backward_missing_the_scale_on_dq_is_caught_by_name(daemon):
         r = c.fuzz_op_client_side("flash_attention", flash_saves("dq_missing_scale"), iterations=16,
                                   dtypes=["float32", "bfloat16"], seed=33, dims=ATTN_DIMS,
                                   vary_attrs=["causal", "enable_gqa"], backward=True, diagnose_limit=0)
-    assert r.failed == 0, "the forward is correct"
-    assert r.gradients.failed > 0
+    assert r.forward.failed == 0, "the forward is correct"
+    assert r.gradients.failed > 0 and r.failed == r.gradients.failed
+    assert all("grad_q" in f.tensors for f in r.failures)
     assert all("grad_q" in f.message for f in r.gradients.failures), [f.message for f in r.gradients.failures]

@@ -110,7 +110,15 @@ def test_fail_fast_and_progress(daemon):
     seen = []
     results = client.fuzz_op_client_side("softmax", run_op=lambda i: buggy_softmax(i["x"], i["dim"]),
                                          iterations=64, fail_fast=True, progress=lambda d, t: seen.append((d, t)))
-    assert results.total == 16 and results.first_failure >= 0  # stopped after the first chunk
+    # the kernel reads `dim`: the first chunk is the first case alone (attrs at their defaults), and
+    # the run stops after it
+    assert results.total == 1 and results.first_failure == 0 and results.varied_attrs == []
+    assert seen == [(1, 64)]
+    seen.clear()
+    results = client.fuzz_op_client_side("softmax", run_op=lambda i: buggy_softmax(i["x"], i["dim"]),
+                                         iterations=64, fail_fast=True, progress=lambda d, t: seen.append((d, t)),
+                                         vary_attrs=[])
+    assert results.total == 16 and results.first_failure >= 0  # stopped after the first chunk of 16
     assert seen == [(16, 64)]
 
 
@@ -374,7 +382,7 @@ def test_a_passing_client_side_run_makes_one_request_per_chunk(daemon):
     client = Client()
     rec = _Recorder(client)
     r = client.fuzz_op_client_side("softmax", run_op=lambda i: np_softmax(i["x"], i["dim"]), iterations=64,
-                                   dtypes=["float32"], seed=5)
+                                   dtypes=["float32"], seed=5, vary_attrs=[])
     assert r.passed == 64, r.summary()
     # 4 chunks of 16: one get_test_batch, then each submit_outputs brings the next chunk back
     assert rec.methods() == ["get_test_batch"] + ["submit_outputs"] * 4, rec.methods()
@@ -387,16 +395,26 @@ def test_a_passing_client_side_run_makes_one_request_per_chunk(daemon):
     seen = []
     again_rec = _Recorder(again)
     again.fuzz_op_client_side("softmax", run_op=lambda i: seen.append(i["x"].tobytes()) or np_softmax(i["x"], i["dim"]),
-                              iterations=64, dtypes=["float32"], seed=5)
+                              iterations=64, dtypes=["float32"], seed=5, vary_attrs=[])
     assert seen == [c["inputs"]["x"].tobytes() for c in plain]
     assert again_rec.methods().count("get_test_batch") == 1
+    # By default the kernel's read of `dim` varies it: the first case alone (every attr at its
+    # default), then chunks of 16 drawn under vary_attrs=["dim"], still one request a chunk
+    rec.calls.clear()
+    r = client.fuzz_op_client_side("softmax", run_op=lambda i: np_softmax(i["x"], i["dim"]), iterations=64,
+                                   dtypes=["float32"], seed=5)
+    assert r.passed == 64 and r.varied_attrs == ["dim"], r.summary()
+    assert rec.methods() == ["get_test_batch"] + ["submit_outputs"] * 5, rec.methods()
+    assert [len(c[1]["items"]) for c in rec.calls[1:]] == [1, 16, 16, 16, 15]
+    assert [c[1].get("next", {}).get("start_index") for c in rec.calls[1:]] == [1, 17, 33, 49, None]
+    assert rec.calls[1][1]["next"]["options"]["vary_attrs"] == ["dim"]
 
 
 def test_a_failing_client_side_run_sends_no_tensor_twice_and_asks_nothing_per_failure(daemon):
     client = Client()
     rec = _Recorder(client)
     r = client.fuzz_op_client_side("softmax", run_op=lambda i: buggy_softmax(i["x"], i["dim"]), iterations=32,
-                                   dtypes=["float32"], seed=7, layouts=False)
+                                   dtypes=["float32"], seed=7, layouts=False, vary_attrs=[])
     assert r.passed == 0 and len(r.failures) == 32
     # chunk 1 is held for the client's diagnoses, then finished by its id alone, with no tensors; the
     # finishing request brings chunk 2 (the budget of 3 diagnoses is spent in chunk 1)
@@ -457,7 +475,7 @@ def test_a_client_side_run_stops_where_fail_fast_says_and_refuses_other_options(
     client = Client()
     rec = _Recorder(client)
     r = client.fuzz_op_client_side("softmax", run_op=lambda i: buggy_softmax(i["x"], i["dim"]), iterations=64,
-                                   dtypes=["float32"], seed=7, fail_fast=True, diagnose_limit=0)
+                                   dtypes=["float32"], seed=7, fail_fast=True, diagnose_limit=0, vary_attrs=[])
     # the first chunk is judged whole, then the daemon's run says done: no second chunk is asked for
     assert r.total == 16 and r.first_failure == 0 and len(r.failures) == 16
     assert rec.methods() == ["get_test_batch", "submit_outputs"]
@@ -535,7 +553,7 @@ def test_inputs_a_kernel_left_alone_are_not_sent_back_and_a_written_one_is(daemo
         return np_softmax(np.asarray(x), i["dim"]) if framework == "numpy" else x.softmax(i["dim"])
 
     r = client.fuzz_op_client_side("softmax", run_op=kernel, iterations=32, dtypes=[dtype], seed=5,
-                                   framework=framework)
+                                   framework=framework, vary_attrs=[])
     assert r.passed == 32, r.summary()
     subs = [(p, n) for m, p, n in rec.calls if m == "submit_outputs"]
     assert [n for _, n in subs] == [len(p["items"]) for p, _ in subs] == [16, 16], subs  # outputs only
@@ -551,7 +569,7 @@ def test_inputs_a_kernel_left_alone_are_not_sent_back_and_a_written_one_is(daemo
         return out
 
     r = client.fuzz_op_client_side("softmax", run_op=writes_into_case_5, iterations=32, dtypes=[dtype], seed=5,
-                                   framework=framework)
+                                   framework=framework, vary_attrs=[])
     assert [f.index for f in r.failures] == [5] and r.passed == 31, r.summary()
     assert r.failures[0].message.startswith("input mutated: the kernel wrote into 'x'"), r.failures[0].message
     subs = [n for m, _, n in rec.calls if m == "submit_outputs"]

@@ -53,7 +53,9 @@ def test_buggy_kernel_is_caught(kernel):
     assert not r.ok, f"{kernel.name} ({kernel.bug}) passed {r.total} cases"
 
 
-@pytest.mark.parametrize("kernel", [k for k in corpus.KERNELS if not k.correct], ids=lambda k: k.name)
+# (a bug class the engine has no diagnosis of its own for, DIAGNOSIS None, is only caught)
+@pytest.mark.parametrize("kernel", [k for k in corpus.KERNELS if not k.correct and k.diagnosis is not None],
+                         ids=lambda k: k.name)
 def test_buggy_kernel_is_diagnosed_as_its_class(kernel):
     r = _bug_run(kernel.name)
     assert r.failures

@@ -47,6 +47,10 @@ REF = textwrap.dedent('''
 
     def reference_raises(inp):
         raise ValueError("no reference today")
+
+    def reference_wrong_axis(inp):
+        # Sums over the rows instead of along them: [N] where the schema says [R].
+        return inp["scale"] * inp["x"].sum(axis=0)
 ''')
 
 KERNELS = textwrap.dedent('''
@@ -216,6 +220,23 @@ def test_bad_schema_and_bad_reference(daemon, project):
     assert doc["results"][0]["status"] in ("passed", "failed")  # judged by rounding alone
 
 
+def test_a_reference_whose_output_contradicts_the_schema_is_an_error_naming_it(daemon, project):
+    # Before, the reference's shape was taken as the truth: every case of the correct kernel failed
+    # ("contract: shape mismatch: output 'out' has shape [R], expected [N]") and was stored.
+    text = (project / "gpuemu.toml").read_text()
+    (project / "gpuemu.toml").write_text(text.replace("ref.py:reference", "ref.py:reference_wrong_axis"))
+    r, doc = ci_json(daemon, project, rc=2)
+    for res in doc["results"]:
+        assert res["status"] == "error", res
+        assert "ops/ref.py:reference_wrong_axis returned output 'out' of shape" in res["error"], res
+        assert "the reference is wrong, not the kernel" in res["error"], res
+    assert daemon.cli_json("failures", "list") == []  # nothing stored against the correct kernel
+    # The client-side path: the daemon refuses to judge by it, and says why.
+    r = subprocess.run([GPUEMU, "fuzz", "scaled_rowsum", "--script", "kernels.py:good", "-n", "4",
+                        "--seed", "3"], cwd=project, env=daemon.env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "reference_wrong_axis returned output 'out'" in r.stderr, r.stdout + r.stderr
+
+
 def test_custom_op_may_not_shadow_a_catalogue_op(daemon, project):
     (project / "ops" / "softmax.json").write_text(SCHEMA.replace('"scaled_rowsum"', '"softmax"'))
     text = CONFIG.replace("scaled_rowsum", "softmax")
@@ -286,3 +307,92 @@ def test_daemon_log_rotates(tmp_path):
             (tmp_path / "home" / "logs" / "daemon.1.log").read_text()
     finally:
         d.stop()
+
+
+ADD_RMS_SCHEMA = textwrap.dedent('''\
+    {
+      "name": "add_rms_norm", "version": 1, "summary": "(x + residual) * rsqrt(mean((x + residual)^2) + eps) * weight",
+      "family": "custom", "dtypes": ["float32", "float16"],
+      "dims": {"R": {"min": 1, "max": 64, "role": "batch"}, "N": {"min": 1, "max": 4096, "role": "reduction"}},
+      "inputs": [{"name": "x", "shape": ["R", "N"], "dtype": "case", "domain": "real"},
+                 {"name": "residual", "shape": ["R", "N"], "dtype": "case", "domain": "real"},
+                 {"name": "weight", "shape": ["N"], "dtype": "case", "domain": "real"}],
+      "attrs": {"eps": {"type": "float", "default": 1e-6}},
+      "outputs": [{"name": "out", "shape": "like:x", "dtype": "case"}],
+      "reduced_dims": ["N"], "max_elements": 65536,
+      "reference": "script:ref.py:reference"
+    }
+''')
+
+ADD_RMS_REF = textwrap.dedent('''
+    import numpy as np
+
+    def reference(inp):  # the value only, as docs/custom-ops.md shows: the condition term is derived
+        h = inp["x"] + inp["residual"]
+        return h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + inp["eps"]) * inp["weight"]
+
+    def reference_rounding_only(inp):  # the same value with a zero condition term: output rounding alone
+        v = reference(inp)
+        return v, np.zeros_like(v)
+''')
+
+ADD_RMS_KERNELS = textwrap.dedent('''
+    import numpy as np
+
+    def fused(inp):  # a correct fp32 kernel: the sum of squares in 128-wide tiles, fp32 throughout
+        x, r, w = (inp[k].astype(np.float32) for k in ("x", "residual", "weight"))
+        h = x + r
+        ss = np.zeros(h.shape[:-1], np.float32)
+        for s in range(0, h.shape[-1], 128):
+            t = h[..., s:s + 128]
+            ss += (t * t).sum(axis=-1, dtype=np.float32)
+        rstd = np.float32(1) / np.sqrt(ss / np.float32(h.shape[-1]) + np.float32(inp["eps"]))
+        return (h * rstd[..., None] * w).astype(inp["x"].dtype)
+
+    def norm_without_residual(inp):  # the bug: the rms of x alone
+        x, r, w = (inp[k].astype(np.float32) for k in ("x", "residual", "weight"))
+        rstd = np.float32(1) / np.sqrt((x * x).mean(axis=-1) + np.float32(inp["eps"]))
+        return ((x + r) * rstd[..., None] * w).astype(inp["x"].dtype)
+''')
+
+
+def test_a_reference_without_a_condition_term_gets_it_derived(daemon, tmp_path):
+    """The issue's add + rms_norm, written as docs/custom-ops.md shows (a numpy reference that
+    returns values only): a correct fp32 kernel failed 20 of 100 cases at 4.28 against the fallback
+    envelope of 4 when only output rounding judged it. The runner now derives the term from the
+    reference's own operations: the kernel passes, the bug still fails."""
+    p = tmp_path / "proj"
+    (p / "ops").mkdir(parents=True)
+    (p / "ops" / "add_rms_norm.json").write_text(ADD_RMS_SCHEMA)
+    (p / "ops" / "ref.py").write_text(ADD_RMS_REF)
+    (p / "kernels.py").write_text(ADD_RMS_KERNELS)
+    config = textwrap.dedent('''
+        [project]
+        name = "add_rms"
+        [defaults]
+        iterations = 100
+        seed = 20261207
+        dtypes = ["float32", "float16"]
+        [custom_ops.add_rms_norm]
+        schema = "ops/add_rms_norm.json"
+        reference = "ops/REF"
+        [[op]]
+        name = "add_rms_norm"
+        script = "kernels.py:fused"
+        [[op]]
+        name = "add_rms_norm"
+        script = "kernels.py:norm_without_residual"
+    ''')
+    (p / "gpuemu.toml").write_text(config.replace("REF", "ref.py:reference"))
+    r, doc = ci_json(daemon, p)
+    # one result per kernel and dtype
+    by = {(x["kernel"], x["dtype"]): x for x in doc["results"]}
+    for dt in ("float32", "float16"):
+        fused, bug = by[("kernels.py:fused", dt)], by[("kernels.py:norm_without_residual", dt)]
+        assert fused["status"] == "passed" and fused["cases"] == 100 and fused["failed_cases"] == 0, fused
+        assert bug["status"] == "failed" and bug["failed_cases"] > 80, bug
+    # the same reference with its condition term zeroed: the correct kernel fails (what the
+    # derivation is for)
+    (p / "gpuemu.toml").write_text(config.replace("REF", "ref.py:reference_rounding_only"))
+    r, doc = ci_json(daemon, p)
+    assert any(x["kernel"] == "kernels.py:fused" and x["status"] == "failed" for x in doc["results"]), doc["results"]

@@ -109,8 +109,9 @@ def test_present_must_be_a_dict_of_bools(daemon):
 
 
 def test_vary_attrs_draws_attrs_the_client_would_otherwise_keep_at_their_defaults(daemon):
-    """An attention kernel with a causal-mask bug passes when causal stays False (the default);
-    vary_attrs draws it from the schema's values, in fuzz_op_client_side and get_test_batch."""
+    """An attention kernel with a causal-mask bug passes when causal stays False (its default, what
+    `vary_attrs=[]` keeps); vary_attrs draws it from the schema's values, in fuzz_op_client_side and
+    get_test_batch; and a default run draws it too, because the kernel reads `causal`."""
 
     def causal_off_by_one(i):  # j < i instead of j <= i: row 0 attends nothing (NaN)
         q, k, v = i["q"].float(), i["k"].float(), i["v"].float()
@@ -123,10 +124,13 @@ def test_vary_attrs_draws_attrs_the_client_would_otherwise_keep_at_their_default
     client = Client()
     kw = dict(iterations=12, seed=7, framework="torch", dims={"Lq": [8, 40], "Lk": [8, 40], "D": [16], "H": [2],
                                                               "Hkv": [2], "B": [1]})
-    assert client.fuzz_op_client_side("flash_attention", causal_off_by_one, **kw).ok
+    assert client.fuzz_op_client_side("flash_attention", causal_off_by_one, vary_attrs=[], **kw).ok
     res = client.fuzz_op_client_side("flash_attention", causal_off_by_one, vary_attrs=["causal"], **kw)
     assert not res.ok
     assert all(f.attrs["causal"] for f in res.failures)
+    auto = client.fuzz_op_client_side("flash_attention", causal_off_by_one, **kw)
+    assert not auto.ok and "causal" in auto.varied_attrs
+    assert all(f.attrs["causal"] for f in auto.failures)
     batch = client.get_test_batch("flash_attention", count=16, seed=3, vary_attrs=["causal"], dims=kw["dims"])
     assert {c["attrs"]["causal"] for c in batch} == {False, True}
     assert {c["attrs"]["causal"] for c in client.get_test_batch("flash_attention", count=16, seed=3,

@@ -1,0 +1,7 @@
+"""python -m gpuemu.kernelbench: what `gpuemu kernelbench` runs."""
+
+import sys
+
+from ._cli import main
+
+sys.exit(main())
