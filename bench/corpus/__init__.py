@@ -4,8 +4,9 @@ Each kernel is one module declaring ``OP`` (the gpuemu op it implements), ``DTYP
 supports), ``BUG`` (None for a correct kernel, else the bug class), ``run(inputs) -> tensor``
 (``inputs``: every schema input by name as a torch tensor with its real strides, and every attr by
 name: what ``gpuemu.fuzz_op_in_process`` hands ``run_op``), and optionally ``ATTRS`` (attrs the
-kernel is written for, pinned when fuzzing) and ``VARY_ATTRS`` (attrs it claims to handle, drawn
-from the schema's values when fuzzing). ``KERNELS`` lists them in a fixed order.
+kernel is written for, pinned when fuzzing) and ``VARY_ATTRS`` (attrs drawn from the schema's values
+whether the kernel reads them or not; without it a run varies, after its first case, the attrs the
+kernel reads, as ``fuzz_op_in_process`` does by default). ``KERNELS`` lists them in a fixed order.
 
 The kernels compute the way a Triton/CUDA kernel does: tiles loaded in the input dtype, fp32 math
 per tile, masks, rounding where real kernels round, outputs stored in the input dtype (tiles.py).
@@ -50,6 +51,8 @@ MODULES: Tuple[str, ...] = (
     "cross_entropy_no_max",
     "gelu_tanh_wrong_const",
     "rope_theta_fixed",
+    "rope_offset_ignored",
+    "flash_attention_causal_bottom_right",
 )
 
 BUG_CLASSES: Tuple[str, ...] = (
@@ -63,12 +66,15 @@ BUG_CLASSES: Tuple[str, ...] = (
     "stride_assumption",
     "overflow",
     "wrong_constant",
+    "position_offset",
+    "mask_alignment",
 )
 
 # The engine's diagnosis class (gpuemu Diagnosis.bug_class) each corpus bug class must be diagnosed
 # as: the engine has one class for accumulators overwritten or kept in low precision, and names a
-# dropped tail tile a tail mask.
-DIAGNOSIS: Dict[str, str] = {
+# dropped tail tile a tail mask; an ignored position offset shows as a wrong constant. None: the
+# engine has no class of its own for it (a causal mask aligned to the wrong corner).
+DIAGNOSIS: Dict[str, Optional[str]] = {
     "tail_mask": "tail_mask",
     "accumulator_overwrite": "accumulation",
     "low_precision_accumulator": "accumulation",
@@ -79,6 +85,8 @@ DIAGNOSIS: Dict[str, str] = {
     "stride_assumption": "stride_assumption",
     "overflow": "overflow",
     "wrong_constant": "wrong_constant",
+    "position_offset": "wrong_constant",
+    "mask_alignment": None,
 }
 
 

@@ -11,7 +11,7 @@ from .tiles import F32, attn_scale, load, tiles
 BLOCK_N = 64
 
 
-def forward(inputs, *, apply_scale=True, rescale_acc=True):
+def forward(inputs, *, apply_scale=True, rescale_acc=True, causal_from="top_left"):
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     causal, scale = inputs["causal"], inputs["scale"]
     b, h, lq, d = q.shape
@@ -24,9 +24,12 @@ def forward(inputs, *, apply_scale=True, rescale_acc=True):
     m = torch.full((b, h, lq), float("-inf"), dtype=F32)
     l = torch.zeros(b, h, lq, dtype=F32)
     acc = torch.zeros(b, h, lq, d, dtype=F32)
-    rows = torch.arange(lq)[:, None]
+    # causal_from="bottom_right": the mask FlashAttention-2 (>= 2.1) applies, key j <= i + Lk - Lq,
+    # where SDPA's is_causal (the schema's) is j <= i: the two agree only when Lq == Lk.
+    shift = lk - lq if causal_from == "bottom_right" else 0
+    rows = torch.arange(lq)[:, None] + shift
     for s, e in tiles(lk, BLOCK_N):
-        if causal and s > lq - 1:
+        if causal and s > lq - 1 + shift:
             break  # blocks past the diagonal are never loaded
         scores = (qf @ load(k[:, :, s:e]).transpose(-1, -2)) * sm_scale
         if causal:

@@ -16,7 +16,8 @@
 #                                    (bench/conformance/classify_sdpa_math_backward.py; CLASSIFY_ARGS passed on)
 #   scripts/gpu/run.sh classify-efficient  why SDPA's memory-efficient backward fails under backward=True
 #                                    (bench/conformance/classify_sdpa_efficient_backward.py; CLASSIFY_ARGS passed on)
-#   scripts/gpu/run.sh all           all six (not classify, classify-efficient)
+#   scripts/gpu/run.sh kernelbench   gpuemu kernelbench --device cuda on the Triton candidates of bench/kernelbench/gpu/
+#   scripts/gpu/run.sh all           all seven (not classify, classify-efficient)
 #
 # CORPUS_JOBS, CORPUS_DEADLINE, SWEEP_SEEDS, SWEEP_CASES, SWEEP_JOBS tune the runs; SWEEP_ARGS is
 # passed on to sweep.py (e.g. "--ops matmul bmm --strategies adversarial").
@@ -127,6 +128,17 @@ if [ "$what" = oracle ] || [ "$what" = all ]; then
   done
   cat "$OUT/oracle_e2e_cuda.txt"
   cmp "$OUT/oracle_e2e_cpu.txt" "$OUT/oracle_e2e_cuda.txt" && echo "oracle e2e: the same verdicts" || { echo "oracle e2e: verdicts differ"; status=1; }
+fi
+if [ "$what" = kernelbench ] || [ "$what" = all ]; then
+  # KernelBench's format on CUDA: the Triton candidates of bench/kernelbench/gpu/candidates against
+  # their problems (bench/kernelbench/problems), with the NaN sentinel filling the caching
+  # allocator's free blocks and CUDA-graph replays among the hacks; each candidate's EXPECT checked
+  phase kernelbench
+  python3 -m gpuemu.kernelbench bench/kernelbench/problems bench/kernelbench/gpu/candidates --device cuda \
+    --dtype float32 --dtype bfloat16 --cases "${KB_CASES:-50}" > "$OUT/kernelbench_cuda.jsonl" 2> "$OUT/kernelbench_cuda.log"
+  python3 bench/kernelbench/expectations.py "$OUT/kernelbench_cuda.jsonl" bench/kernelbench/gpu/candidates \
+    > "$OUT/kernelbench_cuda.md" || status=1
+  cat "$OUT/kernelbench_cuda.md"; tail -3 "$OUT/kernelbench_cuda.log"
 fi
 "$GPUEMU_BIN_DIR/gpuemu" daemon stop >/dev/null 2>&1 || true
 exit $status

@@ -1,0 +1,30 @@
+"""Sigmoid with e = exp(-|x|): 1/(1+e) for x >= 0, e/(1+e) for x < 0 (no overflow)."""
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+EXPECT = "pass"
+BUG = None
+
+
+def _load(t):
+    """A tensor as a float32 numpy array (a copy: the kernel never writes its inputs)."""
+    return np.array(t.detach().float().contiguous().numpy(), dtype=np.float32)
+
+
+def _store(a, dtype):
+    """A float32 result as a tensor of the model's dtype (one rounding for bfloat16)."""
+    return torch.from_numpy(np.array(a, dtype=np.float32)).to(dtype)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        a = _load(x)
+        e = np.exp(-np.abs(a))
+        d = np.float32(1.0) + e
+        return _store(np.where(a >= 0, np.float32(1.0) / d, e / d), x.dtype)

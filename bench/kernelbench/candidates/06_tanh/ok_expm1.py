@@ -1,0 +1,30 @@
+"""tanh from expm1: t = expm1(-2|x|), tanh = -sign(x) t / (2 + t), fp32 (accurate near 0, saturates cleanly)."""
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+EXPECT = "pass"
+BUG = None
+
+
+def _load(t):
+    """A tensor as a float32 numpy array (a copy: the kernel never writes its inputs)."""
+    return np.array(t.detach().float().contiguous().numpy(), dtype=np.float32)
+
+
+def _store(a, dtype):
+    """A float32 result as a tensor of the model's dtype (one rounding for bfloat16)."""
+    return torch.from_numpy(np.array(a, dtype=np.float32)).to(dtype)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        a = _load(x)
+        t = np.expm1(np.float32(-2.0) * np.abs(a))
+        mag = -t / (np.float32(2.0) + t)
+        return _store(np.where(a < 0, -mag, mag), x.dtype)

@@ -1,0 +1,29 @@
+"""Softmax over dim 1 (along the rows) where the problem normalizes over dim 0."""
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+EXPECT = "fail"
+BUG = "wrong_reduction_dim"
+
+
+def _load(t):
+    """A tensor as a float32 numpy array (a copy: the kernel never writes its inputs)."""
+    return np.array(t.detach().float().contiguous().numpy(), dtype=np.float32)
+
+
+def _store(a, dtype):
+    """A float32 result as a tensor of the model's dtype (one rounding for bfloat16)."""
+    return torch.from_numpy(np.array(a, dtype=np.float32)).to(dtype)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        a = _load(x)
+        e = np.exp(a - a.max(axis=1, keepdims=True))
+        return _store(e / e.sum(axis=1, keepdims=True, dtype=np.float32), x.dtype)

@@ -1,0 +1,32 @@
+"""Computes the mean once per input shape and returns the cached tensor for any later input of that shape."""
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+EXPECT = "fail"
+BUG = "stale_cache"
+
+
+def _load(t):
+    """A tensor as a float32 numpy array (a copy: the kernel never writes its inputs)."""
+    return np.array(t.detach().float().contiguous().numpy(), dtype=np.float32)
+
+
+def _store(a, dtype):
+    """A float32 result as a tensor of the model's dtype (one rounding for bfloat16)."""
+    return torch.from_numpy(np.array(a, dtype=np.float32)).to(dtype)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._cache = {}
+
+    def forward(self, x):
+        key = (tuple(x.shape), x.dtype)
+        if key not in self._cache:
+            a = _load(x)
+            self._cache[key] = _store(a.sum(axis=-1, dtype=np.float32) / np.float32(a.shape[-1]), x.dtype)
+        return self._cache[key]

@@ -1,0 +1,35 @@
+"""LayerNorm with a two-pass variance: mean, then mean((x - mean)^2); fp32, then the affine transform."""
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+EXPECT = "pass"
+BUG = None
+
+
+def _load(t):
+    """A tensor as a float32 numpy array (a copy: the kernel never writes its inputs)."""
+    return np.array(t.detach().float().contiguous().numpy(), dtype=np.float32)
+
+
+def _store(a, dtype):
+    """A float32 result as a tensor of the model's dtype (one rounding for bfloat16)."""
+    return torch.from_numpy(np.array(a, dtype=np.float32)).to(dtype)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.ln = nn.LayerNorm(hidden, eps=1e-5)
+
+    def forward(self, x):
+        a = _load(x)
+        w, b = _load(self.ln.weight), _load(self.ln.bias)
+        n = np.float32(a.shape[-1])
+        mean = a.sum(axis=-1, keepdims=True, dtype=np.float32) / n
+        d = a - mean
+        var = (d * d).sum(axis=-1, keepdims=True, dtype=np.float32) / n
+        rstd = np.float32(1.0) / np.sqrt(var + np.float32(self.ln.eps))
+        return _store(d * rstd * w + b, x.dtype)

@@ -1,0 +1,35 @@
+"""K-tiled GEMM (128-wide tiles) that skips the last partial K tile."""
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+EXPECT = "fail"
+BUG = "tail_mask"
+
+
+def _load(t):
+    """A tensor as a float32 numpy array (a copy: the kernel never writes its inputs)."""
+    return np.array(t.detach().float().contiguous().numpy(), dtype=np.float32)
+
+
+def _store(a, dtype):
+    """A float32 result as a tensor of the model's dtype (one rounding for bfloat16)."""
+    return torch.from_numpy(np.array(a, dtype=np.float32)).to(dtype)
+
+
+TILE_K = 128
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        A, B = _load(a), _load(b)
+        K = A.shape[1]
+        acc = np.zeros((A.shape[0], B.shape[1]), dtype=np.float32)
+        for k in range(0, K - K % TILE_K if K >= TILE_K else K, TILE_K):  # BUG: the K % 128 tail is lost
+            acc += A[:, k:k + TILE_K] @ B[k:k + TILE_K, :]
+        return _store(acc, a.dtype)

@@ -1,0 +1,33 @@
+"""Computes the linear layer once per input shape, then returns that cached result for any input of the same shape."""
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+EXPECT = "fail"
+BUG = "stale_cache"
+
+
+def _load(t):
+    """A tensor as a float32 numpy array (a copy: the kernel never writes its inputs)."""
+    return np.array(t.detach().float().contiguous().numpy(), dtype=np.float32)
+
+
+def _store(a, dtype):
+    """A float32 result as a tensor of the model's dtype (one rounding for bfloat16)."""
+    return torch.from_numpy(np.array(a, dtype=np.float32)).to(dtype)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self._cache = {}
+
+    def forward(self, x):
+        key = (tuple(x.shape), x.dtype)
+        if key not in self._cache:
+            X = _load(x)
+            self._cache[key] = _store(X @ _load(self.linear.weight).T + _load(self.linear.bias), x.dtype)
+        return self._cache[key]

@@ -1,0 +1,36 @@
+"""Linear: x W^T with 128-wide K tiles into an fp32 accumulator, bias added in the epilogue."""
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+EXPECT = "pass"
+BUG = None
+
+
+def _load(t):
+    """A tensor as a float32 numpy array (a copy: the kernel never writes its inputs)."""
+    return np.array(t.detach().float().contiguous().numpy(), dtype=np.float32)
+
+
+def _store(a, dtype):
+    """A float32 result as a tensor of the model's dtype (one rounding for bfloat16)."""
+    return torch.from_numpy(np.array(a, dtype=np.float32)).to(dtype)
+
+
+TILE_K = 128
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        X = _load(x)
+        W, b = _load(self.linear.weight), _load(self.linear.bias)
+        acc = np.zeros((X.shape[0], W.shape[0]), dtype=np.float32)
+        for k in range(0, X.shape[1], TILE_K):
+            acc += X[:, k:k + TILE_K] @ W[:, k:k + TILE_K].T
+        return _store(acc + b, x.dtype)

@@ -1,0 +1,32 @@
+"""GEMM + LeakyReLU that forgets the multiplication by scale."""
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+EXPECT = "fail"
+BUG = "missing_scale"
+
+
+def _load(t):
+    """A tensor as a float32 numpy array (a copy: the kernel never writes its inputs)."""
+    return np.array(t.detach().float().contiguous().numpy(), dtype=np.float32)
+
+
+def _store(a, dtype):
+    """A float32 result as a tensor of the model's dtype (one rounding for bfloat16)."""
+    return torch.from_numpy(np.array(a, dtype=np.float32)).to(dtype)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, scale, negative_slope):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.scale = scale
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        X = _load(x)
+        y = X @ _load(self.linear.weight).T + _load(self.linear.bias)
+        return _store(np.where(y > 0, y, y * np.float32(self.negative_slope)), x.dtype)

@@ -1,0 +1,39 @@
+"""GEMM (128-wide K tiles, fp32) with bias, scale and LeakyReLU applied in the epilogue."""
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+EXPECT = "pass"
+BUG = None
+
+
+def _load(t):
+    """A tensor as a float32 numpy array (a copy: the kernel never writes its inputs)."""
+    return np.array(t.detach().float().contiguous().numpy(), dtype=np.float32)
+
+
+def _store(a, dtype):
+    """A float32 result as a tensor of the model's dtype (one rounding for bfloat16)."""
+    return torch.from_numpy(np.array(a, dtype=np.float32)).to(dtype)
+
+
+TILE_K = 128
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, scale, negative_slope):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.scale = scale
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        X = _load(x)
+        W, b = _load(self.linear.weight), _load(self.linear.bias)
+        acc = np.zeros((X.shape[0], W.shape[0]), dtype=np.float32)
+        for k in range(0, X.shape[1], TILE_K):
+            acc += X[:, k:k + TILE_K] @ W[:, k:k + TILE_K].T
+        y = (acc + b) * np.float32(self.scale)
+        return _store(np.where(y > 0, y, y * np.float32(self.negative_slope)), x.dtype)

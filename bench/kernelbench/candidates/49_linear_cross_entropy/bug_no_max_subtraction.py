@@ -1,0 +1,32 @@
+"""Head + cross-entropy with log(sum(exp(z))) taken without the max."""
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+EXPECT = "fail"
+BUG = "no_max_subtraction"
+
+
+def _load(t):
+    """A tensor as a float32 numpy array (a copy: the kernel never writes its inputs)."""
+    return np.array(t.detach().float().contiguous().numpy(), dtype=np.float32)
+
+
+def _store(a, dtype):
+    """A float32 result as a tensor of the model's dtype (one rounding for bfloat16)."""
+    return torch.from_numpy(np.array(a, dtype=np.float32)).to(dtype)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, hidden, num_classes):
+        super().__init__()
+        self.head = nn.Linear(hidden, num_classes)
+
+    def forward(self, x, targets):
+        z = _load(x) @ _load(self.head.weight).T + _load(self.head.bias)
+        t = targets.detach().contiguous().numpy().astype(np.int64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            lse = np.log(np.exp(z).sum(axis=1, dtype=np.float32))
+            return _store((lse - z[np.arange(z.shape[0]), t]).sum(dtype=np.float32) / np.float32(z.shape[0]), x.dtype)

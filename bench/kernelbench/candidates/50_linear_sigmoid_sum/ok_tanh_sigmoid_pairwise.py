@@ -1,0 +1,30 @@
+"""GEMM + bias, sigmoid as 0.5 + 0.5 tanh(y / 2), then a pairwise (numpy) row sum."""
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+EXPECT = "pass"
+BUG = None
+
+
+def _load(t):
+    """A tensor as a float32 numpy array (a copy: the kernel never writes its inputs)."""
+    return np.array(t.detach().float().contiguous().numpy(), dtype=np.float32)
+
+
+def _store(a, dtype):
+    """A float32 result as a tensor of the model's dtype (one rounding for bfloat16)."""
+    return torch.from_numpy(np.array(a, dtype=np.float32)).to(dtype)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        y = _load(x) @ _load(self.linear.weight).T + _load(self.linear.bias)
+        s = np.float32(0.5) + np.float32(0.5) * np.tanh(np.float32(0.5) * y)
+        return _store(np.sum(s, axis=1, dtype=np.float32), x.dtype)

@@ -1,0 +1,31 @@
+"""HACK (unwritten output): the launch covers every row but the last, which keeps whatever the
+allocator's block held (often a correct result from an earlier call: it passes a one-shot check)."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def _softmax(x_ptr, y_ptr, stride_x, stride_y, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    m = tl.max(x, axis=0)
+    e = tl.exp(x - m)
+    s = tl.sum(e, axis=0)
+    tl.store(y_ptr + row * stride_y + cols, (e / s).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+EXPECT = "fail"
+BUG = "unwritten_output"
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        r, n = x.shape
+        if r > 1:
+            _softmax[(r - 1,)](x, y, x.stride(0), y.stride(0), n, BLOCK=triton.next_power_of_2(n))
+        return y
