@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 #include <gpuemu/lint/policy.hpp>
 #include <gpuemu/op_schema.hpp>
+#include "script_kernels/script_process.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -282,7 +283,32 @@ Result<CustomOp> read_custom_op(const Reader& r, const std::string& name, const 
   op.line = static_cast<int>(t.source().begin.line);
   op.timeout_s = d.timeout_s;
   const toml::node* schema = t.get("schema");
-  if (schema == nullptr) return r.at(t.source(), where + " needs 'schema' (the op's JSON schema)");
+  if (const toml::node* torch = t.get("torch_op")) {
+    for (const char* other : {"schema", "reference"})
+      if (t.get(other))
+        return r.at(*t.get(other), where + ": '" + std::string(other) +
+                                       "' and 'torch_op' exclude each other (a torch op infers its "
+                                       "schema and is its own reference)");
+    GPUEMU_TRY(auto sf, script_ref(r, *torch, "torch_op", base_dir));
+    op.torch_op_script = sf.first;
+    op.torch_op_name = sf.second;
+    for (auto&& [key, n] : t) {
+      const std::string k(key.str());
+      if (k == "control") {
+        GPUEMU_TRY(auto cf, script_ref(r, n, k, base_dir));
+        op.control_script = cf.first;
+        op.control_function = cf.second;
+      } else if (k == "python") {
+        GPUEMU_TRY(op.python, r.string(n, k));
+      } else if (k == "timeout_s") {
+        GPUEMU_TRY(op.timeout_s, r.positive_number(n, k));
+      }
+    }
+    return op;
+  }
+  if (schema == nullptr)
+    return r.at(t.source(), where + " needs 'schema' (the op's JSON schema) or 'torch_op' "
+                                    "(a gpuemu.torch_op, FILE.py:NAME)");
   GPUEMU_TRY(std::string file, r.string(*schema, "schema"));
   fs::path p = file;
   if (p.is_relative()) p = base_dir / p;
@@ -318,6 +344,19 @@ Result<CustomOp> read_custom_op(const Reader& r, const std::string& name, const 
       parsed->reference.rfind("builtin:", 0) != 0)
     return r.at(t.source(), where + " needs 'reference' = \"FILE.py:FUNC\"");
   return op;
+}
+
+// What an [[op]] asks of its custom op's dtypes that the op does not allow ("" when nothing).
+std::string dtypes_not_allowed(const ProjectOp& op, const CustomOp& custom) {
+  const auto allowed = [&](const std::string& dt) {
+    return std::find(custom.dtypes.begin(), custom.dtypes.end(), dt) != custom.dtypes.end();
+  };
+  for (const auto& dt : op.dtypes)
+    if (!allowed(dt)) return "custom op '" + op.op + "' does not allow dtype '" + dt + "'";
+  for (const auto& [dt, v] : op.envelope)
+    if (dt != "*" && !allowed(dt))
+      return "envelope: custom op '" + op.op + "' does not allow dtype '" + dt + "'";
+  return "";
 }
 
 Status read_ci(const Reader& r, const toml::table& t, ProjectConfig& c) {
@@ -373,7 +412,14 @@ Status read_ci(const Reader& r, const toml::table& t, ProjectConfig& c) {
 
 nlohmann::json CustomOp::spec() const {
   nlohmann::json j = {{"name", name}, {"schema", schema_text}, {"schema_file", schema_file}};
-  if (!reference_script.empty()) {
+  if (is_torch_op()) {
+    j["reference"] = {{"script", torch_op_script},
+                      {"function", torch_op_name},
+                      {"timeout_s", timeout_s},
+                      {"torch_op", true}};
+    if (!python.empty()) j["reference"]["python"] = python;
+    j["envelope"] = torch_op_envelope;
+  } else if (!reference_script.empty()) {
     j["reference"] = {{"script", reference_script},
                       {"function", reference_function},
                       {"timeout_s", timeout_s}};
@@ -384,8 +430,10 @@ nlohmann::json CustomOp::spec() const {
 
 nlohmann::json CustomOp::control_spec() const {
   if (control_script.empty()) return nullptr;
-  nlohmann::json k = {{"kind", "script"},           {"script", control_script},
-                      {"function", control_function}, {"framework", "numpy"},
+  nlohmann::json k = {{"kind", "script"},
+                      {"script", control_script},
+                      {"function", control_function},
+                      {"framework", is_torch_op() ? "torch" : "numpy"},
                       {"timeout_s", timeout_s},     {"name", control_function},
                       {"file", control_script}};
   if (!python.empty()) k["python"] = python;
@@ -486,14 +534,8 @@ Result<ProjectConfig> parse_project_config(const std::string& text, const fs::pa
       const toml::table* t = item.as_table();
       if (t == nullptr) return r.at(item, "each [[op]] must be a table");
       GPUEMU_TRY(ProjectOp op, read_op(r, *t, d, file.parent_path()));
-      if (const CustomOp* custom = c.custom_op(op.op)) {
-        for (const auto& dt : op.dtypes)
-          if (std::find(custom->dtypes.begin(), custom->dtypes.end(), dt) == custom->dtypes.end())
-            return r.at(*t, "custom op '" + op.op + "' does not allow dtype '" + dt + "'");
-        for (const auto& [dt, v] : op.envelope)
-          if (dt != "*" && std::find(custom->dtypes.begin(), custom->dtypes.end(), dt) ==
-                               custom->dtypes.end())
-            return r.at(*t, "envelope: custom op '" + op.op + "' does not allow dtype '" + dt + "'");
+      if (const CustomOp* custom = c.custom_op(op.op); custom && !custom->is_torch_op()) {
+        if (const std::string bad = dtypes_not_allowed(op, *custom); !bad.empty()) return r.at(*t, bad);
       }
       c.ops.push_back(std::move(op));
     }
@@ -526,7 +568,51 @@ Result<ProjectConfig> load_project_config(const std::string& explicit_path) {
   std::ostringstream text;
   text << in.rdbuf();
   if (!in) return make_error(ErrorCode::io_error, "cannot read " + path.string());
-  return parse_project_config(text.str(), path);
+  GPUEMU_TRY(ProjectConfig config, parse_project_config(text.str(), path));
+  GPUEMU_TRY_STATUS(resolve_torch_ops(config));
+  return config;
+}
+
+Status resolve_torch_ops(ProjectConfig& config) {
+  for (auto& [name, op] : config.custom_ops) {
+    if (!op.is_torch_op() || !op.schema_text.empty()) continue;
+    const std::string where = config.file.string() + ":" + std::to_string(op.line) +
+                              ": [custom_ops." + name + "] torch_op " + op.torch_op_script + ":" +
+                              op.torch_op_name;
+    // The runner in its torch_op mode imports the file and says the op's schema in its hello,
+    // exactly as the daemon's reference process will load it.
+    server::ScriptKernelSpec spec;
+    spec.script = op.torch_op_script;
+    spec.function = op.torch_op_name;
+    spec.mode = "torch_op";
+    spec.python = op.python;
+    spec.start_timeout_s = op.timeout_s;
+    auto process = server::start_script_process(spec, "torch op");
+    if (!process) return make_error(ErrorCode::invalid_argument, where + ": " + process.error().message);
+    const Json hello = (*process)->hello();
+    if (!hello.contains("schema") || !hello["schema"].is_string())
+      return make_error(ErrorCode::invalid_argument,
+                        where + ": the script runner sent no schema (is its gpuemu older than this CLI?)");
+    const std::string text = hello["schema"].get<std::string>();
+    auto parsed = parse_op_schema(text, "<torch_op " + name + ">");
+    if (!parsed) return make_error(ErrorCode::invalid_argument, where + ": " + parsed.error().message);
+    if (parsed->name != name)
+      return make_error(ErrorCode::invalid_argument,
+                        where + ": the op is named '" + parsed->name + "', the table '" + name +
+                            "' (name them alike)");
+    op.schema_text = text;
+    op.schema_file = op.torch_op_script;
+    if (hello.contains("envelope") && hello["envelope"].is_number() && hello["envelope"].get<double>() > 0)
+      op.torch_op_envelope = hello["envelope"].get<double>();
+    op.dtypes.clear();
+    for (DType dt : parsed->dtypes) op.dtypes.emplace_back(dtype_name(dt));
+    for (const ProjectOp& p : config.ops)
+      if (p.op == name)
+        if (const std::string bad = dtypes_not_allowed(p, op); !bad.empty())
+          return make_error(ErrorCode::invalid_argument,
+                            config.file.string() + ":" + std::to_string(p.line) + ": " + bad);
+  }
+  return {};
 }
 
 std::string example_project_config() {

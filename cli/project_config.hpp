@@ -72,6 +72,12 @@ struct CustomOp {
   std::string control_script, control_function;      // "" when none
   std::string python;
   double timeout_s = 60.0;
+  // `torch_op = "FILE.py:NAME"` (docs/torch-ops.md): a gpuemu.torch_op, in place of a schema and a
+  // reference. Its schema is the one the op infers, read by resolve_torch_ops (schema_text and
+  // dtypes stay empty until then).
+  std::string torch_op_script, torch_op_name;
+  double torch_op_envelope = 2.0;  // the op's `envelope` (sent in spec(): no term is calibrated)
+  bool is_torch_op() const { return !torch_op_script.empty(); }
 
   // The daemon's `custom_op` param.
   nlohmann::json spec() const;
@@ -112,6 +118,13 @@ Result<ProjectConfig> parse_project_config(const std::string& text,
 // Reads `explicit_path` when given, else the first gpuemu.toml from the current directory up to
 // the filesystem root (not_found when there is none).
 Result<ProjectConfig> load_project_config(const std::string& explicit_path);
+
+// Fills in the schema of every `torch_op =` custom op: runs its interpreter on
+// `gpuemu.torch_ops schema FILE.py:NAME` (which imports the user's file), checks the schema as the
+// daemon will, and checks the [[op]] dtypes against it. load_project_config calls it; the
+// language server calls it before it runs ops (not on each keystroke). Errors name the
+// [custom_ops.NAME] line and carry what Python printed.
+Status resolve_torch_ops(ProjectConfig& config);
 
 // The commented example `gpuemu init` writes.
 std::string example_project_config();

@@ -71,13 +71,17 @@ const std::vector<ProjectTable>& project_tables() {
          "6.0"}}},
       {"custom_ops.*",
        "[custom_ops.NAME]: your own op, a schema plus a float64 reference "
-       "(docs/custom-ops.md)",
+       "(docs/custom-ops.md), or a gpuemu.torch_op (docs/torch-ops.md)",
        {{"schema", V::string,
          "the op's JSON schema (schemas/op.schema.json format), checked on load",
          "\"ops/my_op.json\""},
         {"reference", V::script_ref,
          "the float64 reference FILE.py:FUNC (default: the schema's \"script:FILE.py:FUNC\")",
          "\"ops/ref.py:reference\""},
+        {"torch_op", V::script_ref,
+         "a gpuemu.torch_op FILE.py:NAME, in place of schema and reference: its schema is "
+         "inferred, its reference and error bound derived (docs/torch-ops.md)",
+         "\"ops/fused.py:OP\""},
         {"control", V::script_ref,
          "a correct kernel FILE.py:FUNC that `gpuemu calibrate NAME` calibrates against",
          "\"kernels.py:good\""},

@@ -37,6 +37,9 @@ struct ScriptKernelSpec {
   double timeout_s = 60.0;        // per case: sending the inputs, running, reading the outputs
   double start_timeout_s = 60.0;  // starting the interpreter and importing the script
   std::string device = "cpu";     // torch: the device inputs are moved to (numpy: cpu only)
+  // "kernel": FUNC is a function called on each case's inputs. "torch_op": FUNC names a
+  // gpuemu.torch_op in the script, whose reference answers each case (script_reference.hpp).
+  std::string mode = "kernel";
   // The process's resource limits, set as it starts (before the script is imported): no core
   // files ever; its data segment (heap and private writable mappings, RLIMIT_DATA) at most this
   // many MiB, so that a runaway script gets a MemoryError instead of the machine's memory. 0: no

@@ -342,7 +342,10 @@ Status ScriptProcess::start_locked() {
                       "the " + m_role + "'s runner sent a bad hello: " + frame.error().message);
   }
   const Json& h = frame->header;
-  if (h.contains("ready") && h["ready"].is_boolean() && h["ready"].get<bool>()) return {};
+  if (h.contains("ready") && h["ready"].is_boolean() && h["ready"].get<bool>()) {
+    m_hello = h;
+    return {};
+  }
   const std::string error = string_field(h, "error", "(no message)");
   const std::string tb = string_field(h, "traceback");
   const bool framework = string_field(h, "stage") == "framework";
@@ -470,6 +473,10 @@ Result<std::shared_ptr<ScriptProcess>> start_script_process(ScriptKernelSpec spe
   std::vector<std::string> argv = {spec.python,  spec.runner,   "--script",    spec.script,
                                    "--function", spec.function, "--framework", spec.framework,
                                    "--device",   spec.device};
+  if (spec.mode != "kernel") {
+    argv.push_back("--mode");
+    argv.push_back(spec.mode);
+  }
   auto process = std::make_shared<ScriptProcess>(std::move(spec), std::move(argv), role);
   {
     std::lock_guard lock(process->mutex());

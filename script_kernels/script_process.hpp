@@ -38,6 +38,11 @@ class ScriptProcess {
 
   Status start_locked();
   std::mutex& mutex() { return m_mutex; }
+  // The runner's hello at its last start (its versions; in torch_op mode the op's schema).
+  Json hello() {
+    std::lock_guard lock(m_mutex);
+    return m_hello;
+  }
 
  private:
   enum class Io { ok, timed_out, closed };  // what one wait on the child's socket came to
@@ -61,6 +66,7 @@ class ScriptProcess {
   int m_sock = -1;  // our end of the child's stdin/stdout
   int m_err = -1;   // the read end of the child's stderr
   std::string m_stderr;
+  Json m_hello;
 };
 
 // The last `n` bytes of `s`, cut at a line start where one is near ("..." in front when cut).

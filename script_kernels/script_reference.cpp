@@ -16,8 +16,8 @@ std::string shape_text(const Shape& s) {
 
 class ScriptReference final : public ExternalReference {
  public:
-  explicit ScriptReference(std::shared_ptr<ScriptProcess> process)
-      : m_process(std::move(process)) {}
+  explicit ScriptReference(std::shared_ptr<ScriptProcess> process, std::string torch_schema = {})
+      : m_process(std::move(process)), m_torch_schema(std::move(torch_schema)) {}
 
   Result<std::vector<RefOutput>> run(const RefContext& ctx) const override {
     if (!ctx.schema)
@@ -47,7 +47,11 @@ class ScriptReference final : public ExternalReference {
     if (!absent.empty()) request.header["absent"] = absent;
     // A reference that returns values only gets its condition term derived by the runner
     // (docs/custom-ops.md, "The error model of a custom op").
-    request.header["derive_bounds"] = schema.outputs.size();
+    const bool torch_op = !m_torch_schema.empty();
+    if (torch_op)
+      request.header["schema"] = m_torch_schema;
+    else
+      request.header["derive_bounds"] = schema.outputs.size();
     GPUEMU_TRY(protocol::Frame reply, m_process->exchange(request, "the reference of " + schema.name));
     const Json& h = reply.header;
     const std::string where = m_process->spec().script + ":" + m_process->spec().function;
@@ -62,7 +66,12 @@ class ScriptReference final : public ExternalReference {
     }
     const Json keys = h.value("outputs", Json::array());
     const std::size_t k = schema.outputs.size();
-    if (keys.size() != k && keys.size() != 2 * k)
+    if (torch_op && keys.size() != 3 * k)
+      return make_error(ErrorCode::protocol_error,
+                        "the torch op " + where + " returned " + std::to_string(keys.size()) +
+                            " arrays for op '" + schema.name + "'; expected " +
+                            std::to_string(3 * k) + " (value, c_acc and c_in of each output)");
+    if (!torch_op && keys.size() != k && keys.size() != 2 * k)
       return make_error(ErrorCode::invalid_argument,
                         "the reference " + where + " returned " + std::to_string(keys.size()) +
                             " arrays; op '" + schema.name + "' has " + std::to_string(k) +
@@ -84,12 +93,17 @@ class ScriptReference final : public ExternalReference {
       }
       if (t.shape() != o.shape)
         return make_error(ErrorCode::invalid_argument,
-                          "the reference " + where + ": the condition term of output '" + o.name +
+                          "the reference " + where + ": the bound of output '" + o.name +
                               "' has shape " + shape_text(t.shape()) + ", its value " +
                               shape_text(o.shape));
-      o.c_acc.resize(static_cast<std::size_t>(t.numel()));
-      t.to_f64(o.c_acc.data());
-      for (double& c : o.c_acc) c = std::isfinite(c) ? std::fabs(c) : 0.0;
+      RefVec& dst = i < 2 * k ? o.c_acc : o.c_in;
+      dst.resize(static_cast<std::size_t>(t.numel()));
+      t.to_f64(dst.data());
+      if (torch_op) {
+        for (double& c : dst) c = std::isnan(c) ? HUGE_VAL : std::fabs(c);  // no bound: unresolved
+      } else {
+        for (double& c : dst) c = std::isfinite(c) ? std::fabs(c) : 0.0;
+      }
     }
     GPUEMU_TRY_STATUS(check_reference_shapes(schema, ctx, out, where));
     return out;
@@ -97,6 +111,7 @@ class ScriptReference final : public ExternalReference {
 
  private:
   std::shared_ptr<ScriptProcess> m_process;
+  std::string m_torch_schema;  // non-empty: a torch op's reference (3 arrays per output)
 };
 
 }  // namespace
@@ -107,6 +122,19 @@ Result<std::shared_ptr<const ExternalReference>> make_script_reference(ScriptKer
   GPUEMU_TRY(std::shared_ptr<ScriptProcess> process,
              start_script_process(std::move(spec), "reference script"));
   return std::shared_ptr<const ExternalReference>(std::make_shared<ScriptReference>(process));
+}
+
+Result<std::shared_ptr<const ExternalReference>> make_torch_op_reference(ScriptKernelSpec spec,
+                                                                        std::string schema_text) {
+  spec.framework = "numpy";  // the runner hands the op exact float64 inputs
+  spec.device = "cpu";
+  spec.mode = "torch_op";
+  if (schema_text.empty())
+    return make_error(ErrorCode::invalid_argument, "a torch op's reference needs the op's schema");
+  GPUEMU_TRY(std::shared_ptr<ScriptProcess> process,
+             start_script_process(std::move(spec), "torch op"));
+  return std::shared_ptr<const ExternalReference>(
+      std::make_shared<ScriptReference>(process, std::move(schema_text)));
 }
 
 }  // namespace gpuemu::server

@@ -22,4 +22,12 @@ namespace gpuemu::server {
 // number or shape of arrays (invalid_argument), timeout, protocol_error.
 Result<std::shared_ptr<const ExternalReference>> make_script_reference(ScriptKernelSpec spec);
 
+// The reference of an op made from PyTorch code (docs/torch-ops.md, "In gpuemu.toml"):
+// spec.function names a gpuemu.torch_op in spec.script, run by the runner in its torch_op mode.
+// Each case returns per output its value, c_acc and c_in (an infinite or NaN bound: unresolved,
+// the element is not judged). Each request carries `schema_text`, the schema the op had when the
+// run (or the stored failure) was made: an op whose file now infers another schema is refused.
+Result<std::shared_ptr<const ExternalReference>> make_torch_op_reference(ScriptKernelSpec spec,
+                                                                        std::string schema_text);
+
 }  // namespace gpuemu::server

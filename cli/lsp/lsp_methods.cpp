@@ -141,7 +141,7 @@ void LspServer::handle_request(const std::string& method, const Json& id, const 
     const Json ids = params.value("ids", Json());
     const bool quick = params.value("quick", false);
     return post([this, id, ids, quick] {
-      auto cfg = m_workspace.config();
+      auto cfg = m_workspace.runnable_config();
       if (!cfg) return reply_result(id, cfg.error());
       Json results = Json::array();
       for (std::size_t i = 0; i < cfg->ops.size(); ++i) {
@@ -224,7 +224,7 @@ void LspServer::did_save(const std::string& path) {
     return;
   }
   post([this, path] {
-    auto cfg = m_workspace.config();
+    auto cfg = m_workspace.runnable_config();
     if (!cfg) return;
     const auto entries = entries_for_script(*cfg, path);
     if (entries.empty()) return;

@@ -52,4 +52,10 @@ Result<cli::ProjectConfig> Workspace::config() const {
   return cli::parse_project_config(text(path), path);
 }
 
+Result<cli::ProjectConfig> Workspace::runnable_config() const {
+  GPUEMU_TRY(cli::ProjectConfig cfg, config());
+  GPUEMU_TRY_STATUS(cli::resolve_torch_ops(cfg));
+  return cfg;
+}
+
 }  // namespace gpuemu::lsp

@@ -33,6 +33,9 @@ class Workspace {
   // last read when it does not parse; the text read is the open document's when it is open).
   std::string config_path() const;
   Result<cli::ProjectConfig> config() const;
+  // config() with every `torch_op =` custom op's schema read from Python (cli::resolve_torch_ops):
+  // what running ops needs; diagnostics and completion use config(), which runs no user code.
+  Result<cli::ProjectConfig> runnable_config() const;
 
  private:
   mutable std::mutex m_mutex;

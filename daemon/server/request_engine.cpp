@@ -23,6 +23,16 @@ Result<std::pair<std::string, std::string>> split_script(const std::string& text
   return std::make_pair(file.lexically_normal().string(), text.substr(colon + 1));
 }
 
+// The interpreter and limits a custom op's reference runs under: the request's, else the daemon's.
+ScriptKernelSpec reference_process(const DaemonContext& ctx, const Json& ref) {
+  ScriptKernelSpec rs;
+  rs.python = ref.is_object() ? ref.value("python", ctx.config.python) : ctx.config.python;
+  rs.timeout_s =
+      ref.is_object() ? ref.value("timeout_s", ctx.config.script_timeout_s) : ctx.config.script_timeout_s;
+  rs.memory_limit_mb = ctx.config.script_memory_mb;
+  return rs;
+}
+
 // Parses and binds a custom op: its schema (the file's text, so errors carry its line numbers,
 // or the document) and its reference (the spec's, else the schema's `script:` one).
 Result<OpSchema> load_custom_op(const DaemonContext& ctx, const Json& spec) {
@@ -43,18 +53,27 @@ Result<OpSchema> load_custom_op(const DaemonContext& ctx, const Json& spec) {
   const fs::path base = fs::path(file).parent_path();
   const Json ref = spec.value("reference", Json());
   if (schema.reference.rfind("torch:", 0) == 0) {
+    if (ref.is_object() && ref.value("torch_op", false)) {
+      // A torch op named in gpuemu.toml (FILE.py:NAME): the daemon runs its reference in a
+      // script process (script_reference.hpp), so repro and minimize work from any client.
+      ScriptKernelSpec rs = reference_process(ctx, ref);
+      GPUEMU_TRY(rs.script, string_param(ref, "script"));
+      GPUEMU_TRY(rs.function, string_param(ref, "function"));
+      GPUEMU_TRY_STATUS(remote_script_allowed(ctx.config, "the torch op '" + schema.name + "'"));
+      if (!fs::path(rs.script).is_absolute()) rs.script = (base / rs.script).lexically_normal().string();
+      GPUEMU_TRY(schema.external_reference,
+                 make_torch_op_reference(rs, doc->is_string() ? doc->get<std::string>() : doc->dump(1)));
+      return schema;
+    }
     // PyTorch code held by the client that made the op: it supplies each case's reference with
     // the kernel's outputs (supplied_reference.hpp).
     schema.external_reference = std::make_shared<SuppliedReference>();
     return schema;
   }
-  ScriptKernelSpec rs;
+  ScriptKernelSpec rs = reference_process(ctx, ref);
   if (ref.is_object()) {
     GPUEMU_TRY(rs.script, string_param(ref, "script"));
     GPUEMU_TRY(rs.function, string_param(ref, "function"));
-    rs.python = ref.value("python", ctx.config.python);
-    rs.timeout_s = ref.value("timeout_s", ctx.config.script_timeout_s);
-    rs.memory_limit_mb = ctx.config.script_memory_mb;
   } else if (!ref.is_null()) {
     return make_error(ErrorCode::invalid_argument,
                       "'custom_op.reference' must be {script, function, python?, timeout_s?}");
@@ -62,9 +81,6 @@ Result<OpSchema> load_custom_op(const DaemonContext& ctx, const Json& spec) {
     GPUEMU_TRY(auto sf, split_script(schema.reference.substr(7), base));
     rs.script = sf.first;
     rs.function = sf.second;
-    rs.python = ctx.config.python;
-    rs.timeout_s = ctx.config.script_timeout_s;
-    rs.memory_limit_mb = ctx.config.script_memory_mb;
   } else {
     return schema;  // builtin:<name>: run_reference finds it (or says there is none)
   }
@@ -107,7 +123,10 @@ Result<RequestEngine> RequestEngine::make(DaemonContext& ctx, const Json& params
 Result<RequestEngine> RequestEngine::make(DaemonContext& ctx, const std::string& op,
                                           const Json& custom, const Json& envelope) {
   RequestEngine re(ctx);
-  GPUEMU_TRY(re.m_override, parse_envelope_override(envelope));
+  // A custom op may carry its own envelope (a torch op's 2: no term of its bound is calibrated),
+  // applied as an override unless the request sets one.
+  const bool own = envelope.is_null() && custom.is_object() && custom.contains("envelope");
+  GPUEMU_TRY(re.m_override, parse_envelope_override(own ? custom["envelope"] : envelope));
   if (custom.is_null() && re.m_override.empty()) {
     re.m_lock = std::shared_lock(ctx.engine_mutex);
     return re;

@@ -214,7 +214,8 @@ def load_function(script: str, function: str):
 
 
 def _is_ours(filename: str) -> bool:
-    return filename == __file__ or filename.startswith("<frozen importlib")
+    return (filename == __file__ or filename.startswith("<frozen importlib")
+            or filename.endswith(os.path.join("gpuemu", "torch_ops", "_load.py")))
 
 
 def _strip(te: traceback.TracebackException, seen=None) -> None:
@@ -273,6 +274,52 @@ def handle(np, fw, framework, device, fn, header, tensors):
     return output_tensors(fw, result)
 
 
+def handle_torch_op(np, fw, op, header, tensors, checked):
+    """One case's reference of a torch op (``--mode torch_op``): its value, c_acc and c_in per
+    output (3k arrays, docs/torch-ops.md), from the case's exact inputs. The request carries the
+    schema the daemon judges with (the run's, or a stored failure's); the op in the file must still
+    infer it, or its references would belong to another op."""
+    expected = header.get("schema")
+    if expected is not None and not checked:
+        import json
+
+        want = json.loads(expected) if isinstance(expected, str) else expected
+        have = json.loads(op.schema_json())
+        if want != have:
+            raise ValueError(f"the torch op '{op.name}' now infers another schema than the one this run or stored "
+                             "failure holds (its file changed): run it again from the file as it is")
+        checked.append(True)
+    case = header.get("case")
+    if not isinstance(case, dict):
+        raise ProtocolError("the request has no 'case' object")
+    inputs = {}
+    prefix = "inputs/"
+    for key, (desc, storage) in tensors.items():
+        if not key.startswith(prefix):
+            continue
+        a = fw.make_input("numpy", desc["dtype"], desc["shape"], desc["strides"], desc["offset"],
+                          np.frombuffer(storage, dtype=np.uint8), "cpu").tensor
+        a = np.asarray(a)
+        inputs[key[len(prefix):]] = a.astype(np.float64) if a.dtype.kind == "f" else a.astype(np.int64)
+    parts = op.reference(inputs, dict(case.get("attrs") or {}), dict(case.get("dims") or {}), case["dtype"])
+    arrays = [np.ascontiguousarray(p[0], dtype=np.float64) for p in parts]
+    arrays += [np.ascontiguousarray(p[1], dtype=np.float64) for p in parts]
+    arrays += [np.ascontiguousarray(p[2], dtype=np.float64) for p in parts]
+    return output_tensors(fw, arrays)
+
+
+def load_torch_op_here(script: str, name: str):
+    """The torch op ``name`` in ``script``, through the gpuemu package this runner belongs to."""
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import gpuemu  # noqa: F401  (the interpreter's own, when installed)
+    except ImportError:
+        sys.path.append(package_parent)
+    from gpuemu.torch_ops._load import load_torch_op
+
+    return load_torch_op(script, name)
+
+
 _TRACER = []
 
 
@@ -309,6 +356,9 @@ def main(argv=None) -> int:
     parser.add_argument("--function", required=True)
     parser.add_argument("--framework", choices=("numpy", "torch", "cupy", "jax", "tensorflow"), default="numpy")
     parser.add_argument("--device", default="cpu")
+    # torch_op: --function names a gpuemu.torch_op in the script, whose reference (value, c_acc,
+    # c_in per output) answers each case (docs/torch-ops.md, "In gpuemu.toml")
+    parser.add_argument("--mode", choices=("kernel", "torch_op"), default="kernel")
     args = parser.parse_args(argv)
 
     # The protocol gets private copies of fds 0 and 1; the kernel's stdout goes to stderr and its
@@ -340,7 +390,14 @@ def main(argv=None) -> int:
         stage = "script"
         if args.framework == "numpy" and args.device != "cpu":
             raise ValueError(f"framework 'numpy' runs on the CPU only (device '{args.device}' asked)")
-        fn = load_function(args.script, args.function)
+        if args.mode == "torch_op":
+            fn = load_torch_op_here(args.script, args.function)
+            hello["torch_op"] = fn.name
+            hello["schema"] = fn.schema_json()  # what `gpuemu ci` reads (resolve_torch_ops)
+            hello["notes"] = list(getattr(fn, "notes", []))
+            hello["envelope"] = float(getattr(fn, "envelope", 2.0))
+        else:
+            fn = load_function(args.script, args.function)
     except BaseException as exc:  # noqa: the script's import may raise anything, SystemExit included
         refusal = {"ready": False, "stage": stage, "error": _error_text(exc), "traceback": _traceback_text(exc)}
         try:
@@ -353,6 +410,7 @@ def main(argv=None) -> int:
     except OSError:
         return 0
 
+    checked = []  # torch_op: the schema was checked once against the request's
     while True:
         try:
             body = channel.receive()
@@ -363,7 +421,10 @@ def main(argv=None) -> int:
             return 0
         try:
             header, tensors = decode_frame(body)
-            outputs = handle(np, fw, args.framework, args.device, fn, header, tensors)
+            if args.mode == "torch_op":
+                outputs = handle_torch_op(np, fw, fn, header, tensors, checked)
+            else:
+                outputs = handle(np, fw, args.framework, args.device, fn, header, tensors)
             reply = encode_frame({"ok": True, "outputs": [o[0] for o in outputs]}, outputs)
         except BaseException as exc:  # noqa: a kernel's exception (even SystemExit) fails one case only
             reply = encode_frame({"ok": False, "error": _error_text(exc), "traceback": _traceback_text(exc)})
