@@ -1099,14 +1099,17 @@ def _prims_var(func, args, kwargs):
     gx = sum_growth(x, dims)
     mu_e = (e.sum(dims, keepdim=True) + _keep(gx, dims) * _finite(x.abs()).sum(dims, keepdim=True)) / max(n, 1)
     mu_i = i.sum(dims, keepdim=True) / max(n, 1)
-    de = e + mu_e + _finite(d.abs())
-    di = i + mu_i
+    # Each deviation carries its element's own error and its subtraction's rounding. The mean's
+    # error delta does not enter them to first order: for any computed mean mu + delta,
+    # sum (x - mu - delta)^2 = sum (x - mu)^2 + N delta^2 exactly (the deviations sum to 0), so a
+    # mean off by delta gives var + delta^2, second order while delta << sigma and the whole error
+    # where a running sum over repeats makes delta reach sigma (the catalogue's norm model).
+    de = e + _finite(d.abs())
     gs = sum_growth(sq, dims)
-    # a mean off by delta gives var + delta^2 (the deviations' sum is -N delta): second order while
-    # delta << sigma, the whole error where a running sum over repeats makes delta reach sigma
-    ee = (2.0 * _finite(d.abs()) * de).sum(dims) + gs * _finite(sq).sum(dims) + n * U32 * mu_e.reshape(
-        (2.0 * _finite(d.abs()) * de).sum(dims).shape) ** 2
-    ii = (2.0 * _finite(d.abs()) * di).sum(dims)
+    first = (2.0 * _finite(d.abs()) * de).sum(dims)
+    delta = (U32 * mu_e + _STATE.u_in * mu_i).reshape(first.shape)  # absolute
+    ee = first + gs * _finite(sq).sum(dims) + n * delta ** 2 / U32
+    ii = (2.0 * _finite(d.abs()) * i).sum(dims)
     if denom > 0:
         ee, ii = ee / denom, ii / denom
     # Welford's running mean (PyTorch's CPU var, Apex's) errs by up to 2 u range max|x| in the
