@@ -33,7 +33,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -158,11 +158,15 @@ def measure_problem(job) -> Dict[str, Any]:
                 try:
                     r = judge_candidate(pop, loaded[c], cases, diagnose=False)
                     verdict, classes, err, first = r.verdict, r.failure_classes, r.error, r.first_failure
+                    counts = {"cases": r.cases, "passed": r.passed, "failed": r.failed, "inconclusive": r.inconclusive}
                 except Exception as exc:
                     verdict, classes, err, first = "error", [], f"{type(exc).__name__}: {exc}", None
+                    counts = None
                 row = {"problem": stem, "candidate": c.stem, "dtype": dt, "seed": s, **metas[c],
                        "gpuemu": verdict, "classes": classes, "kernelbench": kb["passed"],
                        "kernelbench_why": kb.get("why"), "robust": rb["passed"], "robust_why": rb.get("why")}
+                if counts:
+                    row["case_counts"] = counts
                 if err:
                     row["error"] = err[:300]
                 if verdict == "failed" and first:
@@ -255,6 +259,27 @@ def summary(rows: List[Dict[str, Any]], seeds: int) -> str:
     by_bug: Dict[str, List[Dict[str, Any]]] = {}
     for r in buggy:
         by_bug.setdefault(r["bug"] or "?", []).append(r)
+    # what "inconclusive" costs: the correct pairs' cases the reference could not resolve in full
+    # (their resolvable elements were judged and passed), overall and where most frequent
+    counted = [r for r in correct if r.get("case_counts")]
+    if counted:
+        tot = sum(r["case_counts"]["cases"] for r in counted)
+        inc = sum(r["case_counts"]["inconclusive"] for r in counted)
+        lines.append(f"Correct pairs' cases: {tot}, of which inconclusive {inc} ({inc / max(tot, 1):.1%}): "
+                     "some elements unresolvable within the reference's own error, the rest judged and passed.")
+        lines.append("")
+        per: Dict[Tuple[str, str], List[int]] = {}
+        for r in counted:
+            a = per.setdefault((r["problem"], r["dtype"]), [0, 0])
+            a[0] += r["case_counts"]["inconclusive"]
+            a[1] += r["case_counts"]["cases"]
+        top = sorted(per.items(), key=lambda kv: -kv[1][0] / max(kv[1][1], 1))[:15]
+        lines.append("| problem | dtype | inconclusive cases of its correct pairs |")
+        lines.append("|---|---|---:|")
+        for (prob, dt), (i, n) in top:
+            if i:
+                lines.append(f"| {prob} | {dt} | {i}/{n} ({i / max(n, 1):.0%}) |")
+        lines.append("")
     lines.append("| bug class | pairs x seeds | gpuemu caught | KernelBench caught | robust caught |")
     lines.append("|---|---:|---:|---:|---:|")
     for bug, rs in sorted(by_bug.items()):

@@ -307,3 +307,21 @@ def test_fused_admits_no_rounding_at_op_boundaries():
     assert gpuemu.fuzz_op_in_process(fused, kernel(False), **kw).ok
     caught = gpuemu.fuzz_op_in_process(fused, kernel(True), **kw)
     assert caught.failed >= 10, caught.summary()
+
+
+@pytest.mark.parametrize("as_argument", [True, False])
+def test_a_strided_tensor_with_an_offset_keeps_its_elements_and_its_bounds(as_argument):
+    """A non-contiguous view with a storage offset, as an argument or as a constant the reference
+    holds (lifted to float64 when an op first reads it, after PyTorch computed a reshape's
+    as_strided for its own layout): the value is PyTorch's float64 result and every bound is finite
+    and non-negative (the zeros beside the value have its layout, never read past their end)."""
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(8 * 89 * 888 + 7, generator=g)
+    x = base.as_strided((8, 89, 444), (89 * 888, 888, 2), 7)  # every other element, offset 7
+    w = torch.randn(63, 444, generator=g)
+    if as_argument:
+        out = evaluate(lambda a: F.linear(a, w), [x])
+    else:
+        out = evaluate(lambda: F.linear(x, w), [])
+    assert torch.equal(out.v, F.linear(x.double(), w.double()))
+    assert bool(torch.isfinite(out.e).all()) and float(out.e.min()) >= 0

@@ -98,10 +98,27 @@ def _zeros(t: torch.Tensor) -> torch.Tensor:
     return torch.zeros(t.shape, dtype=F64)
 
 
+def _storage_elements(v: torch.Tensor) -> int:
+    return (v.untyped_storage().nbytes() // v.element_size() if hasattr(v, "untyped_storage")
+            else v.storage().size())  # torch < 2.0
+
+
 def exact(v: torch.Tensor, dtype: Optional[torch.dtype] = None) -> BoundTensor:
+    """An input known exactly: its value in float64 and zero bounds, all three in the input's own
+    layout (sizes, strides, storage offset). A view op that PyTorch dispatches with strides
+    computed for the original (as_strided, from a reshape of a non-contiguous input) must find the
+    same elements in each: `.to` would make a non-dense view contiguous, and zeros of its shape
+    alone would be read past their end (a linear over x with strides (888, 2) and an offset was
+    off by 1e4, and its bound was garbage)."""
     nominal = dtype or v.dtype
-    v = v.to(F64) if v.is_floating_point() else v
-    return BoundTensor(v, _zeros(v), _zeros(v), nominal)
+    if v.layout != torch.strided or v.is_contiguous():
+        v = v.to(F64) if v.is_floating_point() else v
+        return BoundTensor(v, _zeros(v), _zeros(v), nominal)
+    n = _storage_elements(v)
+    size, stride, offset = v.size(), v.stride(), v.storage_offset()
+    same = lambda t: t.as_strided(size, stride, offset)  # noqa: E731
+    value = same(torch.as_strided(v, (n,), (1,), 0).to(F64)) if v.is_floating_point() else v
+    return BoundTensor(value, same(torch.zeros(n, dtype=F64)), same(torch.zeros(n, dtype=F64)), nominal)
 
 
 class _State(threading.local):
