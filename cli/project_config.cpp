@@ -6,7 +6,6 @@
 #include <toml++/toml.h>
 #include <gpuemu/lint/policy.hpp>
 #include <gpuemu/op_schema.hpp>
-#include "script_kernels/script_process.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -346,19 +345,6 @@ Result<CustomOp> read_custom_op(const Reader& r, const std::string& name, const 
   return op;
 }
 
-// What an [[op]] asks of its custom op's dtypes that the op does not allow ("" when nothing).
-std::string dtypes_not_allowed(const ProjectOp& op, const CustomOp& custom) {
-  const auto allowed = [&](const std::string& dt) {
-    return std::find(custom.dtypes.begin(), custom.dtypes.end(), dt) != custom.dtypes.end();
-  };
-  for (const auto& dt : op.dtypes)
-    if (!allowed(dt)) return "custom op '" + op.op + "' does not allow dtype '" + dt + "'";
-  for (const auto& [dt, v] : op.envelope)
-    if (dt != "*" && !allowed(dt))
-      return "envelope: custom op '" + op.op + "' does not allow dtype '" + dt + "'";
-  return "";
-}
-
 Status read_ci(const Reader& r, const toml::table& t, ProjectConfig& c) {
   GPUEMU_TRY_STATUS(r.check_keys(t, "[ci]", "ci"));
   const fs::path base_dir = c.file.parent_path();
@@ -409,6 +395,19 @@ Status read_ci(const Reader& r, const toml::table& t, ProjectConfig& c) {
 }
 
 }  // namespace
+
+// What an [[op]] asks of its custom op's dtypes that the op does not allow ("" when nothing).
+std::string dtypes_not_allowed(const ProjectOp& op, const CustomOp& custom) {
+  const auto allowed = [&](const std::string& dt) {
+    return std::find(custom.dtypes.begin(), custom.dtypes.end(), dt) != custom.dtypes.end();
+  };
+  for (const auto& dt : op.dtypes)
+    if (!allowed(dt)) return "custom op '" + op.op + "' does not allow dtype '" + dt + "'";
+  for (const auto& [dt, v] : op.envelope)
+    if (dt != "*" && !allowed(dt))
+      return "envelope: custom op '" + op.op + "' does not allow dtype '" + dt + "'";
+  return "";
+}
 
 nlohmann::json CustomOp::spec() const {
   nlohmann::json j = {{"name", name}, {"schema", schema_text}, {"schema_file", schema_file}};
@@ -543,76 +542,6 @@ Result<ProjectConfig> parse_project_config(const std::string& text, const fs::pa
   // [lint] is validated by the lint policy reader itself (the same messages as `gpuemu lint`).
   GPUEMU_TRY_STATUS(lint::parse_policy(text, source));
   return c;
-}
-
-Result<ProjectConfig> load_project_config(const std::string& explicit_path) {
-  fs::path path;
-  std::error_code ec;
-  if (!explicit_path.empty()) {
-    path = fs::absolute(explicit_path, ec);
-    if (!fs::is_regular_file(path))
-      return make_error(ErrorCode::not_found, "no config file " + path.string());
-  } else {
-    for (fs::path dir = fs::current_path(ec);; dir = dir.parent_path()) {
-      if (fs::is_regular_file(dir / "gpuemu.toml", ec)) {
-        path = dir / "gpuemu.toml";
-        break;
-      }
-      if (dir == dir.parent_path() || dir.empty())
-        return make_error(ErrorCode::not_found,
-                          "no gpuemu.toml here or in any parent directory (gpuemu init writes "
-                          "one; --config FILE names another)");
-    }
-  }
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in) return make_error(ErrorCode::io_error, "cannot read " + path.string());
-  GPUEMU_TRY(ProjectConfig config, parse_project_config(text.str(), path));
-  GPUEMU_TRY_STATUS(resolve_torch_ops(config));
-  return config;
-}
-
-Status resolve_torch_ops(ProjectConfig& config) {
-  for (auto& [name, op] : config.custom_ops) {
-    if (!op.is_torch_op() || !op.schema_text.empty()) continue;
-    const std::string where = config.file.string() + ":" + std::to_string(op.line) +
-                              ": [custom_ops." + name + "] torch_op " + op.torch_op_script + ":" +
-                              op.torch_op_name;
-    // The runner in its torch_op mode imports the file and says the op's schema in its hello,
-    // exactly as the daemon's reference process will load it.
-    server::ScriptKernelSpec spec;
-    spec.script = op.torch_op_script;
-    spec.function = op.torch_op_name;
-    spec.mode = "torch_op";
-    spec.python = op.python;
-    spec.start_timeout_s = op.timeout_s;
-    auto process = server::start_script_process(spec, "torch op");
-    if (!process) return make_error(ErrorCode::invalid_argument, where + ": " + process.error().message);
-    const Json hello = (*process)->hello();
-    if (!hello.contains("schema") || !hello["schema"].is_string())
-      return make_error(ErrorCode::invalid_argument,
-                        where + ": the script runner sent no schema (is its gpuemu older than this CLI?)");
-    const std::string text = hello["schema"].get<std::string>();
-    auto parsed = parse_op_schema(text, "<torch_op " + name + ">");
-    if (!parsed) return make_error(ErrorCode::invalid_argument, where + ": " + parsed.error().message);
-    if (parsed->name != name)
-      return make_error(ErrorCode::invalid_argument,
-                        where + ": the op is named '" + parsed->name + "', the table '" + name +
-                            "' (name them alike)");
-    op.schema_text = text;
-    op.schema_file = op.torch_op_script;
-    if (hello.contains("envelope") && hello["envelope"].is_number() && hello["envelope"].get<double>() > 0)
-      op.torch_op_envelope = hello["envelope"].get<double>();
-    op.dtypes.clear();
-    for (DType dt : parsed->dtypes) op.dtypes.emplace_back(dtype_name(dt));
-    for (const ProjectOp& p : config.ops)
-      if (p.op == name)
-        if (const std::string bad = dtypes_not_allowed(p, op); !bad.empty())
-          return make_error(ErrorCode::invalid_argument,
-                            config.file.string() + ":" + std::to_string(p.line) + ": " + bad);
-  }
-  return {};
 }
 
 std::string example_project_config() {

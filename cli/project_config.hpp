@@ -119,6 +119,10 @@ Result<ProjectConfig> parse_project_config(const std::string& text,
 // the filesystem root (not_found when there is none).
 Result<ProjectConfig> load_project_config(const std::string& explicit_path);
 
+// What an [[op]] asks of its custom op's dtypes (and envelopes) that the op does not allow: a
+// message, "" when nothing.
+std::string dtypes_not_allowed(const ProjectOp& op, const CustomOp& custom);
+
 // Fills in the schema of every `torch_op =` custom op: runs its interpreter on
 // `gpuemu.torch_ops schema FILE.py:NAME` (which imports the user's file), checks the schema as the
 // daemon will, and checks the [[op]] dtypes against it. load_project_config calls it; the
