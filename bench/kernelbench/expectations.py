@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Each pair's verdict (the JSON lines of `gpuemu kernelbench DIR DIR`) against its candidate's
-``EXPECT`` (and ``DTYPES``): a Markdown table, and exit status 1 when one disagrees.
+``EXPECT`` (and ``DTYPES``): a Markdown table, and exit status 1 when one disagrees or when a
+candidate of the folder has no verdict at all (a run that judged nothing is not a clean run).
 
-    python3 bench/kernelbench/expectations.py verdicts.jsonl bench/kernelbench/gpu/candidates
+    python3 -m bench.kernelbench.expectations verdicts.jsonl bench/kernelbench/gpu/candidates
 """
 
 import ast
@@ -36,6 +37,12 @@ def main(argv):
         lines.append(f"| {r['problem']} | {r['candidate']} | {r['dtype']} | {m['EXPECT']} ({m['BUG'] or 'correct'}) | "
                      f"{r['verdict']} ({r.get('passed', 0)}/{r.get('cases', 0)}) | {', '.join(r.get('failure_classes', []))} "
                      f"| {'yes' if ok else '**NO**'} |")
+    judged = {(r["problem"], r["candidate"]) for r in rows}
+    for path in sorted(root.glob("*/*.py")):
+        if path.name.startswith("_") or (path.parent.name, path.stem) in judged:
+            continue
+        bad += 1
+        lines.append(f"| {path.parent.name} | {path.stem} | | {meta(path)['EXPECT']} | no verdict | | **NO** |")
     print("\n".join(lines))
     print(f"\n{len(lines) - 2} pairs, {bad} not as expected")
     return 1 if bad else 0

@@ -38,18 +38,45 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from ._growth import sum_growth
 
-class _Aten:
-    """torch.ops.aten, where an op this PyTorch does not have is a placeholder no call matches (the
-    tables below name ops of PyTorch 1.13 to 2.x)."""
+class _Missing:
+    """An op (or overload) this PyTorch does not have: a placeholder no call matches, whose
+    overloads are placeholders too (the tables below name ops of PyTorch 1.13 to 2.11, and each
+    release adds and drops some: torch 2.11 has no prims.slice)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Missing(f"{self.name}.{attr}")
+
+    def __eq__(self, other):
+        return isinstance(other, _Missing) and other.name == self.name
+
+    def __hash__(self):
+        return hash(("missing op", self.name))
+
+    def __repr__(self):
+        return f"<missing op {self.name}>"
+
+
+class _Namespace:
+    """torch.ops.aten or torch.ops.prims, where an op this PyTorch does not have is a `_Missing`."""
+
+    def __init__(self, name: str):
+        self._name = name
 
     def __getattr__(self, name: str):
         try:
-            return getattr(torch.ops.aten, name)
+            return getattr(getattr(torch.ops, self._name), name)
         except (AttributeError, RuntimeError):
-            return ("missing aten op", name)
+            return _Missing(f"{self._name}.{name}")
 
 
-aten = _Aten()
+aten = _Namespace("aten")
 U32 = 2.0 ** -24
 F64 = torch.float64
 INF = float("inf")
@@ -1080,7 +1107,7 @@ def _nll_loss(func, args, kwargs):
 
 # --- prims: what PyTorch's decompositions (torch._refs) are written in ---------------------------
 
-prims = torch.ops.prims
+prims = _Namespace("prims")
 
 
 @rule(prims.convert_element_type)
