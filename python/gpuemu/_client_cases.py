@@ -5,13 +5,16 @@ check), the outputs each case expects from the op's schema. gpuemu.client.Client
 
 from __future__ import annotations
 
+import threading
 import traceback
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from . import _core, errors
 from . import _frameworks as _fw
+from ._client_state import _HandedOut, _OpCatalogue
 from .dtypes import to_bits
 from .inprocess import _ReadTracking
 
@@ -80,9 +83,23 @@ def _present_with(schema: Dict[str, Any], out: Dict[str, Any]) -> Optional[str]:
     return spec[5:] if src is not None and src.get("optional", False) else None
 
 
+@dataclass
+class _Batch:
+    """A batch of cases as the daemon handed it out: [(case json, {name: _fw.Input})], the master
+    seed it was drawn from and, when the request opened a client-side run, that run's id."""
+
+    cases: List[Tuple[Dict[str, Any], Dict[str, _fw.Input]]]
+    master_seed: int
+    run_id: Optional[str] = None
+
+
 class _Cases:
     """Batches of cases from the daemon and one kernel run per case (a mixin of Client: it needs
-    ``request`` and ``_run_id``)."""
+    ``request`` and the Client's state, below, which Client.__init__ makes)."""
+
+    _catalogue: _OpCatalogue  # schemas, torch ops, in-process engines (_client_state.py)
+    _cases: _HandedOut  # the cases get_test_batch handed out (_client_state.py)
+    _opened: threading.local  # .run_id: the run this thread's last _batch(run=...) opened
 
     @staticmethod
     def _options(dtypes, value_distribution, dims, attrs, layouts, present=None, precision=None,
@@ -116,15 +133,13 @@ class _Cases:
         for attr in ("name", "schema", "reference", "schema_json", "engine"):
             if not hasattr(op, attr):
                 raise errors.ValidationError(f"op must be an op name or a gpuemu.torch_op, got {type(op).__name__}")
-        self.__dict__.setdefault("_schemas", {})[op.name] = op.schema
-        self.__dict__.setdefault("_torch_ops", {})[op.name] = op
-        return op.name
+        return self._catalogue.register_torch_op(op)
 
     def _torch_op_params(self, op: str) -> Dict[str, Any]:
         """The params every request about the torch op ``op`` carries: its schema (``custom_op``) and
         its envelope (2 unless the op says otherwise: none of its terms is calibrated). Empty for
         any other op."""
-        t = self.__dict__.get("_torch_ops", {}).get(op)
+        t = self._catalogue.torch_op(op)
         if t is None:
             return {}
         return {"custom_op": {"name": op, "schema": t.schema_json(), "schema_file": f"<torch_op {op}>"},
@@ -133,7 +148,8 @@ class _Cases:
     def _supplied_reference(self, op: str, case: Dict[str, Any], inputs: Dict[str, _fw.Input], i: int) -> list:
         """The wire tensors of a torch op's reference for one case (items/<i>/reference/<k>/value,
         c_acc, c_in), computed here from the case's exact inputs before the kernel runs."""
-        t = self._torch_ops[op]
+        t = self._catalogue.torch_op(op)
+        assert t is not None, op
         exact = {}
         for name, inp in inputs.items():
             x = inp.tensor
@@ -161,10 +177,25 @@ class _Cases:
 
     def _batch(self, op, options, seed, start, count, framework, device, keep_wire: bool = False,
                prefetch: int = 0, digests: bool = True, run: Optional[Dict[str, Any]] = None):
-        """[(case json, {name: _fw.Input})] and the master seed (``keep_wire``: see _cases_of;
-        ``prefetch``: the daemon generates that many cases after these meanwhile; ``digests``:
-        the cases' JSON carries each input's digest, which the daemon hashes every byte for;
-        ``run``: open a client-side run in the daemon, whose id is then ``self._run_id``)."""
+        """[(case json, {name: _fw.Input})] and the master seed: :meth:`_fetch_batch`'s, for
+        callers that open no run (a run opened here has its id in ``self._run_id``, for this
+        thread, until its next such call; runs keep theirs: ``_ClientRun.run_id``)."""
+        b = self._fetch_batch(op, options, seed, start, count, framework, device, keep_wire, prefetch, digests, run)
+        if run is not None:
+            self._opened.run_id = b.run_id
+        return b.cases, b.master_seed
+
+    @property
+    def _run_id(self) -> Optional[str]:
+        """The id of the run this thread's last ``_batch(..., run=...)`` opened (tests read it)."""
+        return getattr(self._opened, "run_id", None)
+
+    def _fetch_batch(self, op, options, seed, start, count, framework, device, keep_wire: bool = False,
+                     prefetch: int = 0, digests: bool = True, run: Optional[Dict[str, Any]] = None) -> _Batch:
+        """A batch of ``count`` cases from ``start`` (``keep_wire``: see _cases_of; ``prefetch``:
+        the daemon generates that many cases after these meanwhile; ``digests``: the cases' JSON
+        carries each input's digest, which the daemon hashes every byte for; ``run``: open a
+        client-side run in the daemon, whose id the batch then carries)."""
         params = {"op": op, "count": count, "start_index": start, "options": options}
         params.update(self._torch_op_params(op))
         if run is not None:
@@ -176,8 +207,8 @@ class _Cases:
         if seed is not None:
             params["seed"] = int(seed)
         res, tens = self.request("get_test_batch", params)
-        self._run_id = res.get("run_id")
-        return self._cases_of(res, tens, framework, device, keep_wire), int(res["master_seed"])
+        return _Batch(self._cases_of(res, tens, framework, device, keep_wire), int(res["master_seed"]),
+                      res.get("run_id"))
 
     @staticmethod
     def _cases_of(res, tens, framework, device, keep_wire: bool = False):
@@ -208,15 +239,7 @@ class _Cases:
         return f
 
     def _schema(self, op: str) -> Dict[str, Any]:
-        cache = self.__dict__.setdefault("_schemas", {})
-        if op not in cache:
-            try:
-                from ._reference import op_schema
-
-                cache[op] = op_schema(op)
-            except Exception:  # noqa: BLE001 (an op only the daemon knows: it judges alone)
-                cache[op] = {}
-        return cache[op]
+        return self._catalogue.schema(op)
 
     def _expected(self, op: str, case: Dict[str, Any], inputs: Dict[str, _fw.Input]):
         """[(dtype, shape or None)] of the op's outputs for this case (from its schema)."""

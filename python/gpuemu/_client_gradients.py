@@ -19,7 +19,7 @@ _RECOMPUTED_STATISTICS = ("saved_rstd", "saved_mean", "saved_ln_rstd")
 
 
 class _Gradients:
-    """backward=True (a mixin of Client: it calls ``fuzz_op_client_side`` twice)."""
+    """backward=True (a mixin of Client: it makes two client-side runs, ``_fuzz_client_side``)."""
 
     def _fuzz_with_gradients(self, op: str, run_op: Callable[[Dict[str, Any]], Any], **kw: Any) -> FuzzResults:
         """``fuzz_op_client_side(..., backward=True)``: the forward run, then ``<op>_backward``'s
@@ -97,21 +97,18 @@ class _Gradients:
                 f"absent; fuzz the backward kernel itself with fuzz_op_client_side('{bop}', ...)")
         # The two runs' records name the backward run they are part of (the daemon stores it with
         # each run record; `gpuemu report` joins them into one count of cases).
+        # Each part is a run of its own (_ClientRun) that carries its part_of.
         run = secrets.token_hex(8)
-        try:
-            self._part_of = {"part": "forward", "run": run, "gradients_op": bop}
-            forward = self.fuzz_op_client_side(op, run_op, **kw)
-            if kw.get("fail_fast") and not forward.ok:
-                return forward
-            kernel = _autograd_kernel(run_op, fwd_inputs, grads, b_inputs, zero_leaves, fschema)
-            # pins of inputs the backward op's cases carry (a forward-only input's, the bias's, are not
-            # its) ... and the autograd mode's own pins (softmax_backward's x present,
-            # flash_attention_backward's saved out and lse absent)
-            bkw = {**kw, "present": {**{k: v for k, v in present.items() if k in b_inputs}, **mode_pins} or None}
-            self._part_of = {"part": "gradients", "run": run, "op": op}
-            gradients = self.fuzz_op_client_side(bop, kernel, **bkw)
-        finally:
-            self._part_of = None
+        forward = self._fuzz_client_side(op, run_op, **kw,
+                                         part_of={"part": "forward", "run": run, "gradients_op": bop})
+        if kw.get("fail_fast") and not forward.ok:
+            return forward
+        kernel = _autograd_kernel(run_op, fwd_inputs, grads, b_inputs, zero_leaves, fschema)
+        # pins of inputs the backward op's cases carry (a forward-only input's, the bias's, are not
+        # its) ... and the autograd mode's own pins (softmax_backward's x present,
+        # flash_attention_backward's saved out and lse absent)
+        bkw = {**kw, "present": {**{k: v for k, v in present.items() if k in b_inputs}, **mode_pins} or None}
+        gradients = self._fuzz_client_side(bop, kernel, **bkw, part_of={"part": "gradients", "run": run, "op": op})
         return _one_case_per_index(forward, gradients, bool(kw.get("fail_fast")))
 
 

@@ -14,9 +14,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-from . import _core, errors
+from . import errors
 from . import _frameworks as _fw
 from ._client_cases import _round_bits
+from ._client_state import _HandedOutCase
 from .inprocess import _FIRST_CHUNK, Failure, FuzzResults, _Kernel, _varied, _varyable_attrs
 
 _CHUNK = 16  # cases per get_test_batch / submit_outputs round trip
@@ -87,6 +88,98 @@ def _kernel_identity(run_op: Callable) -> Dict[str, Any]:
     return {"kind": "client", "name": name, "file": file, "line": line}
 
 
+@dataclass
+class _ClientRun:
+    """One client-side fuzz run (``fuzz_op_client_side``), from its first batch to its results:
+    what it was asked for, the daemon run it opened (``run_id``: every submission names it), and
+    what it has seen so far. Made by the call and passed along, never kept on the Client, so two
+    runs on one Client (two threads) share nothing but the connection. Its books (counts, first
+    failure, worst case, fail-fast, the diagnosis budget) are the daemon's: ``summary`` is the
+    latest the daemon sent."""
+
+    op: str
+    run_op: Callable[[Dict[str, Any]], Any]
+    framework: str
+    device: Optional[str]
+    iterations: int
+    value_distribution: str
+    options: Dict[str, Any]  # the options the run was asked for
+    kernel: Dict[str, Any]  # the kernel's identity, sent with every submission
+    seed: Optional[int]  # the master seed: the caller's, then the daemon's once the first batch came
+    fail_fast: bool
+    diagnose_limit: int
+    check_determinism: bool
+    torch_op: bool  # a gpuemu.torch_op: its reference is computed here and sent with each item
+    part_of: Optional[Dict[str, Any]] = None  # the backward=True run this one is a part of
+    # The attrs drawn when the kernel reads them (vary_attrs=None): ``reads`` gathers the attrs
+    # run_op read (None: attrs are not drawn that way); ``auto``/``always``: _varyable_attrs's.
+    auto: Sequence[str] = ()
+    always: Sequence[str] = ()
+    reads: Optional[set] = None
+    run_id: Optional[str] = None
+    sent: int = 0  # cases handed out so far
+    chunk_options: Dict[str, Any] = field(default_factory=dict)  # the options of the chunk at hand
+    varied: set = field(default_factory=set)
+    summary: Dict[str, Any] = field(default_factory=dict)
+    failures: List[ClientFailure] = field(default_factory=list)
+    t0: float = field(default_factory=time.perf_counter)
+
+    def __post_init__(self) -> None:
+        self.chunk_options = self.options
+        self.varied = set(_varied(self.options.get("vary_attrs"), self.auto, self.always))
+
+    def opened(self, first: Any, count: int) -> None:
+        """The daemon opened the run: its id and master seed came with the first ``count`` cases."""
+        self.run_id = first.run_id
+        self.seed = first.master_seed
+        self.sent = count
+
+    def submission(self, items: List[Dict[str, Any]]) -> Dict[str, Any]:
+        """The submit_outputs params of a chunk's items, under the options it was drawn with, with
+        the request for the next chunk while cases are left."""
+        params: Dict[str, Any] = {"op": self.op, "options": self.chunk_options, "items": items, "kernel": self.kernel,
+                                  "store": True, "client": {"name": "gpuemu-python"}, "snapshots": True,
+                                  "run_id": self.run_id}
+        if self.part_of:  # a part of a backward=True run (_client_gradients)
+            params["part_of"] = self.part_of
+        left = self.iterations - self.sent
+        if left > 0:  # the next chunk comes back with this one's verdicts: one request a chunk
+            # ... and the daemon makes the one after it while this process runs the kernel
+            nxt = min(_CHUNK, left)
+            params["next"] = {"count": nxt, "start_index": self.sent, "seed": self.seed,
+                              "prefetch": min(_CHUNK, left - nxt), "digests": False}
+            if self.reads is not None:
+                vary = sorted(set(self.chunk_options.get("vary_attrs", ())) | (self.reads & set(self.auto)))
+                if vary != self.chunk_options.get("vary_attrs", []):
+                    params["next"]["options"] = {**self.options, "vary_attrs": vary}
+        return params
+
+    def handed_out(self, count: int, options: Dict[str, Any]) -> None:
+        """The next chunk came: ``count`` cases drawn under ``options``."""
+        self.sent += count
+        self.chunk_options = options
+        self.varied |= set(_varied(options.get("vary_attrs"), self.auto, self.always))
+
+    def results(self) -> FuzzResults:
+        """The run's results, rendered from the daemon's summary and the failures seen here."""
+        seed = int(self.seed if self.seed is not None else 0)
+        if self.iterations <= 0:  # no case was asked for
+            return FuzzResults(op=self.op, seed=seed, value_distribution=self.value_distribution,
+                               framework=self.framework, total=0, passed=0, elapsed=time.perf_counter() - self.t0,
+                               first_failure=-1, failures=[], worst_ratio=None, worst_index=-1)
+        summary = self.summary
+        worst = summary.get("worst", {})
+        ratio = worst.get("ratio")
+        return FuzzResults(op=self.op, seed=seed, value_distribution=self.value_distribution,
+                           framework=self.framework, total=int(summary.get("total", 0)),
+                           passed=int(summary.get("passed", 0)), elapsed=time.perf_counter() - self.t0,
+                           first_failure=int(summary.get("first_failure", -1)), failures=self.failures,
+                           worst_ratio=(float("inf") if ratio == "inf" else float(ratio))
+                           if int(worst.get("index", -1)) >= 0 else None,
+                           worst_index=int(worst.get("index", -1)), varied_attrs=sorted(self.varied),
+                           inconclusive=int(summary.get("inconclusive", 0)))
+
+
 class _Runs:
     """Client-side runs and single-case submissions (a mixin of Client)."""
 
@@ -128,123 +221,116 @@ class _Runs:
         backward op with the logits ``x`` (``y`` is then the forward of ``x``), flash_attention's
         without the saved ``out`` and ``lse``; the error model adds what the kernel's own forward
         output may deviate by (docs/error-model.md). An op whose backward op has no such mode is
-        refused with the reason: fuzz its backward kernel directly."""
+        refused with the reason: fuzz its backward kernel directly.
+
+        Each call is a run of its own: several may go on at once on one Client, from several
+        threads (docs/python.md, "Runs and threads")."""
         if not isinstance(op, str):  # gpuemu.torch_op: its reference runs here, the daemon judges
             op = self._register_torch_op(op)
             if backward:
                 raise errors.ValidationError(f"op '{op}' is made from PyTorch code: backward=True needs a backward "
                                              "op of the catalogue")
+        kw = dict(iterations=iterations, value_distribution=value_distribution, dtypes=dtypes, seed=seed,
+                  framework=framework, device=device, dims=dims, attrs=attrs, layouts=layouts, fail_fast=fail_fast,
+                  progress=progress, check_determinism=check_determinism, diagnose_limit=diagnose_limit,
+                  present=present, precision=precision, vary_attrs=vary_attrs)
         if backward:
-            return self._fuzz_with_gradients(
-                op, run_op, iterations=iterations, value_distribution=value_distribution, dtypes=dtypes,
-                seed=seed, framework=framework, device=device, dims=dims, attrs=attrs, layouts=layouts,
-                fail_fast=fail_fast, progress=progress, check_determinism=check_determinism,
-                diagnose_limit=diagnose_limit, present=present, precision=precision, vary_attrs=vary_attrs)
+            return self._fuzz_with_gradients(op, run_op, **kw)
+        return self._fuzz_client_side(op, run_op, **kw)
+
+    def _fuzz_client_side(self, op: str, run_op: Callable[[Dict[str, Any]], Any], iterations: int,
+                          value_distribution: str, dtypes: Optional[Sequence[str]], seed: Optional[int],
+                          framework: Optional[str], device: Optional[str], dims: Optional[Dict[str, Any]],
+                          attrs: Optional[Dict[str, Any]], layouts: bool, fail_fast: bool,
+                          progress: Optional[Callable[[int, int], None]], check_determinism: bool,
+                          diagnose_limit: int, present: Optional[Dict[str, bool]],
+                          precision: Optional[Dict[str, str]], vary_attrs: Optional[Sequence[str]],
+                          part_of: Optional[Dict[str, Any]] = None) -> FuzzResults:
+        """One client-side run of ``op`` (a name; a torch op registered already): the
+        :class:`_ClientRun` made here holds all its state, so runs on one Client, from several
+        threads, do not share any. ``part_of``: the backward=True run this one is a part of."""
         fw = self._framework(framework)
-        torch_op = op in self.__dict__.get("_torch_ops", {})
         options = self._options(dtypes, value_distribution, dims, attrs, layouts, present, precision, vary_attrs)
         kernel = _kernel_identity(run_op)
         kernel["framework"] = fw  # what the kernel was handed (an editor's repro script needs it)
-        t0 = time.perf_counter()
-        failures: List[ClientFailure] = []
-        master = seed
         # Attrs drawn when the kernel reads them (vary_attrs=None): `reads` gathers the attrs run_op
         # read; the chunk after the one they were read in is drawn under vary_attrs=those (the
         # daemon's `next.options`), and each chunk is submitted under the options it was drawn with.
         auto, always = _varyable_attrs(self._schema(op), attrs)
-        reads: Optional[set] = set() if vary_attrs is None and auto else None
-        chunk_options = options
-        varied = set(_varied(options.get("vary_attrs"), auto, always))
+        run = _ClientRun(op=op, run_op=run_op, framework=fw, device=device, iterations=int(iterations),
+                         value_distribution=value_distribution, options=options, kernel=kernel, seed=seed,
+                         fail_fast=bool(fail_fast), diagnose_limit=max(0, int(diagnose_limit)),
+                         check_determinism=check_determinism, torch_op=self._catalogue.torch_op(op) is not None,
+                         part_of=part_of, auto=auto, always=always,
+                         reads=set() if vary_attrs is None and auto else None)
         if iterations <= 0:
-            return FuzzResults(op=op, seed=int(master if master is not None else 0),
-                               value_distribution=value_distribution, framework=fw, total=0, passed=0,
-                               elapsed=time.perf_counter() - t0, first_failure=-1, failures=[],
-                               worst_ratio=None, worst_index=-1)
+            return run.results()
         # The run's books (counts, first failure, worst case, fail-fast, which failures this
         # process diagnoses) are the daemon's: one FuzzRun in the engine, whose summary every
         # reply carries. This loop only runs the kernel and renders that summary.
-        summary: Dict[str, Any] = {}
-        sent = 0  # cases handed out so far
-        n = min(_FIRST_CHUNK if reads is not None else _CHUNK, iterations)
-        batch, master = self._batch(op, options, master, 0, n, fw, device, check_determinism,
-                                    prefetch=min(_CHUNK, iterations - n), digests=False,
-                                    run={"iterations": int(iterations), "fail_fast": bool(fail_fast),
-                                         "diagnose_limit": max(0, int(diagnose_limit))})
-        run_id = self._run_id
-        sent = n
+        n = min(_FIRST_CHUNK if run.reads is not None else _CHUNK, run.iterations)
+        first = self._fetch_batch(op, options, seed, 0, n, fw, device, check_determinism,
+                                  prefetch=min(_CHUNK, run.iterations - n), digests=False,
+                                  run={"iterations": run.iterations, "fail_fast": run.fail_fast,
+                                       "diagnose_limit": run.diagnose_limit})
+        run.opened(first, n)
+        batch: Optional[list] = first.cases
         while batch is not None:
-            items, tensors = [], []
-            for i, (case, inputs) in enumerate(batch):
-                def rebuild(case=case):
-                    return {name: _fw.make_input(fw, d, shape, strides, offset, storage.copy(), device)
-                            for name, (d, shape, strides, offset, storage) in case["_wire"].items()}
-
-                supplied = self._supplied_reference(op, case, inputs, i) if torch_op else []
-                item, t = self._run_item(op, run_op, case, inputs, i, check_determinism, rebuild, reads=reads)
-                items.append(item)
-                tensors.extend(t)
-                tensors.extend(supplied)
-            for item in items:
-                item["case"] = {k: v for k, v in item["case"].items() if k != "_wire"}
-            params = {"op": op, "options": chunk_options, "items": items, "kernel": kernel, "store": True,
-                      "client": {"name": "gpuemu-python"}, "snapshots": True, "run_id": run_id}
-            params.update(self._torch_op_params(op))
-            if self.__dict__.get("_part_of"):  # a part of a backward=True run (_client_gradients)
-                params["part_of"] = self._part_of
-            left = iterations - sent
-            if left > 0:  # the next chunk comes back with this one's verdicts: one request a chunk
-                # ... and the daemon makes the one after it while this process runs the kernel
-                nxt = min(_CHUNK, left)
-                params["next"] = {"count": nxt, "start_index": sent, "seed": master,
-                                  "prefetch": min(_CHUNK, left - nxt), "digests": False}
-                if reads is not None:
-                    vary = sorted(set(chunk_options.get("vary_attrs", ())) | (reads & set(auto)))
-                    if vary != chunk_options.get("vary_attrs", []):
-                        params["next"]["options"] = {**options, "vary_attrs": vary}
-            if diagnose_limit > 0:
-                params["hold_for_diagnosis"] = True  # failures come back unstored, to be diagnosed
-                params["hold_by_id"] = True  # ... and kept by the daemon: only diagnoses go back
-            res, tens = self.request("submit_outputs", params, tensors)
-            if res.get("held"):
-                diagnoses = []
-                for i, ((case, _inputs), r) in enumerate(zip(batch, res["results"])):
-                    if not r.get("diagnose"):  # the run's diagnosis budget names these
-                        continue
-                    d = self._diagnose_here(op, chunk_options, case, tensors, i, run_op, fw, device, r.get("envelope"))
-                    if d is not None:
-                        items[i]["diagnosis"] = d
-                        diagnoses.append({"item": i, "diagnosis": d})
-                del params["hold_for_diagnosis"], params["hold_by_id"]
-                res, tens = self._finish_held(params, res.get("held_id"), diagnoses, tensors)
-            summary = res.get("run") or summary
-            done, batch = batch, (self._cases_of(res["next"], tens, fw, device, check_determinism)
-                                  if "next" in res else None)
-            if batch is not None:
-                sent += len(batch)
-                chunk_options = params["next"].get("options", chunk_options)
-                varied |= set(_varied(chunk_options.get("vary_attrs"), auto, always))
-            for i, ((case, inputs), item, r) in enumerate(zip(done, items, res["results"])):
-                if r["passed"]:
-                    continue
-                snap = tens.get(f"snapshots/{i}")  # the stored snapshot's bytes (`snapshots`)
-                if snap is not None:
-                    r = {**r, "snapshot": base64.b64encode(snap[4].tobytes()).decode("ascii")}
-                failures.append(self._failure(case, item, r, kernel))
+            batch = self._run_chunk(run, batch)
             if progress is not None:
-                progress(int(summary.get("total", 0)), iterations)
-            if summary.get("done"):
+                progress(int(run.summary.get("total", 0)), run.iterations)
+            if run.summary.get("done"):
                 break
-        worst = summary.get("worst", {})
-        ratio = worst.get("ratio")
-        return FuzzResults(op=op, seed=int(master if master is not None else 0),
-                           value_distribution=value_distribution, framework=fw,
-                           total=int(summary.get("total", 0)), passed=int(summary.get("passed", 0)),
-                           elapsed=time.perf_counter() - t0, first_failure=int(summary.get("first_failure", -1)),
-                           failures=failures,
-                           worst_ratio=(float("inf") if ratio == "inf" else float(ratio))
-                           if int(worst.get("index", -1)) >= 0 else None,
-                           worst_index=int(worst.get("index", -1)), varied_attrs=sorted(varied),
-                           inconclusive=int(summary.get("inconclusive", 0)))
+        return run.results()
+
+    def _run_chunk(self, run: "_ClientRun", batch: list) -> Optional[list]:
+        """Runs the kernel on one chunk of ``run``'s cases, submits the outputs (with the request
+        for the next chunk), diagnoses here the failures the daemon marks; the next chunk, or None."""
+        op, fw, device = run.op, run.framework, run.device
+        items, tensors = [], []
+        for i, (case, inputs) in enumerate(batch):
+            def rebuild(case=case):
+                return {name: _fw.make_input(fw, d, shape, strides, offset, storage.copy(), device)
+                        for name, (d, shape, strides, offset, storage) in case["_wire"].items()}
+
+            supplied = self._supplied_reference(op, case, inputs, i) if run.torch_op else []
+            item, t = self._run_item(op, run.run_op, case, inputs, i, run.check_determinism, rebuild,
+                                     reads=run.reads)
+            items.append(item)
+            tensors.extend(t)
+            tensors.extend(supplied)
+        for item in items:
+            item["case"] = {k: v for k, v in item["case"].items() if k != "_wire"}
+        params = run.submission(items)
+        params.update(self._torch_op_params(op))
+        if run.diagnose_limit > 0:
+            params["hold_for_diagnosis"] = True  # failures come back unstored, to be diagnosed
+            params["hold_by_id"] = True  # ... and kept by the daemon: only diagnoses go back
+        res, tens = self.request("submit_outputs", params, tensors)
+        if res.get("held"):
+            diagnoses = []
+            for i, ((case, _inputs), r) in enumerate(zip(batch, res["results"])):
+                if not r.get("diagnose"):  # the run's diagnosis budget names these
+                    continue
+                d = self._diagnose_here(op, run.chunk_options, case, tensors, i, run.run_op, fw, device,
+                                        r.get("envelope"))
+                if d is not None:
+                    items[i]["diagnosis"] = d
+                    diagnoses.append({"item": i, "diagnosis": d})
+            del params["hold_for_diagnosis"], params["hold_by_id"]
+            res, tens = self._finish_held(params, res.get("held_id"), diagnoses, tensors)
+        run.summary = res.get("run") or run.summary
+        nxt = (self._cases_of(res["next"], tens, fw, device, run.check_determinism) if "next" in res else None)
+        if nxt is not None:
+            run.handed_out(len(nxt), params["next"].get("options", run.chunk_options))
+        for i, ((case, inputs), item, r) in enumerate(zip(batch, items, res["results"])):
+            if r["passed"]:
+                continue
+            snap = tens.get(f"snapshots/{i}")  # the stored snapshot's bytes (`snapshots`)
+            if snap is not None:
+                r = {**r, "snapshot": base64.b64encode(snap[4].tobytes()).decode("ascii")}
+            run.failures.append(self._failure(case, item, r, run.kernel))
+        return nxt
 
     def _finish_held(self, params: Dict[str, Any], held_id: Optional[str], diagnoses: List[Dict[str, Any]],
                      tensors: Sequence[tuple]):
@@ -260,16 +346,9 @@ class _Runs:
         return self.request("submit_outputs", params, tensors)
 
     def _local_engine(self, op: Optional[str] = None) -> Any:
-        """The in-process engine (with the torch op ``op`` in its catalogue, when it is one)."""
-        if "_engine" not in self.__dict__:
-            self._engine = _core.Engine()
-        t = self.__dict__.get("_torch_ops", {}).get(op) if op else None
-        if t is None:
-            return self._engine
-        engines = self.__dict__.setdefault("_op_engines", {})
-        if op not in engines:
-            engines[op] = t.engine(self._engine)
-        return engines[op]
+        """The in-process engine (with the torch op ``op`` in its catalogue, when it is one); use it
+        under ``self._catalogue.engine_lock``."""
+        return self._catalogue.engine(op)
 
     def _diagnose_here(self, op: str, options: Dict[str, Any], case: Dict[str, Any], tensors: Sequence[tuple],
                        i: int, run_op: Callable, fw: str, device: Optional[str],
@@ -282,23 +361,26 @@ class _Runs:
               "attrs": options.get("attrs"), "vary_attrs": options.get("vary_attrs") or None,
               "layouts": bool(options.get("layouts", True)),
               "present": options.get("present"), "precision": options.get("precision")}
-        try:
-            engine = self._local_engine(op)
-            c = engine.cases(op, int(case["master_seed"]), 1, start=int(case["index"]), **kw)[0]
-        except errors.GpuemuError:
-            return None
-        if int(c.seed) != int(case["seed"]):
-            return None  # this process's catalogue generates another case: not the daemon's
         prefix = f"items/{i}/outputs/"
         outs = sorted(((int(t[0][len(prefix):]), t[5], t[1]) for t in tensors if t[0].startswith(prefix)))
-        if envelope:
-            engine.set_envelope(op, c.dtype, float(envelope))  # judge as the daemon did
 
         def want(cc: Any) -> List[Optional[str]]:
             return [e[0] for e in self._expected(op, {"dtype": cc.dtype, "dims": dict(cc.dims)}, {})]
 
         kernel = _Kernel(run_op, fw, device, numpy_bits=False, round_bits=_round_bits, want=want)
-        res = engine.diagnose(c, [(arr, d) for _, arr, d in outs], kernel, **kw)
+        # The engine is the Client's, its envelope set for this diagnosis: another run's diagnosis
+        # waits (the probes re-run this run's kernel meanwhile).
+        with self._catalogue.engine_lock:
+            try:
+                engine = self._local_engine(op)
+                c = engine.cases(op, int(case["master_seed"]), 1, start=int(case["index"]), **kw)[0]
+            except errors.GpuemuError:
+                return None
+            if int(c.seed) != int(case["seed"]):
+                return None  # this process's catalogue generates another case: not the daemon's
+            if envelope:
+                engine.set_envelope(op, c.dtype, float(envelope))  # judge as the daemon did
+            res = engine.diagnose(c, [(arr, d) for _, arr, d in outs], kernel, **kw)
         if kernel.abort is not None:
             raise kernel.abort
         if res["passed"] or "diagnosis" not in res:
@@ -399,11 +481,13 @@ class _Runs:
         master = seed
         while done < count:
             n = min(1024, count - done)
-            batch, master = self._batch(op, options, master, start_index + done, n, fw, device)
+            fetched = self._fetch_batch(op, options, master, start_index + done, n, fw, device)
+            batch, master = fetched.cases, fetched.master_seed
             for case, inputs in batch:
-                self._cases[(op, int(case["seed"]))] = (case, options, inputs)
+                handed = self._with_absent(op, case, {k: v.tensor for k, v in inputs.items()})
+                self._cases.add(op, _HandedOutCase(case, options, inputs, handed))
                 out.append({"seed": int(case["seed"]), "index": int(case["index"]), "dtype": case["dtype"],
-                            "inputs": self._with_absent(op, case, {k: v.tensor for k, v in inputs.items()}),
+                            "inputs": handed,
                             "attrs": dict(case.get("attrs", {})), "dims": dict(case.get("dims", {})),
                             "layout": {k: v.get("layout") for k, v in case["inputs"].items()},
                             "master_seed": master, "_case": case})
@@ -415,12 +499,11 @@ class _Runs:
         """The daemon's verdict on ``output`` for the case of :meth:`get_test_batch` with ``seed``.
         The inputs the case handed out are sent back too, so a kernel that wrote into them fails
         with "input mutated" (an input the kernel got as a copy — on a device, or as decoded
-        bfloat16/fp8 values — goes back only when the copy no longer matches what was received)."""
-        key = (op, int(seed))
-        if key not in self._cases:
-            raise errors.NotFoundError(f"no case with seed {seed} of {op!r} was fetched by this client "
-                                       "(call get_test_batch first)")
-        case, options, held = self._cases[key]
+        bfloat16/fp8 values — goes back only when the copy no longer matches what was received).
+        The output is judged against the case its batch handed out: when batches of ``op`` drawn
+        from one seed under other options handed out several cases with this case seed,
+        ``inputs`` (the case's ``inputs``, or a dict of its tensors) says which."""
+        case, options, held = self._cases.find(op, int(seed), inputs).as_tuple()
         item, tensors = self._run_item(op, lambda _args: output, case, held, 0, False, None, runs_here=False)
         res, _ = self.request("submit_outputs", {"op": op, "options": options, "items": [item],
                                                  "kernel": _kernel_identity(run_op) if run_op else

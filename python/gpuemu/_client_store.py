@@ -80,18 +80,19 @@ class _Services:
               "dims": o.get("dims") or None, "attrs": o.get("attrs") or None,
               "vary_attrs": o.get("vary_attrs") or None, "layouts": bool(o.get("layouts", True)),
               "present": o.get("present") or None, "precision": o.get("precision") or None}
-        engine = self._local_engine(op)
-        case = engine.case_from_seed(op, int(meta["seed"]), **kw)
-        if meta.get("envelope"):
-            engine.set_envelope(op, case.dtype, float(meta["envelope"]))
 
         def want(cc: Any) -> List[Optional[str]]:
             return [e[0] for e in self._expected(op, {"dtype": cc.dtype, "dims": dict(cc.dims)}, {})]
 
         kernel = _Kernel(run_op, fw, device, numpy_bits=False, round_bits=_round_bits, want=want)
-        res = engine.minimize(case, kernel, dims=kw["dims"], layouts=kw["layouts"],
-                              max_evaluations=int(max_evaluations), present=kw["present"],
-                              precision=kw["precision"])
+        with self._catalogue.engine_lock:  # the Client's engine, its envelope set for this failure
+            engine = self._local_engine(op)
+            case = engine.case_from_seed(op, int(meta["seed"]), **kw)
+            if meta.get("envelope"):
+                engine.set_envelope(op, case.dtype, float(meta["envelope"]))
+            res = engine.minimize(case, kernel, dims=kw["dims"], layouts=kw["layouts"],
+                                  max_evaluations=int(max_evaluations), present=kw["present"],
+                                  precision=kw["precision"])
         if kernel.abort is not None:
             raise kernel.abort
         res["id"] = failure_id

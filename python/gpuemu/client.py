@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
@@ -26,6 +27,7 @@ from . import _frameworks as _fw
 from ._client_cases import _Cases, _output_array, _outputs_of, _round_bits, _wire_input  # noqa: F401
 from ._client_gradients import _RECOMPUTED_STATISTICS, _Gradients, _autograd_kernel  # noqa: F401
 from ._client_runs import _CHUNK, ClientFailure, Verdict, _kernel_identity, _Runs  # noqa: F401
+from ._client_state import _HandedOut, _OpCatalogue
 from ._client_store import _Services
 from .inprocess import FuzzResults
 
@@ -55,6 +57,10 @@ class Client(_Runs, _Gradients, _Services, _Cases):
     (``daemon_path``, else ``$GPUEMU_DAEMON``, else the one built next to this package, else
     ``PATH``); :class:`gpuemu.errors.ConnectError` when none can be reached or started.
     ``timeout`` bounds each request, in seconds (<= 0: no limit).
+
+    One Client may be used from several threads: each request is a round trip of its own on the
+    connection, and each run (``fuzz_op_client_side``) keeps its state in an object of its own, so
+    runs go on side by side (docs/python.md, "Runs and threads").
     """
 
     def __init__(self, socket: Optional[str] = None, autostart: bool = True, timeout: float = 600.0,
@@ -79,7 +85,10 @@ class Client(_Runs, _Gradients, _Services, _Cases):
                                       daemon_path=daemon_path or _default_daemon(),
                                       start_timeout_s=float(start_timeout),
                                       token_file=None if token_file is None else os.fspath(token_file))
-        self._cases: Dict[Tuple[str, int], Tuple[Dict[str, Any], Dict[str, Any], Dict[str, _fw.Input]]] = {}
+        # What the Client keeps between calls (_client_state.py); what a run keeps is the run's.
+        self._catalogue = _OpCatalogue()  # schemas, torch ops, in-process engines
+        self._cases = _HandedOut()  # the cases get_test_batch handed out, for submit_output
+        self._opened = threading.local()  # the run this thread's last _batch(run=...) opened (tests)
 
     def close(self) -> None:
         """Closes this connection (the daemon goes on serving others). Idempotent; a request on a
