@@ -341,7 +341,7 @@ Result<protocol::Frame> DaemonClient::call(protocol::Frame request,
                                      {"min_bytes", impl.shm_settings.min_bytes}};
   }
   // The frame is written straight into the message NNG sends, and the reply decoded from the
-  // message NNG received: each tensor is copied once on either side (docs/performance.md).
+  // message NNG received: each tensor is copied once on either side (evidence/race/history.md).
   nng_msg* msg = nullptr;
   int alloc_rv = 0;
   protocol::encode_to(

@@ -6,7 +6,7 @@
 // kept, up to a byte limit, and handed to the next request it fits. A fuzz run or a benchmark
 // calls the references over and over with outputs of similar sizes: a fresh mapping costs a page
 // fault per page, and the kernel clears every page it faults in, which for a 4096 x 4096 softmax
-// was a third of the call (docs/performance.md). Kept blocks stay resident up to k_mid_kept_bytes
+// was a third of the call (evidence/performance/oracle.md). Kept blocks stay resident up to k_mid_kept_bytes
 // of mid-sized ones and k_resident_bytes of large ones; past that a kept large block has its pages
 // marked MADV_FREE, so the kernel may take them back under memory pressure (they then come back
 // as zero pages on the next write) instead of swapping them out. Reference inputs (RefArg), outputs and the verdict's per-element

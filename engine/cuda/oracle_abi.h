@@ -2,7 +2,7 @@
  * (libgpuemu_oracle_cuda.so, engine/cuda/oracle_cuda.cu). The engine never links CUDA: it dlopens
  * the backend when the setting asks for it (GPUEMU_ORACLE=cuda, `gpuemu-daemon --oracle cuda`,
  * gpuemu.set_oracle("cuda")), so every binary runs on machines without a GPU or a CUDA runtime.
- * docs/gpu.md, "The fp64 oracle on the GPU", says what it covers and how it was checked.
+ * evidence/gpu/oracle.md says what it covers and how it was checked.
  *
  * Every function returns 0 on success; GPUEMU_ORACLE_DECLINED where the inputs hold a value the
  * GPU path does not take (Inf or NaN, or attention scores near fp64's range: the backend checks

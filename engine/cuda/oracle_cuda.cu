@@ -3,7 +3,7 @@
 // kernels around five DGEMMs. Every output is the CPU path's, computed in the same fp64
 // operations; only the order of the sums differs (a DGEMM's, a block reduction's), so the two
 // agree to a few units of fp64's roundoff times the sums' magnitudes (tests/cpp/gpu_oracle_test.cpp
-// checks 1e-12 on every op it covers; docs/gpu.md has the numbers).
+// checks 1e-12 on every op it covers; evidence/gpu/oracle.md has the numbers).
 //
 // One stream and one device arena, grown on demand and reused; calls are serialized by a mutex.
 
@@ -105,7 +105,7 @@ bool pin_enabled() {
 }
 
 // Page-locks large host buffers for one call (the copies then run at the link's speed instead of
-// through the driver's pageable staging; docs/gpu.md measured both) and unlocks them once the
+// through the driver's pageable staging; evidence/gpu/oracle.md measured both) and unlocks them once the
 // stream is idle. A buffer that cannot be locked is copied as it is.
 class Pinned {
  public:

@@ -395,7 +395,7 @@ void attention_backward_block_reference(const AttentionBackwardBlock& blk) {
       // that large may be Inf, and its P of 0 times it NaN in dS: the row's grad_q and, since
       // softmax's backward sums dP·P over the whole row (autograd through a masked softmax), every
       // key's grad_k. grad_v (P·dO) does not read dP. Seen on the H200 and here: boundary values,
-      // Lq = 1, causal, dO = 1.15 against a masked v = 3.4e38 (docs/gpu.md, seed 5).
+      // Lq = 1, causal, dO = 1.15 against a masked v = 3.4e38 (evidence/gpu/backward.md, seed 5).
       for (std::int64_t j = n; j < lk; ++j) {
         if (blk.unresolved_q && std::isfinite(e[j]) && std::max(1.0, abs_scale) * e[j] >= k_fp32_max / 2) {
           blk.unresolved_q[row] = 1;

@@ -66,7 +66,7 @@ inline double subnormal_error(const RefContext& ctx, double x) {
 // (1 + u)|a| s(b) (s(b) <= |b|). Called with s(a) for the first term, s(b) for the second.
 // Tensor cores align a dot product's products on the exponent the operands' exponent fields give,
 // a subnormal counted at the smallest normal's (H200, bf16 and fp16, cuBLAS's nvjet and CUTLASS
-// kernels: docs/gpu.md, "The bf16 bmm element of seed 3, probed"): the other products are cut as
+// kernels: evidence/gpu/tf32.md, "Tensor-core subnormal alignment"): the other products are cut as
 // next to a product that large. The accumulation term counts such an operand at that magnitude:
 // |x| in [0, min normal of `dtype`) but 0 becomes the min normal, in an |operand| copy, for fp16
 // and bf16 (the dtypes tensor cores take; fp32 runs on FFMA or under a declared policy).

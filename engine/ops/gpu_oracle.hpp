@@ -1,5 +1,5 @@
-// The fp64 oracle's optional CUDA backend, seen from the engine (docs/gpu.md, "The fp64 oracle on
-// the GPU").
+// The fp64 oracle's optional CUDA backend, seen from the engine (evidence/gpu/oracle.md; docs/gpu.md,
+// "The fp64 oracle on the GPU").
 //
 // The CPU computes every reference unless the setting says "cuda": then the GEMMs of the
 // GEMM-shaped references (matmul, bmm, linear, the backward GEMMs, convolution through im2col,

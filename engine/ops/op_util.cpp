@@ -58,7 +58,7 @@ bool huge_pages_on() {
 // Faults in the pages of a large buffer from every core, one write of 0.0 per page: one per
 // 2 MiB where huge pages are on (the heap maps a large block 2 MiB-aligned and asks for them; the
 // first write faults in the whole huge page), else one per 4 KiB. The kernel clears every fresh
-// page; measured on our 2-core VMs (docs/performance.md), doing it here in one parallel sweep
+// page; measured on our 2-core VMs (evidence/performance/oracle.md), doing it here in one parallel sweep
 // costs about half what the same faults cost when they come one 2 MiB page at a time inside a
 // compute loop, which each clear also slows down (it evicts the loop's rows from the caches). A
 // block the heap reused has its pages already: the sweep is then a few writes.

@@ -57,7 +57,7 @@ inline bool all_finite(const double* x, std::int64_t n) {
 // Buffers of n doubles for a reference's outputs (0 for n < 0), from the reference heap
 // (core/ref_heap.hpp): a large one is a 2 MiB-aligned mapping with transparent huge pages, a
 // fresh 128 MiB vector otherwise costing 32768 page faults (~150-220 ms on our 2-core VMs against
-// ~30 ms with huge pages, docs/performance.md), or a block an earlier output freed, which has its
+// ~30 ms with huge pages, evidence/performance/oracle.md), or a block an earlier output freed, which has its
 // pages already.
 //
 // output_buffer: zeroed, like RefVec(n): the zero-fill runs on the calling thread, which also

@@ -187,7 +187,7 @@ Result<std::vector<RefOutput>> l2norm_reference(const RefContext& ctx) {
     double ss = 0.0;
     // The sum of squares' relative error, halved by the square root. Rows of near-equal |x|
     // (an expanded row, a large offset) round one-signed in a running sum (SumGrowth): PyTorch's
-    // vector_norm over a strided dim sums that way (bench/conformance/probe_l2norm.py: 312 u at
+    // vector_norm over a strided dim sums that way (evidence/conformance/probe_l2norm.py: 312 u at
     // N = 3819, as a plain fp32 loop).
     SumGrowth grow;
     for (std::int64_t k = 0; k < g.len; ++k) {

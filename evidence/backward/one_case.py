@@ -2,15 +2,12 @@
 fuzz_op_client_side(..., backward=True) on the CPU, with results.failed, results.gradients.failed
 and results.ok per bug (each must show in results.failed).
 
-    GPUEMU_HOME=$(mktemp -d) .venv/bin/python evidence/backward/one_case.py [--cases 40] [--seed 1]
+    GPUEMU_HOME=$(mktemp -d) PYTHONPATH=. .venv/bin/python evidence/backward/one_case.py [--cases 40] [--seed 1]
 """
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu"))
-from backward_client import kernels  # noqa: E402
-from gpuemu import Client  # noqa: E402
+from bench.gpu.backward_client import kernels
+from gpuemu import Client
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--cases", type=int, default=40)

@@ -1,5 +1,5 @@
 // The fp64 oracle's backend: the CPU, or the optional CUDA backend (docs/gpu.md, "The fp64 oracle
-// on the GPU"). Which one computes a reference is a speed choice: a verdict never depends on it.
+// on the GPU"; evidence/gpu/oracle.md). Which one computes a reference is a speed choice: a verdict never depends on it.
 // The references' hooks are in engine/ops/gpu_oracle.hpp, which says what runs where.
 #pragma once
 

@@ -55,7 +55,7 @@ double policy_operand_roundoff(PrecisionPolicy p, DType in_dtype);
 // exponent but only 10 fraction bits, so its largest finite value is (2 - 2^-10) * 2^127, and an
 // fp32 operand from the midpoint (2 - 2^-11) * 2^127 = 3.40199e38 up (the top 0.02% of fp32's
 // range) rounds to Inf; tf32x3's hi part is that rounding too, and bf16x3's hi part overflows from
-// (2 - 2^-8) * 2^127. A kernel that rounds (cuBLAS and cuDNN on an H200 do: docs/gpu.md) then
+// (2 - 2^-8) * 2^127. A kernel that rounds (cuBLAS and cuDNN on an H200 do: evidence/gpu/tf32.md) then
 // returns Inf or NaN wherever such an operand takes part in a product; one that truncates does not.
 double policy_operand_overflow(PrecisionPolicy p, DType in_dtype);
 
@@ -65,8 +65,8 @@ double policy_operand_overflow(PrecisionPolicy p, DType in_dtype);
 // error is absolute, not relative: up to half the format's subnormal spacing when it rounds, less
 // than the spacing when it truncates. The bound is that spacing: 2^-136 for tf32 and tf32x3, 2^-133
 // for bf16x3. (The H200's cuBLAS and cuDNN TF32 round subnormals, flushing none: 2^-127, 1.5 * 2^-130
-// and 2^-136 are kept exactly, 2^-149 becomes 0, bench/conformance/probe_tf32_subnormal.py; so a
-// product 2^-149 * 2^127 = 2^-22 of an exact value is lost: docs/gpu.md, seed 3.)
+// and 2^-136 are kept exactly, 2^-149 becomes 0, evidence/gpu/probe_tf32_subnormal.py; so a
+// product 2^-149 * 2^127 = 2^-22 of an exact value is lost: evidence/gpu/tf32.md.)
 double policy_operand_floor(PrecisionPolicy p, DType in_dtype);
 
 }  // namespace gpuemu

@@ -23,7 +23,7 @@ struct OutputVerdict {
   std::int64_t failing = 0;            // elements over the envelope (or non-finite mismatches)
   std::int64_t nonfinite_mismatch = 0; // NaN/Inf where the reference is finite, or the reverse
   std::int64_t nan_where_finite = 0;   // of those, NaN where the reference is finite (a class of
-                                       // its own: 0 x Inf inside a kernel, docs/gpu.md)
+                                       // its own: 0 x Inf inside a kernel, evidence/gpu/cudnn.md)
   std::int64_t indeterminate = 0;      // elements whose intermediates overflow legitimately
   std::int64_t alternative = 0;        // non-finite results another correct formulation gives
   std::int64_t unresolved = 0;         // elements the reference cannot resolve (an op from PyTorch

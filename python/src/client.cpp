@@ -154,7 +154,7 @@ class Connection {
              bool autostart, double timeout_s, const std::optional<std::string>& daemon_path,
              double start_timeout_s, const std::optional<std::string>& token_file) {
     // A chunk of cases is megabytes: a 6 MiB request took 58 ms in page faults, 12 ms with this
-    // (docs/python.md, docs/performance.md).
+    // (docs/python.md, evidence/race/history.md).
     tune_malloc_for_cases(MallocTuning::unless_environment_says);
     ClientOptions o;
     o.home = home.value_or("");

@@ -8,7 +8,7 @@ export PKG_CONFIG_SYSROOT_DIR="$GPUEMU_PREFIX"
 export PKG_CONFIG_PATH="$_lib/pkgconfig:$_lib/openblas-pthread/pkgconfig:$GPUEMU_PREFIX/usr/share/pkgconfig"
 export LD_LIBRARY_PATH="$_lib:$_lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GPUEMU_BIN_DIR="$GPUEMU_GPU_BUILD/bin"
-export PYTHONPATH="$ROOT/python:$ROOT/bench/gpu:$ROOT/bench/conformance${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$ROOT/python:$ROOT${PYTHONPATH:+:$PYTHONPATH}"  # bench is imported as a package
 export GPUEMU_HOME=${GPUEMU_HOME:-/tmp/gpuemu-home}
 export PATH="/usr/local/cuda/bin:$PATH"
 unset _lib

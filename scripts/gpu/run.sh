@@ -4,23 +4,25 @@
 #
 #   scripts/gpu/run.sh lint          the C++ lint tests that need a disassembler, and gpuemu lint on the
 #                                    corpus's Triton cubins against cuobjdump -res-usage
-#   scripts/gpu/run.sh corpus        the Triton / CuPy / JAX corpus (bench/gpu/corpus.py)
-#   scripts/gpu/run.sh conformance   the Conformance sweep on CUDA (bench/conformance/sweep.py --device cuda;
+#   scripts/gpu/run.sh corpus        the Triton / CuPy / JAX corpus (python3 -m bench.gpu.corpus)
+#   scripts/gpu/run.sh conformance   the Conformance sweep on CUDA (python3 -m bench.conformance.sweep --device cuda;
 #                                    SWEEP_DEVICE=cpu: PyTorch's CPU kernels on this machine's cores)
 #   scripts/gpu/run.sh evidence      the demonstrations of imprecise_cuda.py (sweep.py --device cuda --evidence)
 #   scripts/gpu/run.sh oracle        the fp64 oracle on the GPU: agreement with the CPU (GpuOracle.*), the race
 #                                    against the CPU oracle (bench_oracle_gpu), verdicts of a cuda-oracle daemon
 #   scripts/gpu/run.sh backward      fuzz_op_client_side(..., backward=True, device="cuda") on correct and buggy
-#                                    autograd kernels (bench/gpu/backward_client.py; BACKWARD_ARGS passed on)
+#                                    autograd kernels (python3 -m bench.gpu.backward_client; BACKWARD_ARGS passed on)
 #   scripts/gpu/run.sh classify      which step makes SDPA math's native fp16/bf16 backward fail
-#                                    (bench/conformance/classify_sdpa_math_backward.py; CLASSIFY_ARGS passed on)
+#                                    (evidence/gpu/classify_sdpa_math_backward.py; CLASSIFY_ARGS passed on)
 #   scripts/gpu/run.sh classify-efficient  why SDPA's memory-efficient backward fails under backward=True
-#                                    (bench/conformance/classify_sdpa_efficient_backward.py; CLASSIFY_ARGS passed on)
+#                                    (evidence/gpu/classify_sdpa_efficient_backward.py; CLASSIFY_ARGS passed on)
 #   scripts/gpu/run.sh kernelbench   gpuemu kernelbench --device cuda on the Triton candidates of bench/kernelbench/gpu/
 #   scripts/gpu/run.sh all           all seven (not classify, classify-efficient)
 #
 # CORPUS_JOBS, CORPUS_DEADLINE, SWEEP_SEEDS, SWEEP_CASES, SWEEP_JOBS tune the runs; SWEEP_ARGS is
-# passed on to sweep.py (e.g. "--ops matmul bmm --strategies adversarial").
+# passed on to sweep.py (e.g. "--ops matmul bmm --strategies adversarial"). Python runs from the repository
+# root with PYTHONPATH=$ROOT/python:$ROOT (env.sh): bench is a package, evidence/gpu/ holds the one-off scripts.
+# docs/gpu.md says what each suite showed; evidence/gpu/ keeps the results.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -42,7 +44,7 @@ phase() { echo "== $1 ($(date -u +%H:%M:%S))"; }
 what=${1:-all}
 if [ "$what" = corpus ] || [ "$what" = all ]; then
   phase corpus
-  python3 bench/gpu/corpus.py --json "$OUT/corpus.jsonl" --markdown "$OUT/corpus.md" \
+  python3 -m bench.gpu.corpus --json "$OUT/corpus.jsonl" --markdown "$OUT/corpus.md" \
     --jobs "${CORPUS_JOBS:-10}" --deadline "${CORPUS_DEADLINE:-0}" > "$OUT/corpus.log" 2>&1 || status=1
   tail -5 "$OUT/corpus.md" 2>/dev/null
 fi
@@ -55,32 +57,32 @@ if [ "$what" = conformance ] || [ "$what" = all ]; then
   # continues a sweep carried from an earlier run)
   json=${SWEEP_JSON:-$OUT/conformance_$dev.jsonl}
   [ "$json" = "$OUT/conformance_$dev.jsonl" ] || cp "$json" "$OUT/conformance_$dev.jsonl"
-  timeout "${SWEEP_SECONDS:-3600}" python3 bench/conformance/sweep.py --device "$dev" --seeds "${SWEEP_SEEDS:-5}" \
+  timeout "${SWEEP_SECONDS:-3600}" python3 -m bench.conformance.sweep --device "$dev" --seeds "${SWEEP_SEEDS:-5}" \
     --cases "${SWEEP_CASES:-100}" --jobs "${SWEEP_JOBS:-12}" --json "$OUT/conformance_$dev.jsonl" --resume ${SWEEP_ARGS:-} \
     > /dev/null 2> "$OUT/conformance_$dev.log"
-  python3 bench/conformance/sweep.py --device "$dev" --report --json "$OUT/conformance_$dev.jsonl" > "$OUT/conformance_$dev.md" || status=1
+  python3 -m bench.conformance.sweep --device "$dev" --report --json "$OUT/conformance_$dev.jsonl" > "$OUT/conformance_$dev.md" || status=1
   head -1 "$OUT/conformance_$dev.md"; grep -c '^FAIL' "$OUT/conformance_$dev.log" || true
 fi
 if [ "$what" = evidence ] || [ "$what" = all ]; then
   phase evidence
-  python3 bench/conformance/sweep.py --device cuda --evidence > "$OUT/evidence_cuda.txt" 2>&1 || status=1
+  python3 -m bench.conformance.sweep --device cuda --evidence > "$OUT/evidence_cuda.txt" 2>&1 || status=1
   cat "$OUT/evidence_cuda.txt"
 fi
 if [ "$what" = backward ] || [ "$what" = all ]; then
   phase backward
-  python3 bench/gpu/backward_client.py --device cuda --markdown "$OUT/backward_client.md" ${BACKWARD_ARGS:-} \
+  python3 -m bench.gpu.backward_client --device cuda --markdown "$OUT/backward_client.md" ${BACKWARD_ARGS:-} \
     > "$OUT/backward_client.log" 2>&1 || status=1
   cat "$OUT/backward_client.md" 2>/dev/null || tail -20 "$OUT/backward_client.log"
 fi
 if [ "$what" = classify ]; then
   phase classify
-  python3 bench/conformance/classify_sdpa_math_backward.py ${CLASSIFY_ARGS:-} > "$OUT/classify_sdpa_math_backward.txt" \
+  python3 evidence/gpu/classify_sdpa_math_backward.py ${CLASSIFY_ARGS:-} > "$OUT/classify_sdpa_math_backward.txt" \
     2> "$OUT/classify_sdpa_math_backward.log" || status=1
   head -16 "$OUT/classify_sdpa_math_backward.txt"; tail -3 "$OUT/classify_sdpa_math_backward.log"
 fi
 if [ "$what" = classify-efficient ]; then
   phase classify-efficient
-  python3 bench/conformance/classify_sdpa_efficient_backward.py ${CLASSIFY_ARGS:-} \
+  python3 evidence/gpu/classify_sdpa_efficient_backward.py ${CLASSIFY_ARGS:-} \
     > "$OUT/classify_sdpa_efficient_backward.txt" 2> "$OUT/classify_sdpa_efficient_backward.log" || status=1
   head -30 "$OUT/classify_sdpa_efficient_backward.txt"; tail -3 "$OUT/classify_sdpa_efficient_backward.log"
 fi
@@ -91,10 +93,11 @@ if [ "$what" = lint ] || [ "$what" = all ]; then
     grep -E "PASSED|FAILED|SKIPPED|tests ran" "$OUT/lint_tests.log" | tail -6
   fi
   if ! ls "$TRITON_CACHE_DIR"/*/*.cubin >/dev/null 2>&1; then  # the corpus did not run: compile some kernels
-    python3 -c 'import sys; sys.argv=["x","--json","/dev/null","--only","softmax (tutorial","matmul (tl.dot","flash attention fwd","--iterations","3"]; import corpus; corpus.main()' >/dev/null 2>&1
+    python3 -m bench.gpu.corpus --json /dev/null --only "softmax (tutorial" "matmul (tl.dot" "flash attention fwd" \
+      --iterations 3 >/dev/null 2>&1
   fi
   nvcc -arch=sm_90 -cubin -o /tmp/kernels_sm90.cubin tests/data/lint/kernels.cu 2>/dev/null
-  python3 bench/gpu/lint_check.py "$GPUEMU_BIN_DIR/gpuemu" "$TRITON_CACHE_DIR" /tmp/kernels_sm90.cubin \
+  python3 -m bench.gpu.lint_check "$GPUEMU_BIN_DIR/gpuemu" "$TRITON_CACHE_DIR" /tmp/kernels_sm90.cubin \
     --json "$OUT/lint.json" --markdown "$OUT/lint.md" > "$OUT/lint.log" 2>&1 || status=1
   tail -2 "$OUT/lint.md"
 fi
@@ -136,7 +139,7 @@ if [ "$what" = kernelbench ] || [ "$what" = all ]; then
   phase kernelbench
   python3 -m gpuemu.kernelbench bench/kernelbench/problems bench/kernelbench/gpu/candidates --device cuda \
     --dtype float32 --dtype bfloat16 --cases "${KB_CASES:-50}" > "$OUT/kernelbench_cuda.jsonl" 2> "$OUT/kernelbench_cuda.log"
-  python3 bench/kernelbench/expectations.py "$OUT/kernelbench_cuda.jsonl" bench/kernelbench/gpu/candidates \
+  python3 -m bench.kernelbench.expectations "$OUT/kernelbench_cuda.jsonl" bench/kernelbench/gpu/candidates \
     > "$OUT/kernelbench_cuda.md" || status=1
   cat "$OUT/kernelbench_cuda.md"; tail -3 "$OUT/kernelbench_cuda.log"
 fi

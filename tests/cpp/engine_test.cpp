@@ -157,7 +157,7 @@ TEST(Precision, PoliciesResolvePerOpThenFamilyAndOnlyWidenWideOperands) {
 }
 
 // An fp32 operand of 3.40199e38 or more rounds to Inf in TF32: cuBLAS's TF32 GEMM on an H200 gave
-// NaN over row 0 of a 95x7 @ 7x61 product whose row 0 held +-3.4025e38 (docs/gpu.md). Under a
+// NaN over row 0 of a 95x7 @ 7x61 product whose row 0 held +-3.4025e38 (evidence/gpu/tf32.md). Under a
 // declared tf32 policy the outputs such an operand takes part in may be non-finite; every other
 // output is judged as before, and without the policy the same NaN fails.
 // A small regular float32 case of a gemm or conv op under a declared precision policy (or ieee).
@@ -177,7 +177,7 @@ TEST(Precision, ASubnormalOperandThatTf32LosesIsWithinThePolicysFloor) {
   EXPECT_EQ(policy_operand_floor(PrecisionPolicy::bf16x3, DType::float32), 0x1.0p-133);
   EXPECT_EQ(policy_operand_floor(PrecisionPolicy::ieee, DType::float32), 0.0);
   EXPECT_EQ(policy_operand_floor(PrecisionPolicy::tf32, DType::bfloat16), 0.0);  // exact in TF32
-  // The H200's TF32 cuBLAS and cuDNN lost products 2^-149 * 2^127 = 2^-22 (docs/gpu.md, seed 3):
+  // The H200's TF32 cuBLAS and cuDNN lost products 2^-149 * 2^127 = 2^-22 (evidence/gpu/tf32.md):
   // the kernel's answer is the reference with the subnormal operand rounded to TF32's 0.
   for (const char* op : {"matmul", "linear", "conv1d"}) {
     const OpSchema& schema = *engine().catalogue().find(op);

@@ -1,4 +1,4 @@
-// The claims of docs/lint-evidence.md, checked on every run: on the mutation corpus in
+// The claims of evidence/lint/README.md, checked on every run: on the mutation corpus in
 // tests/data/lint/corpus, structural changes fail the lint and semantic bugs do not move it.
 #include "gpuemu/lint/lint.hpp"
 #include "lint_test_support.hpp"

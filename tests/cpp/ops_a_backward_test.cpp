@@ -1003,7 +1003,7 @@ TEST(OpsABackward, FlashAttentionBackwardSpecialValuesAndShapeErrors) {
 }
 
 TEST(OpsABackward, FlashAttentionBackwardMaskedOverflowIsIndeterminate) {
-  // The CUDA sweep's seed-5 case in small (docs/gpu.md): causal, one query, boundary values. Key 0
+  // The CUDA sweep's seed-5 case in small (evidence/gpu/backward.md): causal, one query, boundary values. Key 0
   // is attended and its dS is exactly 0; key 1 is masked, but a kernel that forms the whole tile's
   // dP = dO·v in fp32 gets dO·v1 = Inf there and P·Inf = 0·Inf = NaN in dS: grad_q of the row and
   // grad_k (of every key: softmax's backward sums dP·P over the row) may be NaN. grad_v does not

@@ -33,7 +33,7 @@ TEST(OpsBGemm, MatmulSmallExact) {
 }
 
 // The H200's tensor cores align a bf16 dot product on its operands' exponent fields, a subnormal
-// counted at 2^-126 (docs/gpu.md): a row [s, L, p] against a column [L, -s, q] (s = 2^-133,
+// counted at 2^-126 (evidence/gpu/tf32.md): a row [s, L, p] against a column [L, -s, q] (s = 2^-133,
 // L = 2^127: products +-2^-6 that cancel) gives -15 * 2^-24 where the exact p*q is -15.75 * 2^-24,
 // as next to products of +-2. That passes; the same output next to normal products of +-2^-6
 // fails, and so does it for fp32 operands (no tensor-core alignment assumed there).

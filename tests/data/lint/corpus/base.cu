@@ -1,2 +1,2 @@
-// The unmutated corpus: the baseline of docs/lint-evidence.md.
+// The unmutated corpus: the baseline of evidence/lint/README.md.
 #include "kernels.cuh"

@@ -1,4 +1,4 @@
-// The evidence corpus of docs/lint-evidence.md: four small kernels and the mutations the variant
+// The evidence corpus of evidence/lint/README.md: four small kernels and the mutations the variant
 // files switch on. Semantic mutations change what a kernel computes without changing its shape;
 // structural ones change its shape. Each variant .cu defines one GPUEMU_MUT_* and includes this.
 #pragma once
