@@ -1,7 +1,7 @@
 """Overhead of the Python client over the raw protocol (issue #5's benchmark; docs/performance.md,
 "Python client overhead").
 
-    GPUEMU_BIN_DIR=build/bin .venv/bin/python bench/bench_client.py [--cases 512] [--mib 16]
+    GPUEMU_BIN_DIR=build/bin .venv/bin/python -m bench.bench_client [--cases 512] [--mib 16]
 
 Starts a daemon in a temporary GPUEMU_HOME and measures, in the same run:
 
@@ -29,14 +29,10 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "python"))
-
-from gpuemu import Client  # noqa: E402
+from gpuemu import Client
 
 
 def softmax(x: np.ndarray, dim: int = -1) -> np.ndarray:

@@ -1,12 +1,14 @@
 """Cases per second of one long client-side run: ``fuzz_op_client_side`` with a torch kernel,
 after a warm-up chunk, against a daemon started for it, and the CPU time a case costs the daemon
-and this process (docs/performance.md, "Round trips,
+and this process (evidence/race/history.md, "Round trips,
 copies, page faults and prefetch").
 
-    GPUEMU_BIN_DIR=build/bin .venv/bin/python bench/client_rate.py [--op softmax] [--cases 300]
+    GPUEMU_BIN_DIR=build/bin .venv/bin/python -m bench.client_rate [--op softmax] [--cases 300]
                                                                    [--seed 16] [--repeat 2]
 
-Run it from a worktree of another commit (its own python/ and build/bin) to compare builds.
+Run it from a worktree of another commit to compare builds, with that worktree's own python/ first
+on the path (the venv's gpuemu.pth points at this checkout's):
+``PYTHONPATH=python GPUEMU_BIN_DIR=build/bin /path/to/.venv/bin/python -m bench.client_rate``.
 """
 
 from __future__ import annotations
@@ -18,13 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+import torch.nn.functional as F
+
+from gpuemu import Client
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "python"))
-
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from gpuemu import Client  # noqa: E402
 
 KERNELS = {
     "softmax": lambda i: torch.softmax(i["x"], dim=i["dim"]),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Evidence: gpuemu against the usual baselines on the corpus of correct and buggy kernels.
 
-    .venv/bin/python bench/evidence.py [--cases 100] [--seeds 5] [--strategies ...] [--kernels ...]
+    .venv/bin/python -m bench.evidence [--cases 100] [--seeds 5] [--strategies ...] [--kernels ...]
 
 For every kernel of bench/corpus, side by side in one run:
 
@@ -41,11 +41,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from bench import corpus
+from bench.corpus import KERNELS, CorpusKernel
 
-import corpus  # noqa: E402
-from corpus import KERNELS, CorpusKernel  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 STRATEGIES = ("regular", "boundary", "adversarial", "special")
 DEFAULT_STRATEGY = "adversarial"

@@ -2,7 +2,7 @@
 shared memory (docs/protocol.md, "Shared memory"), with memcpy of the same sizes measured in the same
 run (docs/performance.md, "The shared-memory hand-off").
 
-    GPUEMU_BIN_DIR=build/bin .venv/bin/python bench/handoff.py [--sizes 1,8,64,256] [--repeat 5]
+    GPUEMU_BIN_DIR=build/bin .venv/bin/python -m bench.handoff [--sizes 1,8,64,256] [--repeat 5]
 
 For each size S (MiB), the best of --repeat runs, alternating the two paths, each timed after one
 untimed request of its own kind:
@@ -26,12 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
+from gpuemu import Client
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "python"))
-
-import numpy as np  # noqa: E402
-
-from gpuemu import Client  # noqa: E402
 
 
 def best(fn, repeat: int) -> float:

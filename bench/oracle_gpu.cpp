@@ -1,5 +1,5 @@
 // The fp64 oracle on the GPU against the CPU oracle of the same machine, in one run
-// (docs/gpu.md, "The fp64 oracle on the GPU"; scripts/gpu/run.sh oracle runs it on the H200).
+// (evidence/gpu/oracle.md; scripts/gpu/run.sh oracle runs it on the H200).
 //
 //   bench_oracle_gpu [--quick]
 //

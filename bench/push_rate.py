@@ -4,7 +4,7 @@ dropped_tail_k: large ones) and their runs, push them all at once to one central
 loopback tcp. Prints failures/s and MB/s into the central store, the central daemon's CPU time per
 failure, and a single failure's latency from a worker's store to the central store.
 
-    GPUEMU_BIN_DIR=build/bin python3 bench/push_rate.py [--workers 1 2 4] [--cases 300] [--op softmax]
+    GPUEMU_BIN_DIR=build/bin python3 -m bench.push_rate [--workers 1 2 4] [--cases 300] [--op softmax]
 
 The peer named in the ratio is `gpuemu failures import` of the same records on the same central
 daemon (one client, a JSON file with base64 snapshots): the air-gapped path.

@@ -1,6 +1,6 @@
 """The race of issue 16: gpuemu against the loop users write today, on the same cases.
 
-    GPUEMU_BIN_DIR=build/bin .venv/bin/python bench/race.py [--cases 60] [--seed 16] [--ops ...]
+    GPUEMU_BIN_DIR=build/bin .venv/bin/python -m bench.race [--cases 60] [--seed 16] [--ops ...]
                                                            [--repeat 2] [--json out.json]
 
 For each op (softmax, layer_norm, matmul, flash_attention), float32 (``--dtype bfloat16``: torch
@@ -51,11 +51,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "python"))
-
-import gpuemu  # noqa: E402
-from gpuemu import Client  # noqa: E402
+import gpuemu
+from gpuemu import Client
 
 OPS = ("softmax", "layer_norm", "matmul", "flash_attention")
 DTYPE = "float32"  # --dtype

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Capture failing Conformance cases on CUDA, to be explained on any machine.
 
-    python3 bench/conformance/capture_cuda.py ROWS.jsonl [...] --out DIR [--only OP[:IMPL]] [--per-row K] [--unlisted]
+    python3 -m bench.conformance.capture_cuda ROWS.jsonl [...] --out DIR [--only OP[:IMPL]] [--per-row K] [--unlisted]
 
 For every failing run in the sweep's rows (skipping refused and unsupported cases), replays up to
 ``--per-row`` of its failing cases on the GPU exactly as the sweep ran them (same variant, flags,
@@ -26,16 +26,13 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent.parent / "python"))
+import torch
 
-import torch  # noqa: E402
+import gpuemu
+from gpuemu import inprocess
 
-import gpuemu  # noqa: E402
-from gpuemu import inprocess  # noqa: E402
-from impls import variants, varied_attrs  # noqa: E402
-from impls_cuda import ieee_defaults  # noqa: E402
+from bench.conformance.impls import variants, varied_attrs
+from bench.conformance.impls_cuda import ieee_defaults
 
 
 @contextlib.contextmanager
@@ -121,7 +118,7 @@ def capture(row: Dict[str, Any], failure: Dict[str, Any], settings: bool) -> Dic
 
 
 def selected(rows: List[Dict[str, Any]], only: Optional[List[str]], unlisted: bool = False) -> Iterator[Dict[str, Any]]:
-    from sweep import imprecise_table, is_imprecise
+    from bench.conformance.sweep import imprecise_table, is_imprecise
 
     table = imprecise_table("cuda") if unlisted else {}
     for r in rows:

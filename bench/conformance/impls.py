@@ -451,7 +451,7 @@ def flash_attention_backward_sdpa(args: Args) -> Tuple[torch.Tensor, torch.Tenso
         out, _ = torch._scaled_dot_product_attention_math(qq, kk, vv, None, 0.0, False, bool(args.get("causal")))
     else:  # torch 2: (q, k, v, attn_mask, dropout_p, is_causal, dropout_mask, *, scale, enable_gqa). The
         # scale and GQA go in as arguments: a fold of the scale into q in the case dtype rounds q itself
-        # (bench/conformance/classify_sdpa_math_backward.py: that rounding alone fails the fp32 math).
+        # (evidence/gpu/classify_sdpa_math_backward.py: that rounding alone fails the fp32 math).
         out, _ = torch._scaled_dot_product_attention_math(q, k, v, None, 0.0, bool(args.get("causal")), None,
                                                           scale=args.get("scale"), enable_gqa=h != hkv)
     out.backward(args["grad_out"])
@@ -587,7 +587,7 @@ IMPLS: Tuple[Impl, ...] = (
     Impl("softmax", "torch.softmax", lambda a: torch.softmax(a["x"], dim=a["dim"])),
     # softmax's autograd backward. Autograd passes the output softmax saved, which is contiguous;
     # torch 1.13's CPU kernel computes wrong values for an output in another layout than grad_out's
-    # (docs/evidence.md, "Backward ops"; tests/python/test_backward.py keeps that failing), so
+    # (evidence/conformance/backward.md; tests/python/test_backward.py keeps that failing), so
     # the output is passed as autograd passes it.
     Impl("softmax_backward", "torch._softmax_backward_data (y contiguous, as autograd saves it)",
          lambda a: torch._softmax_backward_data(a["grad_out"], a["y"].contiguous(), a["dim"], a["y"].dtype)),
@@ -651,7 +651,7 @@ def variants(ops: Optional[Sequence[str]] = None, dtypes: Optional[Sequence[str]
 
     table = IMPLS
     if device != "cpu":
-        from impls_cuda import CUDA_IMPLS
+        from bench.conformance.impls_cuda import CUDA_IMPLS
 
         table = IMPLS + CUDA_IMPLS
     out: List[Variant] = []

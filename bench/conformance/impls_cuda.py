@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterator, Tuple
 import torch
 import torch.nn.functional as F
 
-from impls import Args, Impl, TORCH_DTYPES, _conv_kwargs
+from bench.conformance.impls import Args, Impl, TORCH_DTYPES, _conv_kwargs
 
 HALF = ("float16", "bfloat16")
 
@@ -25,7 +25,7 @@ HALF = ("float16", "bfloat16")
 def ieee_defaults() -> None:
     """TF32 off for matmuls and cuDNN: what an fp32 op means; and fp32 accumulation in cuBLAS's
     fp16/bf16 GEMMs (torch allows "reduced precision reductions" by default: split-K partial sums
-    kept in the low dtype, an accumulator gpuemu rightly flags; probe_cuda_gemm.py shows both).
+    kept in the low dtype, an accumulator gpuemu rightly flags; evidence/gpu/probe_cuda_gemm.py shows both).
     Called once per sweep process."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

@@ -188,7 +188,7 @@ ONEDNN_CONV = ("on CPUs with AVX512-BF16, bf16 convolutions go through oneDNN, w
 def _backward_sum_in_bf16(log: bool) -> Callable[[], Tuple[str, bool]]:
     """torch 1.13's bf16 CPU softmax/log_softmax backward stores the row sum (sum g*y, or sum g) in
     bf16 before using it: an emulation that rounds that sum once to bf16, all else fp32, equals its
-    output bit for bit on random rows (bench/conformance/probe_backward_bf16.py)."""
+    output bit for bit on random rows (evidence/conformance/probe_backward_bf16.py)."""
     def demo() -> Tuple[str, bool]:
         if log:
             # S = 1 + 2^-8 rounds to 1 in bf16 (a tie, to even); grad_x[0] = 0.5 - p * S cancels.
@@ -218,7 +218,7 @@ def _backward_sum_in_bf16(log: bool) -> Callable[[], Tuple[str, bool]]:
 def _silu_backward_bf16(swiglu: bool) -> Callable[[], Tuple[str, bool]]:
     """torch 1.13's bf16 CPU silu backward rounds every intermediate to bf16 (exp(-x), 1 + exp(-x),
     s, 1 - s, x(1 - s), 1 + x(1 - s), the products): that emulation equals its output bit for bit
-    (bench/conformance/probe_backward_bf16.py); 1 - s cancels. swiglu's autograd backward is
+    (evidence/conformance/probe_backward_bf16.py); 1 - s cancels. swiglu's autograd backward is
     silu_backward(grad_out * up in bf16, gate) bit for bit."""
     def demo() -> Tuple[str, bool]:
         x = torch.tensor([-1.28125, 6.0], dtype=BF16)
@@ -264,7 +264,7 @@ def _sdpa_grad_v_bf16() -> float:
 def _gelu_backward_bf16() -> Tuple[str, bool]:
     """torch 1.13's bf16 CPU gelu backward, tanh form, rounds every intermediate of
     0.5(1 + t) + 0.5x(1 - t^2) k(1 + 3c x^2) to bf16 (constants included): that emulation equals
-    its output bit for bit (bench/conformance/probe_backward_bf16.py), and 1 - t^2 cancels. Its erf
+    its output bit for bit (evidence/conformance/probe_backward_bf16.py), and 1 - t^2 cancels. Its erf
     form does the same on its scalar path (an x in another layout than grad_out's: cdf + x * pdf
     cancels near x = -0.75), and is the fp32 kernel on the upcast inputs where both are contiguous."""
     x = torch.tensor([-0.75, -3.0], dtype=BF16)
@@ -366,7 +366,7 @@ IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
         "stores the sum in float16 before dividing, where it overflows (the rounding alone is accepted: c_in)",
         _mean(torch.float16)),
     ("logsumexp", "native", "bfloat16"): Imprecision("stores the sum of exp in bf16 before the log", _logsumexp),
-    # 2026-12-03: the backward ops (docs/evidence.md, "Backward ops")
+    # 2026-12-03: the backward ops (evidence/conformance/backward.md)
     ("softmax_backward", "native", "bfloat16"): Imprecision("the row sum sum(g * y) is stored in bf16",
                                                             _backward_sum_in_bf16(False)),
     ("log_softmax_backward", "native", "bfloat16"): Imprecision("the row sum sum(g) is stored in bf16",
@@ -400,8 +400,8 @@ IMPRECISE: Dict[Tuple[str, str, str], Imprecision] = {
 
 
 # ---------------------------------------------------------------------------------------------
-# PyTorch 2.11's CPU kernels (measured on the GPU machine's CPU: bench/conformance/
-# probe_torch2_imprecise.py and probe_torch2_extra.py, output in docs/conformance/). Its bf16
+# PyTorch 2.11's CPU kernels (measured on the GPU machine's CPU: evidence/conformance/
+# probe_torch2_imprecise.py and probe_torch2_extra.py, output beside them). Its bf16
 # GEMMs and convolutions accumulate in fp32 (4096 ones sum to 4096) and are not listed: their
 # failures under `boundary` and `special` stay open until shown.
 
@@ -533,7 +533,7 @@ IMPRECISE_TORCH2_11: Dict[Tuple[str, str, str], Imprecision] = {
     ("logsumexp", "native", "float16"): Imprecision("stores the sum of exp in fp16 before the log", _logsumexp_sum(H)),
     ("batch_norm", "native", "bfloat16"): Imprecision("more than one bf16 rounding of x_hat * w", _batch_norm_cancel(BF16)),
     ("batch_norm", "native", "float16"): Imprecision("more than one fp16 rounding of x_hat * w", _batch_norm_cancel(H)),
-    # bench/conformance/probe_torch2_lowp.py, docs/conformance/probe_torch2_lowp.txt (2026-12-02)
+    # evidence/conformance/probe_torch2_lowp.py and its .txt (2026-12-02)
     **{(op, "native", "bfloat16"): Imprecision(
         "bf16 GEMM on the blocked CPU path flushes subnormal inputs and leaks a -inf into other rows",
         (lambda d: lambda: (lambda a, b: (a[0] + "; " + b[0], a[1] and b[1]))(d(), _bf16_gemm_inf_leak()))(_bf16_daz(op)),

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 import torch
 import torch.nn.functional as F
 
-from imprecise import Imprecision
+from bench.conformance.imprecise import Imprecision
 
 BF16, H = torch.bfloat16, torch.float16
 CUDA = "cuda"
@@ -169,7 +169,7 @@ def _sdpa_misaligned(backend: str, dtype: str, operand: str = "q"):
     return demo
 
 
-# cuDNN's convolutions (docs/gpu.md, "2026-12-02, evening"): two defects that show under one value strategy
+# cuDNN's convolutions (evidence/gpu/cudnn.md): two defects that show under one value strategy
 # each, listed by keys that end in it (sweep.is_imprecise), so that the same variants stay gated under the
 # strategies they pass.
 
@@ -185,7 +185,7 @@ def _cudnn_tf32(on: bool) -> Iterator[None]:
 
 # (x's shape, w's shape, keyword arguments, where x holds +Inf): every Inf is in the last group's input
 # channels, so the exact outputs of the other groups are finite. The first conv2d one is the probe of
-# probe_cuda_rerun2.py; the others have the shapes of failing sweep cases (seeds 2 and 3).
+# evidence/gpu/probe_cuda_rerun2.py; the others have the shapes of failing sweep cases (seeds 2 and 3).
 _GROUPED: Dict[int, Tuple[Tuple[Tuple[int, ...], Tuple[int, ...], Dict[str, Any], Tuple[Tuple[int, ...], ...]], ...]] = {
     2: (((3, 16, 31, 64), (8, 4, 2, 5), {"stride": 2, "padding": (0, 3), "groups": 4}, ((0, 12, 10, 20),)),
         ((6, 15, 35, 25), (9, 5, 4, 1), {"stride": 2, "padding": 1, "groups": 3}, ((0, 12, 10, 10), (3, 14, 20, 3))),
@@ -233,7 +233,7 @@ def _grouped_conv_inf(dim: int, dtype: torch.dtype, tf32: bool = False):
 
 
 def _conv1d_fp16_negative_overflow() -> Tuple[str, bool]:
-    # probe_cuda_rerun2.py's probe 5: every input 256, weights +-256, 3 channels x 5 taps (+-983,040).
+    # evidence/gpu/probe_cuda_rerun2.py's probe 5: every input 256, weights +-256, 3 channels x 5 taps (+-983,040).
     x = torch.full((8, 95, 3), 256.0, dtype=H, device=CUDA).transpose(1, 2)
     w = torch.full((64, 3, 15), 256.0, dtype=H, device=CUDA)[:, :, ::3]
     w[32:] = -256.0
@@ -266,7 +266,7 @@ def _conv1d_fp16_negative_overflow() -> Tuple[str, bool]:
 
 
 def _conv2d_fp16_negative_overflow() -> Tuple[str, bool]:
-    # Master seed 5's conv2d boundary case 14 (probe_conv2d_fp16_boundary.py): cuDNN ran it as an NHWC
+    # Master seed 5's conv2d boundary case 14 (evidence/gpu/probe_conv2d_fp16_boundary.py): cuDNN ran it as an NHWC
     # sm80_xmma_fprop_implicit_gemm_indexed_wo_smem_f16f16_f16f32_f32 (after nchwToNhwc), which gave
     # fp16(0 + bias) for all 2,205 of its elements whose convolution is below -65,504 and +Inf for all
     # 2,196 above +65,504. Here its geometry (x 3x38x6x64, w 8x38x3x1, stride (1, 2), padding (1, 0),
@@ -316,7 +316,7 @@ def _softmax_backward_gy(dtype: torch.dtype) -> Callable[[], Tuple[str, bool]]:
     """torch._softmax_backward_data in fp16/bf16 on CUDA materialises grad * output in the input dtype
     (rounded) and computes g*y - y * sum(g*y) from it in fp32: where g ≈ sum(g*y) the rounding of g*y
     is all that is left. Emulated on the CPU, that formula reproduces the failure messages of the CUDA
-    sweep case for case (bench/conformance/replay_cuda_backward.py, docs/gpu/replay_cuda_backward.txt);
+    sweep case for case (evidence/gpu/replay_cuda_backward.py, evidence/gpu/backward.md);
     here, elementwise against the kernel."""
     def demo() -> Tuple[str, bool]:
         gen = torch.Generator(device="cpu").manual_seed(20261203)
@@ -429,7 +429,7 @@ IMPRECISE_CUDA_TORCH2_11: Dict[Tuple[str, ...], Imprecision] = {
         "crashes (CUDA error: misaligned address) on inputs whose data pointer is not 16-byte aligned",
         _sdpa_misaligned("EFFICIENT_ATTENTION", "float32")),
     # In fp16/bf16 the efficient backend checks q's and k's alignment (a clean "p.query_ptr is not
-    # correctly aligned", counted as refused) but not v's: seed 2 of the CUDA sweep (docs/gpu.md) crashed it
+    # correctly aligned", counted as refused) but not v's: seed 2 of the CUDA sweep (evidence/gpu/sdpa.md) crashed it
     # with q contiguous and v at a storage offset of one element.
     **{("flash_attention", SDPA_EFFICIENT, "native", dt): Imprecision(
         "crashes (CUDA error: misaligned address) when v's data pointer is not 16-byte aligned (q's and k's are checked)",
@@ -449,8 +449,8 @@ IMPRECISE_CUDA_TORCH2_11: Dict[Tuple[str, ...], Imprecision] = {
     ("conv2d", "native", "float16", "boundary"): Imprecision(
         "cuDNN's fp16 convolution returns 0 (+ bias) for a convolution below -65504 instead of -Inf",
         _conv2d_fp16_negative_overflow),
-    # Backward ops (issue 20; docs/gpu.md, "Backward ops on CUDA"): the CUDA sweep's failures replayed on the
-    # CPU with these emulations give the same messages (bench/conformance/replay_cuda_backward.py).
+    # Backward ops (issue 20; evidence/gpu/backward.md): the CUDA sweep's failures replayed on the
+    # CPU with these emulations give the same messages (evidence/gpu/replay_cuda_backward.py).
     **{("softmax_backward", "native", dt): Imprecision(
         "grad * output is materialised in the input dtype before g*y - y * sum(g*y)", _softmax_backward_gy(dtype))
        for dt, dtype in (("float16", H), ("bfloat16", BF16))},

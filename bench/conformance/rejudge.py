@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Re-judge captured CUDA cases with this checkout's error model, on any machine (no GPU).
 
-    python bench/conformance/rejudge.py DIR [DIR ...]     # folders written by capture_cuda.py
+    python -m bench.conformance.rejudge DIR [DIR ...]     # folders written by capture_cuda.py
 
 capture_cuda.py kept each failing case's exact input snapshot and the outputs the GPU returned.
 This regenerates each case from its seed (and checks its bytes against the snapshot: the same case
@@ -19,12 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent.parent / "python"))
+from gpuemu import inprocess
 
-from gpuemu import inprocess  # noqa: E402
-from impls import variants, varied_attrs  # noqa: E402
+from bench.conformance.impls import variants, varied_attrs
 
 
 class _Unpickler(pickle.Unpickler):

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The Conformance sweep: the implementations users already trust must pass gpuemu's judgement.
 
-    .venv/bin/python bench/conformance/sweep.py                       # the full sweep
-    .venv/bin/python bench/conformance/sweep.py --ops softmax gelu --seeds 1 --cases 20
-    .venv/bin/python bench/conformance/sweep.py --markdown --json sweep.json
-    .venv/bin/python bench/conformance/sweep.py --ops cross_entropy_backward --attr reduction=none
+    .venv/bin/python -m bench.conformance.sweep                       # the full sweep
+    .venv/bin/python -m bench.conformance.sweep --ops softmax gelu --seeds 1 --cases 20
+    .venv/bin/python -m bench.conformance.sweep --markdown --json sweep.json
+    .venv/bin/python -m bench.conformance.sweep --ops cross_entropy_backward --attr reduction=none
 
 For every catalogue op, every dtype it lists and every implementation of bench/conformance/impls.py
 (PyTorch's own op, native in the case dtype and upcast to fp32; or the plain fp32 composition where
@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 STRATEGIES = ("regular", "boundary", "adversarial", "special")
 MASTER_SEED_BASE = 20261201  # master seed i of the sweep is MASTER_SEED_BASE + i
@@ -105,10 +104,10 @@ def run_variant(key: Tuple[int, str, str], cases: int, seed: int, strategy: str,
 
     torch.set_num_threads(1)
     import gpuemu
-    from impls import variants, varied_attrs
+    from bench.conformance.impls import variants, varied_attrs
 
     if device != "cpu":
-        from impls_cuda import ieee_defaults
+        from bench.conformance.impls_cuda import ieee_defaults
 
         ieee_defaults()
     index, op, dtype = key
@@ -166,7 +165,7 @@ def _job(args: Job) -> Dict[str, Any]:
 def plan(ops: Optional[Sequence[str]], dtypes: Optional[Sequence[str]], strategies: Sequence[str],
          seeds: int, cases: int, device: str = "cpu", first_seed: int = 1,
          pins: Optional[Dict[str, Any]] = None) -> List[Job]:
-    from impls import variants
+    from bench.conformance.impls import variants
 
     jobs = []
     per_key: Dict[Tuple[str, str], int] = {}
@@ -193,10 +192,10 @@ def imprecise_table(device: str, torch_version: Optional[str] = None) -> Dict[Tu
 
         torch_version = torch.__version__
     if device != "cpu":
-        from imprecise_cuda import table_for as cuda_table
+        from bench.conformance.imprecise_cuda import table_for as cuda_table
 
         return cuda_table(torch_version)
-    from imprecise import table_for
+    from bench.conformance.imprecise import table_for
 
     return table_for(torch_version)
 
@@ -344,7 +343,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0 if held else 1
     if a.evidence:
         import torch
-        from imprecise import evidence, table_for
+        from bench.conformance.imprecise import evidence, table_for
 
         held = True
         print(f"torch {torch.__version__}")
@@ -356,7 +355,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"- {op} [{style}] {dtype}: {imp.what}. {shown}{note}")
         return 0 if held else 1
 
-    from impls import uncovered_ops
+    from bench.conformance.impls import uncovered_ops
 
     IMPRECISE = imprecise_table(a.device)
     missing = [] if a.ops else uncovered_ops()
@@ -379,7 +378,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rows = [json.loads(line) for line in f if line.strip()]
         done = {(r["op"], r["impl"], r["style"], r["dtype"], r["strategy"], r["seed"],
                  json.dumps(r.get("attrs"), sort_keys=True)) for r in rows}
-        from impls import variants
+        from bench.conformance.impls import variants
 
         def key(job: Job) -> Tuple[Any, ...]:
             (i, op, dt), _cases, seed, strategy, device, _pins = job

@@ -3,12 +3,12 @@ device=...)`` with differentiable torch kernels, correct and buggy, as a trainin
 them: the forward is judged, then ``<op>_backward``'s cases go through the kernel's autograd and
 every input gradient is judged.
 
-    python3 bench/gpu/backward_client.py [--device cuda] [--cases 100] [--seed 1] [--markdown OUT]
+    python3 -m bench.gpu.backward_client [--device cuda] [--cases 100] [--seed 1] [--markdown OUT]
 
 The correct kernels must pass (forward and gradients); each buggy one must be caught in its
 gradients. Ops whose backward is not in this catalogue (or that backward=True refuses) are
 reported as such, not skipped silently. Exit status 1 when a correct kernel fails or a bug is
-missed. docs/gpu.md records the runs on the H200.
+missed. evidence/gpu/backward.md records the runs on the H200.
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def sdpa(i: Dict[str, Any]) -> torch.Tensor:
     """F.scaled_dot_product_attention (torch 2: its backend's choice for the dtype and device), on
     16-byte-aligned copies of q, k, v and of the gradient that reaches it: its flash and efficient
     backends crash on an operand at a storage offset of one element, forward and backward ("CUDA
-    error: misaligned address", which breaks the process's CUDA context; listed in docs/gpu.md), and
+    error: misaligned address", which breaks the process's CUDA context; listed: evidence/gpu/sdpa.md), and
     ``.contiguous()`` keeps such an operand where it is, so the wrapper a user needs clones."""
     h, hkv = i["q"].shape[-3], i["k"].shape[-3]
     q, k, v = (i[n].clone() for n in ("q", "k", "v"))

@@ -4,9 +4,9 @@ beside the oracle the kernel benchmarks use today: KernelBench's ``torch.allclos
 atol=1e-2, rtol=1e-2)`` and ``torch.testing.assert_close`` against PyTorch's own op, on one fixed
 shape, one seed.
 
-    python bench/gpu/corpus.py --json OUT.jsonl --markdown OUT.md [--jobs 8] [--deadline 420]
+    python -m bench.gpu.corpus --json OUT.jsonl --markdown OUT.md [--jobs 8] [--deadline 420]
 
-Runs on the GPU machine (scripts/gpu/run.sh). The table in docs/evidence.md comes from here.
+Runs on the GPU machine (scripts/gpu/run.sh). The table in evidence/gpu/corpus.md comes from here.
 Correct kernels must pass (a failure is a false positive, or a real finding about the kernel or the
 compiler: the row says which); every buggy kernel must be caught in the dtypes its bug affects.
 """
@@ -25,12 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-HERE = Path(__file__).resolve().parent
 # JAX takes 75% of the GPU at its first use unless told not to; the pool's other workers (torch,
 # Triton, CuPy) then run out of memory (a run of 14 workers without this lost 3 rows to OOM).
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "conformance"))
 
 ALL = ("float32", "float16", "bfloat16")
 LOW = ("float16", "bfloat16")
@@ -50,7 +47,8 @@ class Entry:
     iterations: int = 0  # cases per run (0: --iterations)
 
 
-T = "triton_corpus"
+T = "bench.gpu.triton_corpus"  # where each entry's fn lives: "module:function"
+C = "bench.gpu.cuda_corpus"
 ATTN_ATTRS = ["causal", "scale", "enable_gqa"]
 ENTRIES: List[Entry] = [
     # correct kernels
@@ -77,9 +75,9 @@ ENTRIES: List[Entry] = [
     Entry("cross_entropy", "cross_entropy", f"{T}:cross_entropy"),
     Entry("rope (HF cos/sin cache)", "rope", f"{T}:rope", fuzz={"vary_attrs": ["theta", "style", "offset"]}),
     Entry("embedding", "embedding", f"{T}:embedding"),
-    Entry("softmax (CuPy RawKernel)", "softmax", "cuda_corpus:softmax_cupy", dtypes=("float32",),
+    Entry("softmax (CuPy RawKernel)", "softmax", f"{C}:softmax_cupy", dtypes=("float32",),
           framework="cupy", fuzz={"attrs": {"dim": -1}}),
-    Entry("softmax (JAX jax.nn.softmax)", "softmax", "cuda_corpus:softmax_jax", framework="jax"),
+    Entry("softmax (JAX jax.nn.softmax)", "softmax", f"{C}:softmax_jax", framework="jax"),
     # buggy kernels
     Entry("softmax: tail read as 0.0", "softmax", f"{T}:softmax", {"tail_zero": True}, bug="tail_leak"),
     Entry("softmax: assumes contiguous rows", "softmax", f"{T}:softmax", {"contiguous_assumed": True},
@@ -120,7 +118,7 @@ ENTRIES: List[Entry] = [
           bug="overflow"),
     Entry("rope: decode offset ignored", "rope", f"{T}:rope", {"ignore_offset": True}, bug="position_offset",
           fuzz={"vary_attrs": ["theta", "style", "offset"]}),
-    Entry("softmax (CuPy): one element per thread", "softmax", "cuda_corpus:softmax_cupy", {"one_per_thread": True},
+    Entry("softmax (CuPy): one element per thread", "softmax", f"{C}:softmax_cupy", {"one_per_thread": True},
           bug="tail_leak", dtypes=("float32",), framework="cupy", fuzz={"attrs": {"dim": -1}}),
 ]
 
@@ -168,7 +166,7 @@ def _fixed_inputs(op: str, dtype: str, framework: str) -> Dict[str, Any]:
 def _torch_reference(op: str, a: Dict[str, Any]) -> Any:
     import torch
     import torch.nn.functional as F
-    import impls
+    from bench.conformance import impls
 
     if op == "softmax":
         return torch.softmax(a["x"], dim=a["dim"])

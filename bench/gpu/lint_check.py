@@ -3,7 +3,7 @@ own ptxas) and on nvcc's cubins, checked against `cuobjdump -res-usage` of the s
 stack and shared memory per kernel must agree, and the SASS opcode histogram (from cuobjdump or
 nvdisasm) must be there and count the kernel's instructions.
 
-    python bench/gpu/lint_check.py GPUEMU CACHE_DIR [CUBIN ...] --markdown OUT.md --json OUT.json
+    python -m bench.gpu.lint_check GPUEMU CACHE_DIR [CUBIN ...] --markdown OUT.md --json OUT.json
 """
 
 from __future__ import annotations

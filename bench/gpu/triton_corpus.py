@@ -8,7 +8,7 @@ as a CUDA tensor with the case's real strides, every attr by name) and returns t
 A bug is one line away from its correct kernel: a ``tl.constexpr`` flag selects it, so each
 variant compiles to its own kernel exactly as the mutated source would.
 
-Runs only where Triton and a CUDA GPU are (scripts/gpu/run.sh); docs/evidence.md has the table.
+Runs only where Triton and a CUDA GPU are (scripts/gpu/run.sh); evidence/gpu/corpus.md has the table.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Sanity checks of the corpus without gpuemu's judge.
 
-    python bench/kernelbench/check_candidates.py [STEM ...]
+    python -m bench.kernelbench.check_candidates [STEM ...]
 
 For every problem: Model and each candidate are built the way KernelBench builds them (after
 torch.manual_seed(42), the Model's parameters then copied into ModelNew where names and shapes

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The KernelBench-format corpus judged three ways, side by side (issue 43's goals).
 
-    .venv/bin/python bench/kernelbench/measure.py --seeds 5 --cases 50 --out evidence/kernelbench/corpus
-    .venv/bin/python bench/kernelbench/measure.py --problems 01_relu --seeds 1 --cases 12
+    .venv/bin/python -m bench.kernelbench.measure --seeds 5 --cases 50 --out evidence/kernelbench/corpus
+    .venv/bin/python -m bench.kernelbench.measure --problems 01_relu --seeds 1 --cases 12
 
 For every problem of bench/kernelbench/problems and every candidate of
 bench/kernelbench/candidates/<problem>/ (its ``EXPECT``, ``BUG`` and ``DTYPES``: README.md), in each
@@ -220,7 +220,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(table)
     print(f"timing (s, summed over workers): {json.dumps({k: round(v, 1) for k, v in timing.items()})}")
     if out_dir:
-        cmd = "python bench/kernelbench/measure.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        cmd = "python -m bench.kernelbench.measure " + " ".join(argv if argv is not None else sys.argv[1:])
         with open(out_dir / "runs.jsonl", "w") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """100 candidates of one problem: gpuemu's judge against KernelBench's own check, in the same run.
 
-    .venv/bin/python bench/kernelbench/speed.py --problem 11_softmax_rows --candidates 100 --cases 8 16 32
+    .venv/bin/python -m bench.kernelbench.speed --problem 11_softmax_rows --candidates 100 --cases 8 16 32
 
 The candidates are the problem's own (bench/kernelbench/candidates/<problem>/), cycled to
 ``--candidates`` files in a temporary directory (each loaded as its own module, as a leaderboard's
@@ -22,10 +22,9 @@ from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from bench.kernelbench.measure import kernelbench_check
 
-from measure import kernelbench_check  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 
 def main(argv=None) -> int:

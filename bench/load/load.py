@@ -1,13 +1,14 @@
 """Load: many concurrent clients against one gpuemu-daemon (issue 15; docs/reliability.md, "Load").
 
-    GPUEMU_BIN_DIR=build/bin .venv/bin/python bench/load/load.py --clients 8 32 --cases 200 --json load.json
-    GPUEMU_BIN_DIR=build/bin .venv/bin/python bench/load/load.py --valgrind --clients 8 --cases 30
-    GPUEMU_BIN_DIR=build/bin .venv/bin/python bench/load/load.py --heaptrack --clients 8 --cases 30
+    GPUEMU_BIN_DIR=build/bin .venv/bin/python -m bench.load.load --clients 8 32 --cases 200 --json load.json
+    GPUEMU_BIN_DIR=build/bin .venv/bin/python -m bench.load.load --valgrind --clients 8 --cases 30
+    GPUEMU_BIN_DIR=build/bin .venv/bin/python -m bench.load.load --heaptrack --clients 8 --cases 30
 
 Starts one real gpuemu-daemon (``gpuemu-daemon --home H --foreground``, optionally under valgrind or
 heaptrack) in a fresh temporary GPUEMU_HOME, then, for each client count N of ``--clients``, runs N
-clients as separate OS processes (this script re-run with ``--worker``), each with its own
-``gpuemu.Client`` connection, all released at once once every one has connected. Client ``c`` runs
+clients as separate OS processes (this module re-run with ``--worker`` by the same interpreter, from
+the repository root), each with its own ``gpuemu.Client`` connection, all released at once once
+every one has connected. Client ``c`` runs
 ``--cases`` cases, one ``get_test_batch`` per ``--batch`` cases of an op and one ``submit_output``
 per case; each case's op (softmax or layer_norm) and whether the kernel is buggy (a correct float64
 numpy kernel, or a wrong one: softmax doubled, layer_norm ``o + 0.25 + 0.1 |o|``) are drawn from a
@@ -160,7 +161,6 @@ def make_kernel(client: int, op: str, buggy: bool):
 
 
 def worker(spec: Dict[str, Any]) -> Dict[str, Any]:
-    sys.path.insert(0, str(REPO / "python"))
     from gpuemu import Client
 
     c = int(spec["client"])
@@ -536,14 +536,13 @@ def run_phase(home: str, n_clients: int, n_cases: int, *, batch: int = 8, fuzz_c
     """N client processes against the daemon of home; their reports, checked, with latencies."""
     specs = [{"client": c, "home": home, "cases": n_cases, "batch": batch, "fuzz_cases": fuzz_cases,
               "dims": dims, "salt": salt} for c in range(n_clients)]
-    env = dict(os.environ, GPUEMU_HOME=home, PYTHONPATH=str(REPO / "python") + os.pathsep
-               + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env = dict(os.environ, GPUEMU_HOME=home, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     procs = []
     t_spawn = time.time()
-    for s in specs:
-        procs.append(subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(s)],
+    for s in specs:  # the same interpreter (so the same gpuemu), at the root, where "bench" is found
+        procs.append(subprocess.Popen([sys.executable, "-m", "bench.load.load", "--worker", json.dumps(s)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=env))
+                                      text=True, env=env, cwd=REPO))
     errors: List[str] = []
     for c, p in enumerate(procs):
         line = p.stdout.readline()
@@ -748,7 +747,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def Client_failures(home: str, since_ms: int = 0) -> List[Dict[str, Any]]:  # noqa: N802
     """The stored failures of the daemon of home created since since_ms (failures list)."""
-    sys.path.insert(0, str(REPO / "python"))
     from gpuemu import Client
 
     params = {"action": "list", "since_ms": int(since_ms)}
@@ -756,7 +754,6 @@ def Client_failures(home: str, since_ms: int = 0) -> List[Dict[str, Any]]:  # no
 
 
 def _stats(home: str) -> Dict[str, Any]:
-    sys.path.insert(0, str(REPO / "python"))
     from gpuemu import Client
 
     try:

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from rounding import F32, Mutation
+from bench.power.rounding import F32, Mutation
 
 LANES = 256   # per-lane accumulators of a row reduction (a Triton BLOCK of a looped sum)
 SCAN_BLOCK = 256  # the tile of a blocked scan (its carry passes from tile to tile)

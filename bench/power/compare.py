@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Two power-curve measurements of the same ops side by side: how often a case catches each k.
 
-    python3 bench/power/compare.py BEFORE/runs.jsonl AFTER/runs.jsonl [--ops sum mean]
+    python3 -m bench.power.compare BEFORE/runs.jsonl AFTER/runs.jsonl [--ops sum mean]
 
 For every op x dtype measured in both (runs.jsonl rows of power_curve.py), per k of the grid: the
 share of cases whose error exceeds the envelope (a case "catches" that k), and the share of runs

@@ -2,8 +2,8 @@
 """Formulation mutants (issue 47): kernels that are right in exact arithmetic and wrong in floating
 point, because their formula cancels, overflows or underflows where a careful one does not.
 
-    .venv/bin/python bench/power/formulations.py --seeds 20 --cases 100 --out evidence/power/formulations
-    .venv/bin/python bench/power/formulations.py --mutants layer_norm.one_pass_variance --dtypes bfloat16 --seeds 2
+    .venv/bin/python -m bench.power.formulations --seeds 20 --cases 100 --out evidence/power/formulations
+    .venv/bin/python -m bench.power.formulations --mutants layer_norm.one_pass_variance --dtypes bfloat16 --seeds 2
 
 Each mutant reads the case's inputs in their dtype, computes in fp32 as a real kernel would (the
 inputs upcast, every intermediate fp32, the output rounded once to the op's output dtype), and is
@@ -41,12 +41,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-for _p in (HERE, HERE.parent / "conformance"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-from kernel import Args, case_dtype, f32, optional_f32  # noqa: E402
+from bench.power.kernel import Args, case_dtype, f32, optional_f32
 
 MASTER_SEED_BASE = 20261201  # master seed i is MASTER_SEED_BASE + i (power_curve.py's)
 DETECTION_RATE = 0.95
@@ -262,7 +257,7 @@ def _attention_probs_no_max(s: torch.Tensor, mask: Optional[torch.Tensor]) -> to
 
 def _flash_no_max(a: Args):
     """softmax(q k^T scale) v with exp(s) / sum(exp(s)): no running max."""
-    from mutants_attention import _heads, _scale
+    from bench.power.mutants_attention import _heads, _scale
 
     q = a["q"]
     h, lq, d = q.shape[-3], q.shape[-2], q.shape[-1]
@@ -276,7 +271,7 @@ def _flash_no_max(a: Args):
 
 
 def _decode_no_max(a: Args):
-    from mutants_attention import _heads, _scale
+    from bench.power.mutants_attention import _heads, _scale
 
     q = a["q"]
     h, d = q.shape[1], q.shape[2]
@@ -395,7 +390,7 @@ EXCEPTIONS: Dict[str, str] = {
 # --- the measurement ---------------------------------------------------------------------------
 
 def output_arrays(outs: List[Tuple[torch.Tensor, str]]):
-    from measure import output_arrays as convert
+    from bench.power.measure import output_arrays as convert
 
     return [convert(t.unsqueeze(0), dt)[0] for t, dt in outs]
 
@@ -406,9 +401,9 @@ def measure_run(op: str, keys: Sequence[str], dtype: str, seed: int, cases: int,
     not yet caught; stops once each is caught (unless ``control``)."""
     import gpuemu
     from gpuemu.inprocess import case_inputs
-    from impls import varied_attrs
-    from measure import grid_outputs
-    from mutants import KERNELS
+    from bench.conformance.impls import varied_attrs
+    from bench.power.measure import grid_outputs
+    from bench.power.mutants import KERNELS
 
     eng = engine if engine is not None else gpuemu._core.Engine()
     vary = varied_attrs(op) or None
@@ -606,7 +601,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(table)
     problems = sum(len(r["problems"]) for r in runs)
     control_failed = sum(len(r["control_failed"]) for r in runs)
-    meta = {"command": "python bench/power/formulations.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    meta = {"command": "python -m bench.power.formulations " + " ".join(argv if argv is not None else sys.argv[1:]),
             "runs": len(runs), "problems": problems, "control_failed_cases": control_failed,
             "control_runs": sum(1 for r in runs if r["control"]), "seconds": round(time.perf_counter() - t0, 1)}
     if a.out:

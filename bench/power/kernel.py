@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from rounding import Mutation
+from bench.power.rounding import Mutation
 
 Args = Dict[str, Any]
 # The kernel's outputs: (tensor with the leading k dim, gpuemu dtype name of the output).

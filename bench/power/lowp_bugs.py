@@ -2,7 +2,7 @@
 """Precision bugs of the kind real kernels make, in low-precision reductions, and how often a case
 catches them (issue 21: lines at the limit of the dtype, engine/fuzz/values.cpp).
 
-    .venv/bin/python bench/power/lowp_bugs.py --seeds 3 --cases 100
+    .venv/bin/python -m bench.power.lowp_bugs --seeds 3 --cases 100
 
 A float16 or bfloat16 reduction is rounded once more at the end, at u_out * |result|; an fp32-level
 loss inside the kernel shows only where that rounding is small next to the accumulated error: on

@@ -9,22 +9,15 @@ the same cases (report.py).
 from __future__ import annotations
 
 import math
-import sys
 import time
 import traceback
-from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-HERE = Path(__file__).resolve().parent
-for _p in (HERE, HERE.parent / "conformance"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-from kernel import MutableKernel  # noqa: E402
-from rounding import Mutation  # noqa: E402
+from bench.power.kernel import MutableKernel
+from bench.power.rounding import Mutation
 
 TORCH_OUT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 WORK_BUDGET = 1 << 23  # elements of one intermediate over the k slices evaluated together
@@ -92,9 +85,9 @@ def measure_run(op: str, dtype: str, seed: int, cases: int, ks: Sequence[int],
     """Cases 0..cases-1 of master seed ``seed`` (as ``gpuemu fuzz --seed`` draws them: layouts on,
     the attrs with schema values varied, the shipped envelopes), each judged at every k."""
     import gpuemu
-    from impls import varied_attrs
+    from bench.conformance.impls import varied_attrs
     from gpuemu.inprocess import case_inputs
-    from mutants import KERNELS
+    from bench.power.mutants import KERNELS
 
     if 1 not in ks:
         raise ValueError("the grid must hold k = 1 (the unmutated control)")

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from kernel import MutableKernel
-import mutants_attention
-import mutants_backward
-import mutants_elementwise
-import mutants_gemm
-import mutants_norm
-import mutants_reduction
+from bench.power import (mutants_attention, mutants_backward, mutants_elementwise, mutants_gemm, mutants_norm,
+                         mutants_reduction)
+from bench.power.kernel import MutableKernel
 
 KERNELS: Dict[str, MutableKernel] = {}
 for _family in (mutants_elementwise, mutants_reduction, mutants_norm, mutants_gemm, mutants_attention,

@@ -13,8 +13,8 @@ from typing import Dict, Optional
 
 import torch
 
-from kernel import Args, MutableKernel, Outputs, case_dtype, f32
-from rounding import Mutation
+from bench.power.kernel import Args, MutableKernel, Outputs, case_dtype, f32
+from bench.power.rounding import Mutation
 
 BLOCK_N = 64
 SITES = {"scores": "S = Q K^T * scale in fp32 (the score GEMM's accumulator)",

@@ -23,12 +23,11 @@ from typing import Dict
 
 import torch
 
-import mutants_elementwise
-import mutants_reduction
-from mutants_attention import _heads, _scale
-from accumulate import k_loop, lane_sum, move_back, move_last
-from kernel import Args, MutableKernel, Outputs, case_dtype, f32
-from rounding import Mutation
+from bench.power import mutants_elementwise, mutants_reduction
+from bench.power.accumulate import k_loop, lane_sum, move_back, move_last
+from bench.power.mutants_attention import _heads, _scale
+from bench.power.kernel import Args, MutableKernel, Outputs, case_dtype, f32
+from bench.power.rounding import Mutation
 
 ROW_SUM = "the row sum: every add of its per-lane accumulators and of the tree across lanes"
 

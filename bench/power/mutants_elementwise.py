@@ -12,8 +12,8 @@ from typing import Callable, Dict
 import torch
 import torch.nn.functional as F
 
-from kernel import Args, MutableKernel, Outputs, case_dtype, f32
-from rounding import Mutation
+from bench.power.kernel import Args, MutableKernel, Outputs, case_dtype, f32
+from bench.power.rounding import Mutation
 
 RESULT = {"result": "the fp32 result of f before the cast to the output dtype"}
 

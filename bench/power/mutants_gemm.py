@@ -15,9 +15,9 @@ from typing import Dict, Optional
 import torch
 import torch.nn.functional as F
 
-from accumulate import k_loop
-from kernel import Args, MutableKernel, Outputs, case_dtype, f32, optional_f32
-from rounding import Mutation
+from bench.power.accumulate import k_loop
+from bench.power.kernel import Args, MutableKernel, Outputs, case_dtype, f32, optional_f32
+from bench.power.rounding import Mutation
 
 GEMM_SITES = {"accumulator": "acc += A_tile @ B_tile after each 32-wide K tile (and the epilogue's bias/scale)",
               "operands": "a and b before the products (TF32-like operand precision)"}

@@ -12,9 +12,9 @@ from typing import Dict, Optional
 
 import torch
 
-from accumulate import lane_sum
-from kernel import Args, MutableKernel, Outputs, case_dtype, f32, optional_f32
-from rounding import Mutation
+from bench.power.accumulate import lane_sum
+from bench.power.kernel import Args, MutableKernel, Outputs, case_dtype, f32, optional_f32
+from bench.power.rounding import Mutation
 
 MEAN = "the mean: every add of sum(x)'s lane accumulators, and sum / N"
 VAR = "the variance: every add of sum((x - mean)^2)'s lane accumulators, and sum / N"

@@ -15,9 +15,9 @@ from typing import Dict
 
 import torch
 
-from accumulate import blocked_scan, lane_sum, move_back, move_last
-from kernel import Args, MutableKernel, Outputs, case_dtype, f32
-from rounding import Mutation
+from bench.power.accumulate import blocked_scan, lane_sum, move_back, move_last
+from bench.power.kernel import Args, MutableKernel, Outputs, case_dtype, f32
+from bench.power.rounding import Mutation
 
 ACC = "the row's accumulators: every add of the 256 per-lane sums and of the tree across lanes"
 DENOMINATOR = ("the denominator sum of exp(x - max): every add of its per-lane accumulators and of "

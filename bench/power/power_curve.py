@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Detection power at the margin (issue 21): the smallest precision loss gpuemu catches, per op and dtype.
 
-    .venv/bin/python bench/power/power_curve.py --out power-results            # every op x dtype, 20 seeds x 100 cases
-    .venv/bin/python bench/power/power_curve.py --ops softmax sum --dtypes bfloat16 --seeds 2 --cases 20
-    .venv/bin/python bench/power/power_curve.py --from-runs a/runs.jsonl b/runs.jsonl --out merged
+    .venv/bin/python -m bench.power.power_curve --out power-results            # every op x dtype, 20 seeds x 100 cases
+    .venv/bin/python -m bench.power.power_curve --ops softmax sum --dtypes bfloat16 --seeds 2 --cases 20
+    .venv/bin/python -m bench.power.power_curve --from-runs a/runs.jsonl b/runs.jsonl --out merged
 
 For each op x dtype, its mutable control (bench/power/mutants_*.py: a correct fp32 implementation
 with named mutation sites) is run on the cases of ``--seeds`` master seeds (``--cases`` each, drawn
@@ -34,11 +34,8 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from report import markdown, curve_markdown, margin_flag, per_run_flag, summarize  # noqa: E402
-from rounding import default_grid, log2_of  # noqa: E402
+from bench.power.report import markdown, curve_markdown, margin_flag, per_run_flag, summarize
+from bench.power.rounding import default_grid, log2_of
 
 MASTER_SEED_BASE = 20261201  # master seed i is MASTER_SEED_BASE + i (the Conformance sweep's)
 REPRESENTATIVE = ("softmax", "log_softmax", "layer_norm", "rms_norm", "matmul", "sum", "cumsum",
@@ -62,7 +59,7 @@ _ENGINE = None
 def _run(job: Job) -> Dict[str, Any]:
     global _ENGINE
     import gpuemu
-    from measure import measure_run
+    from bench.power.measure import measure_run
 
     if _ENGINE is None:
         _ENGINE = gpuemu._core.Engine()
@@ -137,7 +134,7 @@ def _key(op: str, dtype: str, seed: int, cases: int, ks: Sequence[int], sites: O
 
 
 def _run_key(r: Dict[str, Any]) -> str:
-    from mutants import KERNELS
+    from bench.power.mutants import KERNELS
 
     sites = None if sorted(r["sites"]) == sorted(KERNELS[r["op"]].sites) else r["sites"]
     return _key(r["op"], r["dtype"], r["seed"], r["cases_asked"], r["ks"], sites, r["strategy"])
@@ -172,7 +169,7 @@ pair at the top escaped); *runs >= 4x caught*: of the pairs with r >= 4, how man
 
 
 def write_outputs(out: Path, entries: List[Dict[str, Any]], meta: Dict[str, Any]) -> None:
-    from svg_plot import render
+    from bench.power.svg_plot import render
 
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "power_curve.json", "w") as f:
@@ -208,7 +205,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a = ap.parse_args(argv)
 
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    from mutants import KERNELS
+    from bench.power.mutants import KERNELS
 
     ks = _parse_k(a.k)
     ops = list(REPRESENTATIVE) if a.ops == ["representative"] else (a.ops or sorted(KERNELS))
@@ -216,7 +213,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if unknown:
         ap.error(f"no mutable control for {', '.join(unknown)}")
     out = Path(a.out) if a.out else None
-    command = "python bench/power/power_curve.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m bench.power.power_curve " + " ".join(argv if argv is not None else sys.argv[1:])
     runs: List[Dict[str, Any]] = []
     t0 = time.perf_counter()
     if a.from_runs:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The derived bound of gpuemu.torch_op against the catalogue's hand-derived one, on the same cases.
 
-    .venv/bin/python bench/torch_ops/catalogue_bounds.py --cases 40 --out evidence/torch_ops/catalogue_bounds
-    .venv/bin/python bench/torch_ops/catalogue_bounds.py --ops softmax layer_norm --dtypes bfloat16 --cases 10
+    .venv/bin/python -m bench.torch_ops.catalogue_bounds --cases 40 --out evidence/torch_ops/catalogue_bounds
+    .venv/bin/python -m bench.torch_ops.catalogue_bounds --ops softmax layer_norm --dtypes bfloat16 --cases 10
 
 For each catalogue op with a PyTorch formulation (OPS below), the cases ``gpuemu fuzz`` draws
 (adversarial, layouts on, the attrs with schema values varied), and in each dtype: the catalogue's
@@ -198,7 +198,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if a.out:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
-        cmd = "python bench/torch_ops/catalogue_bounds.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        cmd = "python -m bench.torch_ops.catalogue_bounds " + " ".join(argv if argv is not None else sys.argv[1:])
         (out / "catalogue_bounds.json").write_text(json.dumps({"command": cmd, "rows": rows}, indent=1) + "\n")
         (out / "catalogue_bounds.md").write_text(f"Command: `{cmd}`\n\n{table}\n")
     return 0

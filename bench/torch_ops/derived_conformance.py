@@ -2,8 +2,8 @@
 """The Conformance sweep's trusted implementations judged by the derived bound instead of the
 hand-derived one: does the automatic error model admit every correct kernel?
 
-    .venv/bin/python bench/torch_ops/derived_conformance.py --cases 30 --seeds 1 --out evidence/torch_ops/derived_conformance
-    .venv/bin/python bench/torch_ops/derived_conformance.py --ops softmax --strategies adversarial --cases 10
+    .venv/bin/python -m bench.torch_ops.derived_conformance --cases 30 --seeds 1 --out evidence/torch_ops/derived_conformance
+    .venv/bin/python -m bench.torch_ops.derived_conformance --ops softmax --strategies adversarial --cases 10
 
 Each catalogue op of catalogue_bounds.OPS becomes an op with the catalogue's own schema (its dims,
 inputs, attrs and value recipes) whose reference is that PyTorch formulation evaluated by
@@ -27,15 +27,11 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "conformance"))
+import gpuemu
+from gpuemu import _core
+from gpuemu.torch_ops._bounds import evaluate
 
-import gpuemu  # noqa: E402
-from gpuemu import _core  # noqa: E402
-from gpuemu.torch_ops._bounds import evaluate  # noqa: E402
-
-from catalogue_bounds import OPS, TDT  # noqa: E402
+from bench.torch_ops.catalogue_bounds import OPS, TDT
 
 MASTER_SEED_BASE = 20261201
 
@@ -102,8 +98,8 @@ class DerivedOp:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from impls import variants, varied_attrs
-    from imprecise import IMPRECISE
+    from bench.conformance.impls import variants, varied_attrs
+    from bench.conformance.imprecise import IMPRECISE
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", nargs="*", default=sorted(OPS))
@@ -150,7 +146,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if a.out:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
-        cmd = "python bench/torch_ops/derived_conformance.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        cmd = "python -m bench.torch_ops.derived_conformance " + " ".join(argv if argv is not None else sys.argv[1:])
         with open(out / "runs.jsonl", "w") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")

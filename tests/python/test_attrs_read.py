@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -18,7 +17,6 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-sys.path.insert(0, str(Path(__file__).parent))
 from daemon_harness import DAEMON, GPUEMU, Daemon, daemon  # noqa: E402,F401 (daemon: the fixture)
 
 import gpuemu  # noqa: E402

@@ -14,17 +14,12 @@ tests/python/test_reference_accuracy.py).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-import gpuemu  # noqa: E402
-from daemon_harness import daemon  # noqa: E402,F401 (the fixture)
+import gpuemu
+from daemon_harness import daemon  # noqa: F401 (the fixture)
 
 torch.set_num_threads(1)
 STRATEGIES = ("regular", "boundary", "adversarial", "special")
@@ -91,7 +86,7 @@ def test_pytorchs_own_backward_kernels_pass_as_autograd_calls_them():
 
 def test_torch_1_13s_softmax_backward_on_an_output_in_another_layout_stays_caught():
     if not torch.__version__.startswith("1.13"):
-        pytest.skip("the defect was shown on torch 1.13's CPU kernel (docs/evidence.md, 'Backward ops')")
+        pytest.skip("the defect was shown on torch 1.13's CPU kernel (evidence/conformance/backward.md)")
 
     def raw(i):
         return torch._softmax_backward_data(i["grad_out"], i["y"], i["dim"], i["y"].dtype)
@@ -185,7 +180,7 @@ def test_swiglu_backward_through_autograd_in_fp32_passes_and_a_dropped_factor_is
 
 def gelu_backward_autograd_fp32(i):
     # grad_out made contiguous: torch 1.13's CPU erf-form kernel is wrong for a transposed grad_out
-    # against a contiguous x (test below, docs/evidence.md).
+    # against a contiguous x (test below, evidence/conformance/backward.md).
     x = i["x"].float().detach().requires_grad_(True)
     torch.nn.functional.gelu(x, approximate=i["approximate"]).backward(i["grad_out"].float().contiguous())
     return x.grad.to(i["x"].dtype)
@@ -600,7 +595,7 @@ def test_flash_attention_backward_saved_out_and_lse_are_the_forwards(daemon):
 
 def test_torch_1_13s_gelu_backward_on_a_transposed_grad_out_stays_caught():
     if not torch.__version__.startswith("1.13"):
-        pytest.skip("the defect was shown on torch 1.13's CPU kernel (docs/evidence.md, 'Backward ops')")
+        pytest.skip("the defect was shown on torch 1.13's CPU kernel (evidence/conformance/backward.md)")
 
     def raw(i):
         return torch.ops.aten.gelu_backward(i["grad_out"], i["x"], approximate=i["approximate"])

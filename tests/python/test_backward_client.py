@@ -3,13 +3,9 @@ backward op feeds the kernel's autograd a fuzzed grad_out and judges every input
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from daemon_harness import daemon  # noqa: E402,F401 (the fixture)
+from daemon_harness import daemon  # noqa: F401 (the fixture)
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
@@ -20,8 +16,7 @@ from gpuemu import Client  # noqa: E402
 # The kernels bench/gpu/backward_client.py runs on a GPU, run here on the CPU: a hand-written SiLU
 # whose backward forgets x·s·(1 − s) (the sigmoid_only bug class), a cross_entropy whose 'mean'
 # backward counts ignored rows, and F.cross_entropy with the case's attrs.
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu"))
-from backward_client import CrossEntropyMeanOverAllRows, SiluSigmoidOnly, cross_entropy  # noqa: E402
+from bench.gpu.backward_client import CrossEntropyMeanOverAllRows, SiluSigmoidOnly, cross_entropy  # noqa: E402
 
 
 class SiluCorrect(torch.autograd.Function):
@@ -263,7 +258,7 @@ def test_gelu_through_autograd_and_the_backward_ops_it_cannot_drive(daemon):
         assert r.ok, str(r)
         assert r.gradients.op == "gelu_backward" and r.gradients.total == 12
         # With layouts, torch 1.13's erf-form gelu backward reads garbage when grad_out is transposed
-        # against a contiguous x (docs/evidence.md, "Backward ops"): through autograd too, and the
+        # against a contiguous x (evidence/conformance/backward.md): through autograd too, and the
         # diagnosis names the layout.
         laid = c.fuzz_op_client_side("gelu", gelu, iterations=12, dtypes=["float32"], seed=7,
                                      vary_attrs=["approximate"], backward=True)
@@ -351,7 +346,7 @@ def test_cross_entropy_none_through_autograd_judges_the_logits_gradient(daemon):
 # --- A case is one case (issue 47): under backward=True a case fails when its output or any of its
 # gradients fails, and passed / failed / failures say so; each failure names the tensors that failed.
 
-from backward_client import SoftmaxNoRowSum  # noqa: E402
+from bench.gpu.backward_client import SoftmaxNoRowSum  # noqa: E402
 
 
 def softmax_no_row_sum(i):

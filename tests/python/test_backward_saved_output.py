@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from daemon_harness import GPUEMU, daemon  # noqa: E402,F401 (the fixture)
+from daemon_harness import GPUEMU, daemon  # noqa: F401 (the fixture)
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402

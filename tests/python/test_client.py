@@ -13,11 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from daemon_harness import DAEMON, GPUEMU, Daemon, alive, daemon, kill_hard  # noqa: E402,F401 (daemon: the fixture)
+from daemon_harness import DAEMON, GPUEMU, Daemon, alive, daemon, kill_hard  # noqa: F401 (daemon: the fixture)
 
-import gpuemu  # noqa: E402
-from gpuemu import Client, ConnectError, FuzzResults  # noqa: E402
+import gpuemu
+from gpuemu import Client, ConnectError, FuzzResults
 
 pytestmark = pytest.mark.skipif(not (os.path.exists(GPUEMU) and os.path.exists(DAEMON)),
                                 reason="gpuemu / gpuemu-daemon not built")

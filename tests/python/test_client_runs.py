@@ -12,15 +12,12 @@ has reached the same point, so the runs really overlap on every machine.
 from __future__ import annotations
 
 import os
-import sys
 import threading
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from daemon_harness import DAEMON, GPUEMU, daemon  # noqa: E402,F401 (daemon: the fixture)
+from daemon_harness import DAEMON, GPUEMU, daemon  # noqa: F401 (daemon: the fixture)
 
 torch = pytest.importorskip("torch")
 

@@ -7,21 +7,15 @@ imprecise implementations (bench/conformance/imprecise.py) still are.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench" / "conformance"))
-sys.path.insert(0, str(Path(__file__).parent))
+import gpuemu
+from daemon_harness import daemon  # noqa: F401 (the fixture)
 
-import gpuemu  # noqa: E402
-from daemon_harness import daemon  # noqa: E402,F401 (the fixture)
-from imprecise import IMPRECISE, evidence  # noqa: E402
-from impls import IMPLS, LOOP, catalogue_ops, uncovered_ops, varied_attrs, variants  # noqa: E402
+from bench.conformance.imprecise import IMPRECISE, evidence
+from bench.conformance.impls import IMPLS, LOOP, catalogue_ops, uncovered_ops, varied_attrs, variants
 
 torch.set_num_threads(1)
 
@@ -74,8 +68,8 @@ def test_single_thread_loops_pass(variant, strategy, cases):
 def test_the_imprecise_list_excuses_only_the_torch_it_was_shown_on():
     # imprecise.py's evidence is PyTorch 1.13's: the same failing variant under another torch (the
     # sweep run against 2.11's CPU kernels) counts against the gate until it has evidence of its own.
-    from imprecise import IMPRECISE_TORCH2_11
-    from sweep import summarize
+    from bench.conformance.imprecise import IMPRECISE_TORCH2_11
+    from bench.conformance.sweep import summarize
 
     # a variant shown under 1.13 and not (or not yet) under 2.11
     op, style, dtype = next(k for k in IMPRECISE if k not in IMPRECISE_TORCH2_11)
@@ -99,8 +93,8 @@ def test_the_cuda_list_excuses_one_sdpa_backend_not_the_op_and_only_on_cuda():
     # imprecise_cuda.py keys the SDPA crash by implementation: the flash backend is listed, the math
     # backend of the same op, style and dtype is not; CUDA entries never excuse a CPU row, nor a
     # torch the GPU machine's evidence was not measured under.
-    from imprecise_cuda import SDPA_FLASH
-    from sweep import _unsupported, summarize
+    from bench.conformance.imprecise_cuda import SDPA_FLASH
+    from bench.conformance.sweep import _unsupported, summarize
 
     row = {"op": "flash_attention", "impl": SDPA_FLASH, "style": "native", "dtype": "float16",
            "strategy": "regular", "seed": 1, "cases": 10, "failed": 9, "worst_ratio": None,
@@ -115,7 +109,7 @@ def test_the_cuda_list_excuses_one_sdpa_backend_not_the_op_and_only_on_cuda():
     # a clean refusal is not judged; a crash is
     assert _unsupported("RuntimeError: p.query_ptr is not correctly aligned")
     assert not _unsupported("AcceleratorError: CUDA error: misaligned address")
-    # cuBLASLt's refusal of a misaligned fp8 operand (docs/gpu/evidence_cuda.txt, torch._scaled_mm)
+    # cuBLASLt's refusal of a misaligned fp8 operand (evidence/gpu/conformance/evidence_cuda.txt, torch._scaled_mm)
     assert _unsupported("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul with "
                         "transpose_mat1 t transpose_mat2 n m 16 n 16 k 3")
     assert not _unsupported("RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling cublasLtMatmul")
@@ -127,7 +121,7 @@ def test_a_sticky_cuda_crash_counts_once_and_the_cases_after_it_as_not_run():
     # computed cases, 52 of them cases whose kernel never ran.
     from types import SimpleNamespace
 
-    from sweep import discount_after_crash, markdown, summarize
+    from bench.conformance.sweep import discount_after_crash, markdown, summarize
 
     crash = "torch.AcceleratorError: CUDA error: misaligned address"
     failures = [SimpleNamespace(index=3, traceback="AssertionError: max_error 2.1 > 2"),  # a real failure first
@@ -157,7 +151,7 @@ def test_the_cuda_list_excuses_the_native_half_precision_kernels_not_their_upcas
     # CUDA group_norm keeps the group's mean and rstd in fp16/bf16 (imprecise_cuda.py, shown on the
     # H200): its native fp16/bf16 variants are listed; the upcast and fp32 ones are not (their
     # special-value failures stay gated).
-    from sweep import summarize
+    from bench.conformance.sweep import summarize
 
     row = {"op": "group_norm", "impl": "F.group_norm", "style": "native", "dtype": "float16", "strategy": "regular",
            "seed": 1, "cases": 100, "failed": 43, "worst_ratio": 58.7, "torch": "2.11.0+cu130", "device": "cuda"}
@@ -182,8 +176,8 @@ def test_a_cuda_entry_that_names_a_strategy_excuses_only_that_strategys_runs():
     # and conv2d return 0 for a convolution below -65504 (boundary values): imprecise_cuda.py lists them by keys
     # that end in the strategy, so the same variants stay gated under every other strategy (where they
     # pass), and an fp32 convolution with TF32 off, or an upcast, is never excused.
-    from imprecise_cuda import IMPRECISE_CUDA_TORCH2_11 as TABLE
-    from sweep import STRATEGIES, is_imprecise, markdown, summarize
+    from bench.conformance.imprecise_cuda import IMPRECISE_CUDA_TORCH2_11 as TABLE
+    from bench.conformance.sweep import STRATEGIES, is_imprecise, markdown, summarize
 
     row = {"op": "conv2d", "impl": "F.conv2d", "style": "native", "dtype": "float16", "strategy": "special",
            "seed": 3, "cases": 100, "failed": 3, "worst_ratio": float("inf"), "torch": "2.11.0+cu130",
@@ -273,8 +267,8 @@ def test_an_entry_that_knows_its_class_by_its_failures_excuses_only_runs_of_that
     # a run is excused only when the row holds every failure it counted and each is a grouped case
     # whose every failing element is NaN where the reference is finite. The same cell holds the
     # subnormal floor's checks, whose failures (finite errors) must stay gated.
-    from imprecise_cuda import IMPRECISE_CUDA_TORCH2_11 as TABLE
-    from sweep import is_imprecise, summarize
+    from bench.conformance.imprecise_cuda import IMPRECISE_CUDA_TORCH2_11 as TABLE
+    from bench.conformance.sweep import is_imprecise, summarize
 
     def failure(groups=3, failing=6, nan=6):
         return {"index": 21, "attrs": {"groups": groups}, "message": f"{failing} non-finite mismatch(es): ...",
@@ -303,9 +297,11 @@ def test_an_entry_that_knows_its_class_by_its_failures_excuses_only_runs_of_that
     assert not is_imprecise(TABLE, "conv2d", "F.conv2d (TF32)", "native", "float32", "boundary")
     assert excused(dict(row, strategy="adversarial")) == [False]
     # the TF32 boundary failures the H200 sweeps stored before 2026-12-04 stay gated
+    import gzip
     import json
     from pathlib import Path
-    docs = Path(__file__).resolve().parents[2] / "docs" / "gpu"
-    rows = [json.loads(line) for line in open(docs / "conformance_cuda_conv2d_boundary.jsonl") if line.strip()]
+    data = Path(__file__).resolve().parents[2] / "evidence" / "gpu" / "conformance"
+    with gzip.open(data / "conformance_cuda_conv2d_boundary.jsonl.gz", "rt") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
     tf32 = [r for r in rows if r["impl"] == "F.conv2d (TF32)" and r["failed"]]
     assert tf32 and not any(t["imprecise"] for t in summarize(tf32, "cuda").values())

@@ -8,16 +8,13 @@ from __future__ import annotations
 import functools
 import re
 import sys
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)  # 2 threads on this loaded 2-core VM run ~20x slower (spin-waits)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import corpus  # noqa: E402
+from bench import corpus  # noqa: E402
 
 SEED = 20261129  # the first master seed of bench/evidence.py
 CASES = 20

@@ -1,6 +1,6 @@
 """The formulations PyTorch's CUDA kernels use, emulated on the CPU: each must pass gpuemu's judgement.
 
-The Conformance sweep on an H200 (docs/gpu.md, 2026-12-02) failed four trusted CUDA kernels whose
+The Conformance sweep on an H200 (evidence/gpu/holes.md and cudnn.md) failed four trusted CUDA kernels whose
 captured cases (bench/conformance/capture_cuda.py) showed a formulation the error model did not
 yet admit. Each is reproduced here in torch, bit for bit in its order of operations where it
 matters, and judged through the public in-process API with the defaults:

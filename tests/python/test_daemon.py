@@ -8,15 +8,13 @@ import os
 import signal
 import stat
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from daemon_harness import DAEMON, GPUEMU, Daemon, alive, daemon, decode_header, encode_frame, kill_hard, wait_gone  # noqa: E402,F401,E501 (daemon: the fixture)
+from daemon_harness import DAEMON, GPUEMU, Daemon, alive, daemon, decode_header, encode_frame, kill_hard, wait_gone  # noqa: F401,E501 (daemon: the fixture)
 
 pytestmark = pytest.mark.skipif(not (os.path.exists(GPUEMU) and os.path.exists(DAEMON)),
                                 reason="gpuemu / gpuemu-daemon not built")

@@ -15,13 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "power"))
-
-import gpuemu  # noqa: E402
-from lowp_bugs import (  # noqa: E402
+import gpuemu
+from bench.power.lowp_bugs import (
     gemm_splitk2_lowp,
     logsumexp_lowp_sum,
     logsumexp_running_loop,

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from daemon_harness import DAEMON, GPUEMU, Daemon, alive, daemon, kill_hard, wait_gone  # noqa: E402,F401 (daemon: the fixture)
+from daemon_harness import DAEMON, GPUEMU, Daemon, alive, daemon, kill_hard, wait_gone  # noqa: F401 (daemon: the fixture)
 
-import gpuemu  # noqa: E402
+import gpuemu
 
 if not (os.path.exists(GPUEMU) and os.path.exists(DAEMON)):
     pytest.skip("gpuemu / gpuemu-daemon not built", allow_module_level=True)

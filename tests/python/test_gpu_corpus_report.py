@@ -2,17 +2,13 @@
 correct kernel that gpuemu flags is a false positive unless the evidence measured beside the run
 shows the kernel's own arithmetic coarser than any fp32 softmax."""
 
-import importlib.util
+import gzip
 import json
-import sys
 from pathlib import Path
 
+from bench.gpu import corpus
+
 ROOT = Path(__file__).resolve().parents[2]
-# Loaded by path under its own name: bench/corpus/ (test_corpus.py) is also importable as "corpus".
-_spec = importlib.util.spec_from_file_location("gpu_corpus_report", ROOT / "bench" / "gpu" / "corpus.py")
-corpus = importlib.util.module_from_spec(_spec)
-sys.modules["gpu_corpus_report"] = corpus  # dataclasses look their module up by name
-_spec.loader.exec_module(corpus)
 
 
 def row(**kw):
@@ -38,7 +34,8 @@ def test_a_flagged_correct_kernel_is_a_false_positive_unless_its_evidence_says_o
 
 
 def test_the_recorded_h200_corpus_has_every_bug_caught_and_no_false_positive():
-    rows = [json.loads(line) for line in (ROOT / "docs" / "gpu" / "corpus.jsonl").read_text().splitlines()]
+    with gzip.open(ROOT / "evidence" / "gpu" / "corpus" / "corpus.jsonl.gz", "rt") as f:
+        rows = [json.loads(line) for line in f.read().splitlines()]
     verdicts = [corpus.verdict(r) for r in rows]
     assert len(rows) >= 100
     assert not {"MISSED", "FALSE POSITIVE", "ERROR"} & set(verdicts), verdicts

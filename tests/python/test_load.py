@@ -9,25 +9,11 @@ failures in the store."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from daemon_harness import DAEMON, GPUEMU, Daemon, daemon  # noqa: E402,F401 (daemon: the fixture)
+from daemon_harness import DAEMON, GPUEMU, Daemon, daemon  # noqa: F401 (daemon: the fixture)
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _load_module():
-    spec = importlib.util.spec_from_file_location("gpuemu_bench_load", REPO / "bench" / "load" / "load.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-load = _load_module()
+from bench.load import load
 
 CLIENTS, CASES, FUZZ = 8, 24, 6
 

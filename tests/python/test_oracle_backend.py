@@ -55,8 +55,7 @@ def test_a_daemon_asked_for_an_unavailable_cuda_oracle_refuses_to_start(tmp_path
     """Asked for and unavailable is an error at start, with the reason, never a silent CPU
     fallback; on a machine with a GPU the same daemon starts and reports its device."""
     import subprocess
-    import sys
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+
     from daemon_harness import DAEMON, GPUEMU
 
     env = _daemon_env(tmp_path / "home")

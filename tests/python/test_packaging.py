@@ -22,10 +22,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from daemon_harness import BIN_DIR, DAEMON, GPUEMU, daemon  # noqa: E402,F401 (daemon: the fixture)
+from daemon_harness import BIN_DIR, DAEMON, GPUEMU, daemon  # noqa: F401 (daemon: the fixture)
 
-import gpuemu  # noqa: E402
+import gpuemu
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = (ROOT / "VERSION").read_text().strip()

@@ -5,22 +5,17 @@ as judge does. The measurement itself is bench/power/power_curve.py (docs/eviden
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "power"))
-
 import gpuemu  # noqa: E402
 from gpuemu.inprocess import case_inputs  # noqa: E402
-from measure import grid_candidates, measure_run  # noqa: E402
-from mutants import KERNELS, uncovered_ops  # noqa: E402
-from rounding import Mutation, round_mantissa  # noqa: E402
+from bench.power.measure import grid_candidates, measure_run  # noqa: E402
+from bench.power.mutants import KERNELS, uncovered_ops  # noqa: E402
+from bench.power.rounding import Mutation, round_mantissa  # noqa: E402
 
 SEED = 20261201  # the first master seed of power_curve.py
 GROSS = 1 << 20  # 3 stored mantissa bits
@@ -130,7 +125,7 @@ def test_margin_per_run_compares_each_run_with_its_own_control():
     """The per-run margin: a mutant whose worst error on a run is r times the control's worst on the
     same cases. Here every run with r >= 4 fails, and one with r = 3 escapes, so the margin is 4;
     a run with r = 8 that escapes makes it inf (no threshold above which 95% are caught)."""
-    from report import summarize
+    from bench.power.report import summarize
 
     ks = (1, 2, 4)
     runs = [_run(s, ks, [[0.5, 1.5, 2.5], [0.1, 0.2, 0.3]]) for s in range(19)]  # r = 3 (passes), 5 (fails)
@@ -146,7 +141,7 @@ def test_margin_per_run_compares_each_run_with_its_own_control():
 def test_a_seed_measured_twice_counts_once():
     """A resumed scouted run can measure the same seed's window twice: the curve and the per-run
     pairs count it once."""
-    from report import summarize
+    from bench.power.report import summarize
 
     a = _run(1, (1, 2, 4), [[0.5, 1.0, 3.0]])
     b = _run(1, (1, 4), [[0.5, 3.0]])

@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from daemon_harness import DAEMON, GPUEMU, Daemon, daemon  # noqa: E402,F401 (daemon: the fixture)
+from daemon_harness import DAEMON, GPUEMU, Daemon, daemon  # noqa: F401 (daemon: the fixture)
 
-import gpuemu  # noqa: E402
-from gpuemu import Client, ValidationError  # noqa: E402
+import gpuemu
+from gpuemu import Client, ValidationError
 
 
 def to_tf32(t: torch.Tensor) -> torch.Tensor:

@@ -10,14 +10,12 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from daemon_harness import DAEMON, Daemon, decode_header, encode_frame, shut_down  # noqa: E402
+from daemon_harness import DAEMON, Daemon, decode_header, encode_frame, shut_down
 
 TOKEN = "a-central-token-of-at-least-16-chars"
 

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from daemon_harness import DAEMON, GPUEMU, Daemon  # noqa: E402
+from daemon_harness import DAEMON, GPUEMU, Daemon
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.skipif(not (os.path.exists(GPUEMU) and os.path.exists(DAEMON)),

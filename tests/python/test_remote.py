@@ -9,17 +9,14 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from daemon_harness import DAEMON, GPUEMU, daemon  # noqa: E402,F401 (daemon: the fixture)
+from daemon_harness import DAEMON, GPUEMU, daemon  # noqa: F401 (daemon: the fixture)
 
-import gpuemu  # noqa: E402
-from gpuemu import Client  # noqa: E402
+import gpuemu
+from gpuemu import Client
 
 TOKEN = "a-token-of-at-least-16-characters"
 

@@ -13,14 +13,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from daemon_harness import DAEMON, GPUEMU, alive, decode_header, encode_frame, kill_hard  # noqa: E402
+from daemon_harness import DAEMON, GPUEMU, alive, decode_header, encode_frame, kill_hard
 
 TOKEN = "token-of-the-central-daemon-0123456789"
 PORT = 47000 + os.getpid() % 1000

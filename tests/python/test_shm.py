@@ -10,15 +10,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from daemon_harness import DAEMON, GPUEMU, alive, daemon, kill_hard, wait_gone  # noqa: E402,F401 (daemon: the fixture)
+from daemon_harness import DAEMON, GPUEMU, alive, daemon, kill_hard, wait_gone  # noqa: F401 (daemon: the fixture)
 
-from gpuemu import Client  # noqa: E402
+from gpuemu import Client
 
 pytestmark = pytest.mark.skipif(not (os.path.exists(GPUEMU) and os.path.exists(DAEMON)),
                                 reason="gpuemu / gpuemu-daemon not built")

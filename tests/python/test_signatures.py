@@ -7,19 +7,16 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).parent))
-from daemon_harness import DAEMON, GPUEMU, Daemon, daemon  # noqa: E402,F401 (daemon: the fixture)
+from daemon_harness import DAEMON, GPUEMU, Daemon, daemon  # noqa: F401 (daemon: the fixture)
 
-import gpuemu  # noqa: E402
-from gpuemu import Client, ValidationError  # noqa: E402
+import gpuemu
+from gpuemu import Client, ValidationError
 
 # The signature most Triton layer norms have: weight and bias always given.
 def my_ln(x, weight, bias, eps):

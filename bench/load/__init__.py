@@ -1,0 +1,1 @@
+"""Many concurrent clients against one daemon (python -m bench.load.load)."""

@@ -1,0 +1,1 @@
+"""Detection power: the precision-mutation harness (python -m bench.power.power_curve, python -m bench.power.formulations)."""
