@@ -27,9 +27,7 @@ wire::FuzzRequest fuzz_params(const project::ProjectConfig& cfg, const project::
   params.fail_fast = false;
   params.minimize = false;
   params.diagnose_limit = 1;
-  params.repro_prefix = "gpuemu fuzz " + op.op +
-                        (op.script.empty() ? " --kernel " + op.builtin
-                                           : " --script " + op.script + ":" + op.function);
+  params.repro_prefix = op.repro_prefix(op.dtypes);  // the entry's options too, as gpuemu ci
   params.client = {{"name", "gpuemu-lsp"}, {"config", cfg.file.string()}};
   if (op.seed) params.seed = *op.seed;
   if (const project::CustomOp* custom = cfg.custom_op(op.op)) params.custom_op = custom->spec();
