@@ -5,7 +5,7 @@
 #include "cli_common.hpp"
 #include "daemon_link.hpp"
 #include "progress.hpp"
-#include "project_config.hpp"
+#include "project_loader.hpp"
 
 #include <gpuemu/engine.hpp>
 #include <gpuemu/malloc_tuning.hpp>

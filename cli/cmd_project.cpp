@@ -3,7 +3,7 @@
 #include "cli_common.hpp"
 #include "daemon_link.hpp"
 #include "progress.hpp"
-#include "project_config.hpp"
+#include "project_loader.hpp"
 #include "report_signing.hpp"
 #include "report_stats.hpp"
 #include "report_writers.hpp"
@@ -83,28 +83,6 @@ Json summarize(const Json& results) {
     (s == "passed" ? passed : s == "failed" ? failed : errors) += 1;
   }
   return {{"total", results.size()}, {"passed", passed}, {"failed", failed}, {"errors", errors}};
-}
-
-std::string repro_prefix(const ProjectOp& op, const std::string& dtype) {
-  std::string p = "gpuemu fuzz " + op.op;
-  if (!op.builtin.empty())
-    p += " --kernel " + op.builtin;
-  else
-    p += " --script " + op.script + ":" + op.function +
-         (op.framework != "numpy" ? " --framework " + op.framework : "");
-  if (op.strategy != "adversarial") p += " --strategy " + op.strategy;
-  p += " --dtype " + dtype;
-  for (const auto& [name, sizes] : op.dims) {
-    std::string list;
-    for (auto s : sizes) list += (list.empty() ? "" : ",") + std::to_string(s);
-    p += " --dims " + name + "=" + list;
-  }
-  for (const auto& [name, value] : op.attrs.items()) p += " --attr " + name + "=" + value.dump();
-  for (const auto& v : op.vary_attrs) p += " --vary-attr " + v;
-  if (!op.layouts) p += " --no-layouts";
-  for (const auto& [name, on] : op.present) p += (on ? " --with " : " --without ") + name;
-  for (const auto& [key, policy] : op.precision) p += " --precision " + key + "=" + policy;
-  return p;
 }
 
 // The first failure of a daemon fuzz report, as a report document's `failure`.
@@ -310,7 +288,7 @@ int run_ci(const CiOptions& o) {
     params.fail_fast = false;
     params.minimize = cfg->ci_minimize;
     params.diagnose_limit = 1;
-    params.repro_prefix = repro_prefix(op, dtype);
+    params.repro_prefix = op.repro_prefix({dtype});
     params.client = {{"name", "gpuemu-ci"}, {"version", GPUEMU_VERSION_STRING}};
     params.start_index = piece.start;
     if (custom) params.custom_op = custom->spec();
@@ -586,7 +564,7 @@ void register_project_commands(CLI::App& app, CliContext& ctx) {
     if (fs::exists(init_path, ec) && !force)
       throw GpuemuException(
           make_error(ErrorCode::conflict, init_path + " exists: pass --force to overwrite it"));
-    write_text(init_path, example_project_config());
+    write_text(init_path, project::example_project_config());
     std::cout << "wrote " << init_path << " (gpuemu ci runs it; docs/ci.md lists every key)\n";
     ctx.exit_code = k_exit_ok;
   });

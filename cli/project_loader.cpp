@@ -1,8 +1,8 @@
 // The gpuemu.toml of a command (load_project_config: found, read, parsed) and the schemas of its
-// torch ops (resolve_torch_ops), read from Python through the script runner. Apart from
-// project_config.cpp, the parser, so that the parser links without the script library (the
+// torch ops (resolve_torch_ops), read from Python through the script runner. Apart from the
+// parser (library gpuemu_project), so that the parser links without the script library (the
 // gpuemu.toml fuzzer, tests/fuzz/run.sh).
-#include "project_config.hpp"
+#include "project_loader.hpp"
 
 #include <gpuemu/op_schema.hpp>
 #include "script_kernels/script_process.hpp"
@@ -15,7 +15,8 @@ namespace gpuemu::cli {
 
 namespace fs = std::filesystem;
 
-Result<ProjectConfig> load_project_config(const std::string& explicit_path) {
+Result<ProjectConfig> load_project_config(const std::string& explicit_path,
+                                          const std::string& runner) {
   fs::path path;
   std::error_code ec;
   if (!explicit_path.empty()) {
@@ -38,12 +39,12 @@ Result<ProjectConfig> load_project_config(const std::string& explicit_path) {
   std::ostringstream text;
   text << in.rdbuf();
   if (!in) return make_error(ErrorCode::io_error, "cannot read " + path.string());
-  GPUEMU_TRY(ProjectConfig config, parse_project_config(text.str(), path));
-  GPUEMU_TRY_STATUS(resolve_torch_ops(config));
+  GPUEMU_TRY(ProjectConfig config, project::parse_project_config(text.str(), path));
+  GPUEMU_TRY_STATUS(resolve_torch_ops(config, runner));
   return config;
 }
 
-Status resolve_torch_ops(ProjectConfig& config) {
+Status resolve_torch_ops(ProjectConfig& config, const std::string& runner) {
   for (auto& [name, op] : config.custom_ops) {
     if (!op.is_torch_op() || !op.schema_text.empty()) continue;
     const std::string where = config.file.string() + ":" + std::to_string(op.line) +
@@ -56,6 +57,7 @@ Status resolve_torch_ops(ProjectConfig& config) {
     spec.function = op.torch_op_name;
     spec.mode = "torch_op";
     spec.python = op.python;
+    spec.runner = runner;
     spec.start_timeout_s = op.timeout_s;
     auto process = server::start_script_process(spec, "torch op");
     if (!process) return make_error(ErrorCode::invalid_argument, where + ": " + process.error().message);
@@ -78,7 +80,7 @@ Status resolve_torch_ops(ProjectConfig& config) {
     for (DType dt : parsed->dtypes) op.dtypes.emplace_back(dtype_name(dt));
     for (const ProjectOp& p : config.ops)
       if (p.op == name)
-        if (const std::string bad = dtypes_not_allowed(p, op); !bad.empty())
+        if (const std::string bad = project::dtypes_not_allowed(p, op); !bad.empty())
           return make_error(ErrorCode::invalid_argument,
                             config.file.string() + ":" + std::to_string(p.line) + ": " + bad);
   }

@@ -9,11 +9,11 @@
 namespace gpuemu::lsp {
 namespace fs = std::filesystem;
 
-std::string entry_id(const cli::ProjectOp& op, std::size_t index) {
+std::string entry_id(const project::ProjectOp& op, std::size_t index) {
   return std::to_string(index) + ":" + op.op + ":" + op.kernel_label();
 }
 
-wire::FuzzRequest fuzz_params(const cli::ProjectConfig& cfg, const cli::ProjectOp& op,
+wire::FuzzRequest fuzz_params(const project::ProjectConfig& cfg, const project::ProjectOp& op,
                               const RunOptions& o) {
   std::int64_t iterations = op.iterations;
   if (o.quick)
@@ -27,12 +27,10 @@ wire::FuzzRequest fuzz_params(const cli::ProjectConfig& cfg, const cli::ProjectO
   params.fail_fast = false;
   params.minimize = false;
   params.diagnose_limit = 1;
-  params.repro_prefix = "gpuemu fuzz " + op.op +
-                        (op.script.empty() ? " --kernel " + op.builtin
-                                           : " --script " + op.script + ":" + op.function);
+  params.repro_prefix = op.repro_prefix(op.dtypes);  // the entry's options too, as gpuemu ci
   params.client = {{"name", "gpuemu-lsp"}, {"config", cfg.file.string()}};
   if (op.seed) params.seed = *op.seed;
-  if (const cli::CustomOp* custom = cfg.custom_op(op.op)) params.custom_op = custom->spec();
+  if (const project::CustomOp* custom = cfg.custom_op(op.op)) params.custom_op = custom->spec();
   if (!op.envelope.empty()) {
     params.envelope = Json::object();
     for (const auto& [dt, v] : op.envelope) params.envelope[dt] = v;
@@ -40,9 +38,9 @@ wire::FuzzRequest fuzz_params(const cli::ProjectConfig& cfg, const cli::ProjectO
   return params;
 }
 
-Json run_entry(DaemonSession& daemon, const cli::ProjectConfig& cfg, std::size_t index,
+Json run_entry(DaemonSession& daemon, const project::ProjectConfig& cfg, std::size_t index,
                const RunOptions& o) {
-  const cli::ProjectOp& op = cfg.ops.at(index);
+  const project::ProjectOp& op = cfg.ops.at(index);
   Json r = {{"id", entry_id(op, index)}, {"op", op.op}, {"kernel", op.kernel_label()}};
   auto rep = daemon.call(fuzz_params(cfg, op, o), true);
   if (!rep) {
@@ -67,7 +65,7 @@ Json run_entry(DaemonSession& daemon, const cli::ProjectConfig& cfg, std::size_t
   return r;
 }
 
-std::vector<std::size_t> entries_for_script(const cli::ProjectConfig& cfg,
+std::vector<std::size_t> entries_for_script(const project::ProjectConfig& cfg,
                                             const std::string& path) {
   std::vector<std::size_t> out;
   std::error_code ec;

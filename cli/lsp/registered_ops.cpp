@@ -15,7 +15,7 @@ Json registered_ops(const Workspace& ws, const Json& runs, const std::vector<Pla
   }
   const std::vector<KernelStatus> statuses = last_statuses(runs);
   for (std::size_t i = 0; i < cfg->ops.size(); ++i) {
-    const cli::ProjectOp& op = cfg->ops[i];
+    const project::ProjectOp& op = cfg->ops[i];
     const std::string key = kernel_key(op.kernel_spec());
     const int toml_line = std::max(0, op.line - 1);
     Json j = {{"id", entry_id(op, i)},

@@ -2,13 +2,13 @@
 #include "lsp/toml_features.hpp"
 
 #include "lsp/toml_document.hpp"
-#include "project_keys.hpp"
+#include <gpuemu/project/project_keys.hpp>
 
 #include <gpuemu/dtype.hpp>
 
 namespace gpuemu::lsp {
 
-using cli::KeyValue;
+using project::KeyValue;
 
 std::vector<std::string> OpCatalogue::dtypes_of(const std::string& op) const {
   auto it = op_dtypes.find(op);
@@ -43,7 +43,7 @@ Json item(const std::string& label, int kind, const std::string& detail,
 }
 
 // Values for `key` at the cursor (inside the quotes when the user opened one).
-Json value_items(const cli::ProjectKey& key, const std::vector<TomlLine>& lines, int line,
+Json value_items(const project::ProjectKey& key, const std::vector<TomlLine>& lines, int line,
                  const std::string& before, const OpCatalogue& cat) {
   Json items = Json::array();
   const bool quoted = before.find('"', before.find('=')) != std::string::npos;
@@ -80,12 +80,12 @@ Json value_items(const cli::ProjectKey& key, const std::vector<TomlLine>& lines,
     case KeyValue::strategy:
     case KeyValue::framework:
     case KeyValue::precision:
-      for (auto c : cli::key_value_choices(key.value))
+      for (auto c : project::key_value_choices(key.value))
         items.push_back(item(std::string(c), k_kind_enum, std::string(key.name),
                              std::string(key.meaning), q(std::string(c))));
       break;
     case KeyValue::boolean:
-      for (auto c : cli::key_value_choices(key.value))
+      for (auto c : project::key_value_choices(key.value))
         items.push_back(
             item(std::string(c), k_kind_keyword, std::string(key.name), std::string(key.meaning)));
       break;
@@ -114,8 +114,8 @@ Json toml_completion(const std::string& text, Position pos, const OpCatalogue& c
                           "[ci]", "[ci.presets.NAME]"}) {
       const std::string header = h;
       const std::size_t open = header.rfind('[') + 1;
-      const cli::ProjectTable* t =
-          cli::find_project_table(normalise_table(header.substr(open, header.find(']') - open)));
+      const project::ProjectTable* t =
+          project::find_project_table(normalise_table(header.substr(open, header.find(']') - open)));
       Json it = item(header, k_kind_module, "table", t ? std::string(t->meaning) : "");
       it["textEdit"] = {{"range", to_json(replace)}, {"newText", header}};
       it["filterText"] = header;
@@ -129,12 +129,12 @@ Json toml_completion(const std::string& text, Position pos, const OpCatalogue& c
   // A value after "key =".
   const std::size_t eq = before.find('=');
   if (eq != std::string::npos) {
-    if (const cli::ProjectKey* key = cli::find_project_key(table, l.key))
+    if (const project::ProjectKey* key = project::find_project_key(table, l.key))
       return value_items(*key, lines, pos.line, before, cat);
     return items;
   }
   // A key of the table the cursor is in.
-  if (const cli::ProjectTable* t = cli::find_project_table(table)) {
+  if (const project::ProjectTable* t = project::find_project_table(table)) {
     for (const auto& k : t->keys) {
       if (table.empty()) continue;  // top level: tables are headers
       items.push_back(item(std::string(k.name), k_kind_property, std::string(k.meaning),

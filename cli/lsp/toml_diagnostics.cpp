@@ -1,8 +1,8 @@
 // gpuemu.toml diagnostics (toml_features.hpp).
 #include "lsp/toml_features.hpp"
 
-#include "project_config.hpp"
-#include "project_keys.hpp"
+#include <gpuemu/project/project_config.hpp>
+#include <gpuemu/project/project_keys.hpp>
 
 #include <toml++/toml.h>
 #include <gpuemu/dtype.hpp>
@@ -14,7 +14,7 @@
 namespace gpuemu::lsp {
 namespace {
 
-using cli::KeyValue;
+using project::KeyValue;
 
 class Checker {
  public:
@@ -36,10 +36,10 @@ class Checker {
 
   void check_table(const toml::table& t, std::string_view table_name, const std::string& where,
                    const std::string& op_name = "") {
-    const cli::ProjectTable* known = cli::find_project_table(table_name);
+    const project::ProjectTable* known = project::find_project_table(table_name);
     for (auto&& [key, node] : t) {
       const std::string k(key.str());
-      const cli::ProjectKey* pk = cli::find_project_key(table_name, k);
+      const project::ProjectKey* pk = project::find_project_key(table_name, k);
       if (pk == nullptr) {
         std::string list;
         if (known)
@@ -57,7 +57,7 @@ class Checker {
     }
   }
 
-  void check_value(const toml::node& n, const cli::ProjectKey& key, const std::string& op) {
+  void check_value(const toml::node& n, const project::ProjectKey& key, const std::string& op) {
     const std::string k(key.name);
     auto bad = [&](const std::string& what) {
       add(n.source(), "bad-value", "'" + k + "' " + what);
@@ -88,7 +88,7 @@ class Checker {
         return;
       case KeyValue::strategy:
       case KeyValue::framework: {
-        const auto choices = cli::key_value_choices(key.value);
+        const auto choices = project::key_value_choices(key.value);
         const std::string s = n.is_string() ? *n.value<std::string>() : "";
         if (std::find(choices.begin(), choices.end(), s) == choices.end()) {
           std::string list;
@@ -247,7 +247,7 @@ std::vector<Diagnostic> toml_diagnostics(const std::string& text, const std::str
   std::vector<Diagnostic> out = std::move(check.out);
   // What only the reader itself finds (a missing script file, a schema that does not parse, ...):
   // its first error, unless a line already has one.
-  auto parsed = cli::parse_project_config(text, path);
+  auto parsed = project::parse_project_config(text, path);
   if (!parsed) {
     auto [line, message] = split_location(parsed.error().message, path);
     const int l = std::max(0, line - 1);

@@ -3,7 +3,7 @@
 #include "lsp/toml_features.hpp"
 
 #include "lsp/toml_document.hpp"
-#include "project_keys.hpp"
+#include <gpuemu/project/project_keys.hpp>
 
 namespace gpuemu::lsp {
 
@@ -16,7 +16,7 @@ std::optional<Json> toml_hover(const std::string& text, Position pos, const OpCa
   };
   const int len = static_cast<int>(l.text.size());
   if (l.header) {
-    const cli::ProjectTable* t = cli::find_project_table(l.table);
+    const project::ProjectTable* t = project::find_project_table(l.table);
     if (t == nullptr)
       return hover("`[" + l.header_name + "]` is not a table gpuemu.toml knows (docs/ci.md)",
                    {{pos.line, 0}, {pos.line, len}});
@@ -27,7 +27,7 @@ std::optional<Json> toml_hover(const std::string& text, Position pos, const OpCa
                  {{pos.line, 0}, {pos.line, len}});
   }
   if (l.key.empty()) return std::nullopt;
-  const cli::ProjectKey* key = cli::find_project_key(l.table, l.key);
+  const project::ProjectKey* key = project::find_project_key(l.table, l.key);
   const std::string where = l.table.empty()   ? "gpuemu.toml"
                             : l.table == "op" ? "[[op]]"
                                               : "[" + l.table + "]";
@@ -40,7 +40,7 @@ std::optional<Json> toml_hover(const std::string& text, Position pos, const OpCa
                  {{pos.line, l.key_begin}, {pos.line, l.key_end}});
   }
   // On the value: an op's summary.
-  if (key != nullptr && key->value == cli::KeyValue::op_name && l.equals >= 0 &&
+  if (key != nullptr && key->value == project::KeyValue::op_name && l.equals >= 0 &&
       pos.character > l.equals) {
     const std::string op = string_value_in_block(lines, pos.line, l.key);
     auto it = cat.summaries.find(op);

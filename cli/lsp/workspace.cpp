@@ -45,15 +45,15 @@ std::string Workspace::config_path() const {
   }
 }
 
-Result<cli::ProjectConfig> Workspace::config() const {
+Result<project::ProjectConfig> Workspace::config() const {
   const std::string path = config_path();
   if (path.empty())
     return make_error(ErrorCode::not_found, "no gpuemu.toml in the workspace or above it");
-  return cli::parse_project_config(text(path), path);
+  return project::parse_project_config(text(path), path);
 }
 
-Result<cli::ProjectConfig> Workspace::runnable_config() const {
-  GPUEMU_TRY(cli::ProjectConfig cfg, config());
+Result<project::ProjectConfig> Workspace::runnable_config() const {
+  GPUEMU_TRY(project::ProjectConfig cfg, config());
   GPUEMU_TRY_STATUS(cli::resolve_torch_ops(cfg));
   return cfg;
 }

@@ -3,7 +3,7 @@
 // first one above it), parsed by the same reader as `gpuemu ci`.
 #pragma once
 
-#include "project_config.hpp"
+#include "project_loader.hpp"
 
 #include <map>
 #include <mutex>
@@ -32,10 +32,10 @@ class Workspace {
   // The gpuemu.toml of the workspace: its path ("" when none), and its parse (the error of the
   // last read when it does not parse; the text read is the open document's when it is open).
   std::string config_path() const;
-  Result<cli::ProjectConfig> config() const;
+  Result<project::ProjectConfig> config() const;
   // config() with every `torch_op =` custom op's schema read from Python (cli::resolve_torch_ops):
   // what running ops needs; diagnostics and completion use config(), which runs no user code.
-  Result<cli::ProjectConfig> runnable_config() const;
+  Result<project::ProjectConfig> runnable_config() const;
 
  private:
   mutable std::mutex m_mutex;

@@ -418,30 +418,36 @@ class _Runs:
         ``"softmax.py:softmax"``, its function or built-in name). ``iterations``, ``seed`` and
         ``dtypes`` override the file's. The daemon diagnoses failures itself (it can re-run the
         script); ``minimize`` shrinks the first failure (``results.failures[0].minimized``)."""
-        from ._project import load_project, select_entry
-
-        path, entries = load_project(config)
-        entry = select_entry(path, entries, op, kernel)
-        options = dict(entry.options)
+        # The CLI's reader (python/src/project.cpp); torch ops are read by this package's runner.
+        cfg = _core.load_project_config("" if config is None else os.fspath(config),
+                                        os.path.join(os.path.dirname(__file__), "_script_runner.py"))
+        entry = _select_entry(cfg, op, kernel)
+        spec = entry.kernel_spec()
+        options = entry.fuzz_options()
         if dtypes is not None:
             options["dtypes"] = [dtypes] if isinstance(dtypes, str) else list(dtypes)
         n = int(iterations if iterations is not None else entry.iterations)
         master = seed if seed is not None else entry.seed
-        params: Dict[str, Any] = {"op": op, "kernel": entry.kernel, "options": options, "iterations": n,
+        params: Dict[str, Any] = {"op": op, "kernel": spec, "options": options, "iterations": n,
                                   "fail_fast": bool(fail_fast), "minimize": bool(minimize),
                                   "diagnose_limit": int(diagnose_limit), "store": bool(store),
-                                  "repro_prefix": entry.repro_prefix(options.get("dtypes")),
-                                  "client": {"name": "gpuemu-python", "config": str(path)}}
+                                  "repro_prefix": entry.repro_prefix(options.get("dtypes") or []),
+                                  "client": {"name": "gpuemu-python", "config": cfg.file}}
         if master is not None:
             params["seed"] = int(master)
+        custom = cfg.custom_op(op)  # a [custom_ops.NAME] of the file, sent as `gpuemu ci` sends it
+        if custom is not None:
+            params["custom_op"] = custom.spec()
+        if entry.envelope:
+            params["envelope"] = dict(entry.envelope)
         t0 = time.perf_counter()
         rep, _ = self.request("fuzz", params)
-        failures = [self._report_failure(f, entry.kernel) for f in rep.get("failures", [])]
+        failures = [self._report_failure(f, spec) for f in rep.get("failures", [])]
         if failures and rep.get("minimized"):
             failures[0].minimized = rep["minimized"]
         return FuzzResults(op=op, seed=int(rep.get("seed", master or 0)),
                            value_distribution=options.get("distribution", "adversarial"),
-                           framework=entry.kernel.get("framework", "builtin"), total=int(rep.get("total", 0)),
+                           framework=spec.get("framework", "builtin"), total=int(rep.get("total", 0)),
                            passed=int(rep.get("passed", 0)), elapsed=time.perf_counter() - t0,
                            first_failure=int(rep.get("first_failure", -1)), failures=failures)
 
@@ -516,3 +522,22 @@ class _Runs:
         return Verdict(passed=bool(r["passed"]), max_error=r.get("max_error"), envelope=r.get("envelope"),
                        message=r.get("message", ""), seed=int(r.get("seed", 0)), index=int(r.get("index", 0)),
                        diagnosis=r.get("diagnosis", {}), failure_id=r.get("failure_id"), repro=r.get("repro"))
+
+
+def _select_entry(cfg: Any, op: str, kernel: Optional[str]) -> Any:
+    """The [[op]] entry of ``op`` in ``cfg`` (a ``_core.ProjectConfig``), and of ``kernel``: its
+    label, function or built-in name."""
+    mine = [e for e in cfg.ops if e.op == op]
+    if not mine:
+        known = sorted({e.op for e in cfg.ops})
+        raise errors.NotFoundError(f"{cfg.file}: no [[op]] registers '{op}' "
+                                   f"(registered: {', '.join(known) or 'none'})")
+    if kernel is not None:
+        mine = [e for e in mine if kernel in (e.label, e.function or None, e.builtin or None)]
+        if not mine:
+            raise errors.NotFoundError(f"{cfg.file}: no [[op]] '{op}' with kernel '{kernel}'")
+    if len(mine) > 1:
+        labels = ", ".join(e.label for e in mine)
+        raise errors.ValidationError(f"{cfg.file}: '{op}' is registered {len(mine)} times ({labels}): "
+                                     "pick one with kernel=")
+    return mine[0]

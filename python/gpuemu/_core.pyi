@@ -148,3 +148,72 @@ class Connection:
         """The shared-memory hand-off (docs/protocol.md): enabled, status, min_bytes, sent_bytes,
         sent_tensors, received_bytes, received_tensors, arenas, mapped_bytes."""
         ...
+
+# project.cpp: gpuemu.toml, read by the CLI's reader (gpuemu/project/project_config.hpp)
+class ProjectOp:
+    op: str
+    line: int
+    script: str
+    function: str
+    builtin: str
+    framework: str
+    python: str
+    timeout_s: float
+    dtypes: List[str]
+    iterations: int
+    strategy: str
+    seed: Optional[int]
+    dims: Dict[str, List[int]]
+    attrs: Dict[str, Any]
+    vary_attrs: List[str]
+    layouts: bool
+    present: Dict[str, bool]
+    precision: Dict[str, str]
+    envelope: Dict[str, float]
+    @property
+    def label(self) -> str: ...
+    def kernel_spec(self) -> Dict[str, Any]: ...
+    def fuzz_options(self, dtype: str = "") -> Dict[str, Any]: ...
+    def repro_prefix(self, dtypes: List[str]) -> str: ...
+
+class CustomOp:
+    name: str
+    line: int
+    schema_file: str
+    schema_text: str
+    dtypes: List[str]
+    reference_script: str
+    reference_function: str
+    control_script: str
+    control_function: str
+    python: str
+    timeout_s: float
+    torch_op_script: str
+    torch_op_name: str
+    @property
+    def is_torch_op(self) -> bool: ...
+    def spec(self) -> Dict[str, Any]: ...
+    def control_spec(self) -> Optional[Dict[str, Any]]: ...
+
+class CiPreset:
+    scale: float
+    min_iterations: int
+
+class ProjectConfig:
+    file: str
+    text: str
+    name: str
+    ops: List[ProjectOp]
+    custom_ops: Dict[str, CustomOp]
+    has_lint: bool
+    lint_line: int
+    lint_paths: List[str]
+    lint_baseline: str
+    lint_baseline_tag: str
+    ci_preset: str
+    ci_minimize: bool
+    presets: Dict[str, CiPreset]
+    def custom_op(self, op: str) -> Optional[CustomOp]: ...
+
+def parse_project_config(text: str, file: str) -> ProjectConfig: ...
+def load_project_config(path: str = "", runner: str = "") -> ProjectConfig: ...

@@ -19,4 +19,5 @@ PYBIND11_MODULE(_core, m) {
   gpuemu::python::register_reference(m);
   gpuemu::python::register_engine(m);
   gpuemu::python::register_client(m);
+  gpuemu::python::register_project(m);
 }

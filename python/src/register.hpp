@@ -11,5 +11,6 @@ void register_rng(pybind11::module_& m);        // rng.cpp: the C++ Rng, for cro
 void register_reference(pybind11::module_& m);  // reference.cpp: the catalogue and fp64 oracle
 void register_engine(pybind11::module_& m);     // engine.cpp: fuzz, judge, minimise, calibrate
 void register_client(pybind11::module_& m);     // client.cpp: Connection over DaemonClient
+void register_project(pybind11::module_& m);    // project.cpp: gpuemu.toml, the CLI's reader
 
 }  // namespace gpuemu::python

@@ -39,7 +39,7 @@ sources() {  # the instrumented sources of a target, then what it links uninstru
     schema) echo -DFUZZ_SCHEMA tests/fuzz/fuzz_text.cpp engine/schema/schema_parser.cpp engine/schema/expr.cpp "${CORE[@]}" ;;
     ptx)    echo -DFUZZ_PTX tests/fuzz/fuzz_text.cpp lint/ptx_parser.cpp lint/ptx_statement.cpp \
                  lint/instruction_class.cpp engine/core/error.cpp ;;
-    toml)   echo -DFUZZ_TOML tests/fuzz/fuzz_text.cpp cli/project_config.cpp cli/project_keys.cpp \
+    toml)   echo -DFUZZ_TOML tests/fuzz/fuzz_text.cpp project/project_config.cpp project/project_keys.cpp \
                  "$BUILD/lint/libgpuemu_lint.a" "$BUILD/engine/libgpuemu_engine.a" \
                  $(pkg-config --cflags --libs tomlplusplus) -lopenblas -lpthread ;;
     *) echo "fuzz: unknown target '$1' (frame, schema, ptx, toml)" >&2; return 1 ;;
@@ -49,7 +49,7 @@ sources() {  # the instrumented sources of a target, then what it links uninstru
 build() {  # rebuilt when a source, a header or a library is newer than the binary
   local t=$1 bin=$OUT/fuzz_$1
   local srcs; srcs=$(sources "$t")
-  if [ -x "$bin" ] && [ -z "$(find $(for s in $srcs; do [ -f "$s" ] && echo "$s"; done) include engine cli lint \
+  if [ -x "$bin" ] && [ -z "$(find $(for s in $srcs; do [ -f "$s" ] && echo "$s"; done) include engine cli lint project \
          -name '*.hpp' -newer "$bin" -o -newer "$bin" -name '*.cpp' -o -newer "$bin" -name '*.a' 2>/dev/null | head -1)" ]; then
     return 0
   fi

@@ -165,6 +165,12 @@ def test_bad_torch_op_entries_are_config_errors_naming_the_line(daemon, project,
     r = daemon.cli("ci", "--config", str(project / "gpuemu.toml"), timeout=300)
     assert r.returncode == 2, r.stdout + r.stderr
     assert message in r.stderr and "gpuemu.toml:" in r.stderr, r.stderr
+    # Python reads the file with the same reader: the same error, word for word.
+    import gpuemu
+
+    with pytest.raises(gpuemu.ValidationError) as e:
+        gpuemu.Client().run_registered("add_rms_norm", kernel="good", config=project / "gpuemu.toml")
+    assert ("gpuemu: error: " + str(e.value)).strip() == r.stderr.strip(), (str(e.value), r.stderr)
 
 
 def test_a_table_named_unlike_its_op_and_a_dtype_it_does_not_allow_are_refused(daemon, project):  # noqa: F811
@@ -191,3 +197,16 @@ def test_the_editor_runs_a_torch_op_entry(daemon, project):  # noqa: F811
     finally:
         rc = c.close()
     assert rc == 0, "".join(c.stderr_lines)
+
+
+def test_run_registered_runs_a_torch_op_entry_as_gpuemu_ci_does(daemon, project):  # noqa: F811
+    """Python reads gpuemu.toml with the CLI's reader, torch ops included (their schema read by the
+    package's own script runner); its reader before knew no [custom_ops]."""
+    from gpuemu import Client
+
+    client = Client()
+    good = client.run_registered("add_rms_norm", kernel="good", config=project / "gpuemu.toml")
+    assert good.total == 12 and good.passed == 12, good.summary()
+    bad = client.run_registered("add_rms_norm", kernel="no_residual", config=project / "gpuemu.toml")
+    assert bad.total == 12 and bad.passed < 12, bad.summary()
+    assert bad.failures[0].max_error > 10

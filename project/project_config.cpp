@@ -1,7 +1,7 @@
 // Reading gpuemu.toml (see project_config.hpp and docs/ci.md).
-#include "project_config.hpp"
+#include <gpuemu/project/project_config.hpp>
 
-#include "project_keys.hpp"
+#include <gpuemu/project/project_keys.hpp>
 
 #include <toml++/toml.h>
 #include <gpuemu/lint/policy.hpp>
@@ -12,7 +12,7 @@
 #include <initializer_list>
 #include <sstream>
 
-namespace gpuemu::cli {
+namespace gpuemu::project {
 namespace fs = std::filesystem;
 
 namespace {
@@ -453,6 +453,28 @@ std::string ProjectOp::kernel_label() const {
   return fs::path(script).filename().string() + ":" + function;
 }
 
+std::string ProjectOp::repro_prefix(const std::vector<std::string>& run_dtypes) const {
+  std::string p = "gpuemu fuzz " + op;
+  if (!builtin.empty())
+    p += " --kernel " + builtin;
+  else
+    p += " --script " + script + ":" + function +
+         (framework != "numpy" ? " --framework " + framework : "");
+  if (strategy != "adversarial") p += " --strategy " + strategy;
+  for (const auto& dtype : run_dtypes) p += " --dtype " + dtype;
+  for (const auto& [name, sizes] : dims) {
+    std::string list;
+    for (auto s : sizes) list += (list.empty() ? "" : ",") + std::to_string(s);
+    p += " --dims " + name + "=" + list;
+  }
+  for (const auto& [name, value] : attrs.items()) p += " --attr " + name + "=" + value.dump();
+  for (const auto& v : vary_attrs) p += " --vary-attr " + v;
+  if (!layouts) p += " --no-layouts";
+  for (const auto& [name, on] : present) p += (on ? " --with " : " --without ") + name;
+  for (const auto& [key, policy] : precision) p += " --precision " + key + "=" + policy;
+  return p;
+}
+
 FuzzOptions ProjectOp::fuzz_options(const std::string& dtype) const {
   FuzzOptions o;
   if (!dtype.empty()) {
@@ -594,4 +616,4 @@ minimize = false            # minimise the first failure of each op (slower)
 )";
 }
 
-}  // namespace gpuemu::cli
+}  // namespace gpuemu::project

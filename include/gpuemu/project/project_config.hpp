@@ -14,6 +14,10 @@
 //              [ci.presets.NAME] scale, min_iterations
 //
 // Every unknown key is an error naming the file and line (`tolerance` too, pointing at `envelope`).
+//
+// The one reader of the file (library gpuemu_project): the CLI, the language server, the fuzz_toml
+// target and the Python module (gpuemu._core, python/src/project.cpp) all parse it here. Finding
+// the file and inferring the schemas of torch ops (which runs Python) is cli/project_loader.hpp's.
 #pragma once
 
 #include <gpuemu/error.hpp>
@@ -27,7 +31,7 @@
 #include <string>
 #include <vector>
 
-namespace gpuemu::cli {
+namespace gpuemu::project {
 
 // One [[op]] table, with [defaults] already applied.
 struct ProjectOp {
@@ -58,6 +62,9 @@ struct ProjectOp {
   std::string kernel_label() const;
   // FuzzOptions restricted to one dtype ("" keeps the op's dtypes list).
   FuzzOptions fuzz_options(const std::string& dtype) const;
+  // The `gpuemu fuzz` command line that replays a case of this entry (the run's `repro_prefix`;
+  // the daemon appends --seed/--case), with one --dtype per entry of `run_dtypes`.
+  std::string repro_prefix(const std::vector<std::string>& run_dtypes) const;
 };
 
 // One [custom_ops.NAME] table: a user's op (its schema file, parsed and checked on load) and its
@@ -115,22 +122,11 @@ struct ProjectConfig {
 // invalid_argument with "FILE:LINE: ...".
 Result<ProjectConfig> parse_project_config(const std::string& text,
                                            const std::filesystem::path& file);
-// Reads `explicit_path` when given, else the first gpuemu.toml from the current directory up to
-// the filesystem root (not_found when there is none).
-Result<ProjectConfig> load_project_config(const std::string& explicit_path);
-
 // What an [[op]] asks of its custom op's dtypes (and envelopes) that the op does not allow: a
 // message, "" when nothing.
 std::string dtypes_not_allowed(const ProjectOp& op, const CustomOp& custom);
 
-// Fills in the schema of every `torch_op =` custom op: runs its interpreter on
-// `gpuemu.torch_ops schema FILE.py:NAME` (which imports the user's file), checks the schema as the
-// daemon will, and checks the [[op]] dtypes against it. load_project_config calls it; the
-// language server calls it before it runs ops (not on each keystroke). Errors name the
-// [custom_ops.NAME] line and carry what Python printed.
-Status resolve_torch_ops(ProjectConfig& config);
-
 // The commented example `gpuemu init` writes.
 std::string example_project_config();
 
-}  // namespace gpuemu::cli
+}  // namespace gpuemu::project

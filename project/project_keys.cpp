@@ -1,6 +1,6 @@
-#include "project_keys.hpp"
+#include <gpuemu/project/project_keys.hpp>
 
-namespace gpuemu::cli {
+namespace gpuemu::project {
 
 const std::vector<ProjectTable>& project_tables() {
   using V = KeyValue;
@@ -139,4 +139,4 @@ std::vector<std::string_view> key_value_choices(KeyValue value) {
   }
 }
 
-}  // namespace gpuemu::cli
+}  // namespace gpuemu::project

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-namespace gpuemu::cli {
+namespace gpuemu::project {
 
 // What a key's value must be (the editor checks these; the reader checks them too, with the
 // same words).
@@ -53,4 +53,4 @@ const ProjectKey* find_project_key(std::string_view table, std::string_view key)
 // The allowed words of an enumerated value (strategy, framework); empty for other kinds.
 std::vector<std::string_view> key_value_choices(KeyValue value);
 
-}  // namespace gpuemu::cli
+}  // namespace gpuemu::project
