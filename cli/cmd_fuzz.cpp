@@ -7,9 +7,9 @@
 #include "progress.hpp"
 #include "project_config.hpp"
 
-#include <gpuemu/engine.hpp>
-#include <gpuemu/malloc_tuning.hpp>
-#include "script_kernels/script_kernel.hpp"
+#include <gpuemu/engine/engine.hpp>
+#include <gpuemu/engine/malloc_tuning.hpp>
+#include "gpuemu/script/script_kernel.hpp"
 
 #include <unistd.h>
 #include <chrono>

@@ -5,7 +5,7 @@
 // that its flags, output and exit status are the module's (docs/kernelbench.md).
 #include "cli_common.hpp"
 
-#include "script_kernels/script_kernel.hpp"
+#include "gpuemu/script/script_kernel.hpp"
 
 #include <cerrno>
 #include <cstdlib>

@@ -8,7 +8,7 @@
 #include "report_stats.hpp"
 #include "report_writers.hpp"
 
-#include <gpuemu/protocol.hpp>
+#include <gpuemu/protocol/protocol.hpp>
 #include "gpuemu/lint/lint.hpp"
 
 #include <unistd.h>

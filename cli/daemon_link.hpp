@@ -4,9 +4,9 @@
 
 #include "cli_common.hpp"
 
-#include <gpuemu/client.hpp>
-#include <gpuemu/engine.hpp>
-#include <gpuemu/wire/wire.hpp>
+#include <gpuemu/protocol/client.hpp>
+#include <gpuemu/engine/engine.hpp>
+#include <gpuemu/protocol/wire/wire.hpp>
 
 #include <memory>
 

@@ -16,8 +16,8 @@
 // Every unknown key is an error naming the file and line (`tolerance` too, pointing at `envelope`).
 #pragma once
 
-#include <gpuemu/error.hpp>
-#include <gpuemu/fuzz.hpp>
+#include <gpuemu/base/error.hpp>
+#include <gpuemu/engine/fuzz.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>

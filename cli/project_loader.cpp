@@ -4,8 +4,8 @@
 // gpuemu.toml fuzzer, tests/fuzz/run.sh).
 #include "project_config.hpp"
 
-#include <gpuemu/op_schema.hpp>
-#include "script_kernels/script_process.hpp"
+#include <gpuemu/engine/op_schema.hpp>
+#include "gpuemu/script/script_process.hpp"
 
 #include <filesystem>
 #include <fstream>

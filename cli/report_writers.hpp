@@ -13,7 +13,7 @@
 // HTML draws each failure's error_map (error_map_svg.hpp), the pass rates and the first failures.
 #pragma once
 
-#include <gpuemu/xml_escape.hpp>
+#include <gpuemu/base/xml_escape.hpp>
 #include <nlohmann/json.hpp>
 
 #include <string>

@@ -1,9 +1,9 @@
 // Script kernels (docs/script-kernels.md): a case as a request to the script process
 // (script_process.hpp), and its reply as the engine's outputs.
-#include "script_kernels/script_kernel.hpp"
+#include "gpuemu/script/script_kernel.hpp"
 
-#include "gpuemu/protocol.hpp"
-#include "script_kernels/script_process.hpp"
+#include "gpuemu/protocol/protocol.hpp"
+#include "gpuemu/script/script_process.hpp"
 
 #include <mutex>
 

@@ -1,7 +1,7 @@
 // The script subprocess (script_process.hpp; docs/script-kernels.md is the spec of the exchange).
-#include "script_kernels/script_process.hpp"
+#include "gpuemu/script/script_process.hpp"
 
-#include "gpuemu/install_paths.hpp"
+#include "gpuemu/engine/install_paths.hpp"
 
 #include <fcntl.h>
 #include <poll.h>

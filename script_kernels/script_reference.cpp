@@ -1,7 +1,7 @@
 // A custom op's Python reference over the script process (script_reference.hpp).
-#include "script_kernels/script_reference.hpp"
+#include "gpuemu/script/script_reference.hpp"
 
-#include "script_kernels/script_process.hpp"
+#include "gpuemu/script/script_process.hpp"
 
 #include <cmath>
 

@@ -3,8 +3,8 @@
 // user's actions), polls do not (a daemon the user stopped stays stopped).
 #pragma once
 
-#include <gpuemu/client.hpp>
-#include <gpuemu/wire/wire.hpp>
+#include <gpuemu/protocol/client.hpp>
+#include <gpuemu/protocol/wire/wire.hpp>
 
 #include <chrono>
 #include <memory>

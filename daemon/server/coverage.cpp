@@ -1,7 +1,7 @@
 // Coverage accounting (docs/protocol.md, `runs` and `coverage`).
-#include "server/coverage.hpp"
+#include "coverage.hpp"
 
-#include "gpuemu/wire/coverage.hpp"
+#include "gpuemu/protocol/wire/coverage.hpp"
 
 namespace gpuemu::server {
 

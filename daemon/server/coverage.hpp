@@ -3,7 +3,7 @@
 // in the store; `coverage` aggregates the runs and names what was never exercised.
 #pragma once
 
-#include "server/daemon_context.hpp"
+#include "daemon_context.hpp"
 
 namespace gpuemu::server {
 

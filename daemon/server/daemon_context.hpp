@@ -3,12 +3,12 @@
 // turn wire frames into engine calls and results back into frames.
 #pragma once
 
-#include "gpuemu/engine.hpp"
-#include "gpuemu/fuzz_run.hpp"
-#include "gpuemu/protocol.hpp"
-#include "gpuemu/store.hpp"
-#include "gpuemu/wire/fields.hpp"
-#include "server/case_cache.hpp"
+#include "gpuemu/engine/engine.hpp"
+#include "gpuemu/engine/fuzz_run.hpp"
+#include "gpuemu/protocol/protocol.hpp"
+#include "gpuemu/store/store.hpp"
+#include "gpuemu/protocol/wire/fields.hpp"
+#include "case_cache.hpp"
 
 #include <atomic>
 #include <chrono>

@@ -1,12 +1,12 @@
 // fuzz, get_test_batch, submit_outputs, validate, calibrate: the fuzz family
 // (include/gpuemu/wire/fuzz.hpp).
-#include "gpuemu/fuzz_run.hpp"
-#include "gpuemu/verdict.hpp"
-#include "gpuemu/wire/fuzz.hpp"
-#include "server/coverage.hpp"
-#include "server/records.hpp"
-#include "server/request_engine.hpp"
-#include "server/supplied_reference.hpp"
+#include "gpuemu/engine/fuzz_run.hpp"
+#include "gpuemu/engine/verdict.hpp"
+#include "gpuemu/protocol/wire/fuzz.hpp"
+#include "coverage.hpp"
+#include "records.hpp"
+#include "request_engine.hpp"
+#include "supplied_reference.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,5 +1,5 @@
 // NngServer: rep0 contexts, a work queue, token checks on tcp connections.
-#include "server/nng_server.hpp"
+#include "nng_server.hpp"
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>

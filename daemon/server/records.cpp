@@ -1,10 +1,10 @@
 // Failure records (docs/store.md, "Record meta") and kernel resolution.
-#include "server/records.hpp"
+#include "records.hpp"
 
-#include "server/request_engine.hpp"
-#include "script_kernels/script_kernel.hpp"
+#include "request_engine.hpp"
+#include "gpuemu/script/script_kernel.hpp"
 
-#include <gpuemu/error_map.hpp>
+#include <gpuemu/engine/error_map.hpp>
 
 #include <cmath>
 #include <cstdio>

@@ -1,8 +1,8 @@
 // RequestEngine (request_engine.hpp): custom ops and envelope overrides of one request.
-#include "server/request_engine.hpp"
+#include "request_engine.hpp"
 
-#include "script_kernels/script_reference.hpp"
-#include "server/supplied_reference.hpp"
+#include "gpuemu/script/script_reference.hpp"
+#include "supplied_reference.hpp"
 
 #include <filesystem>
 

@@ -1,6 +1,6 @@
-#include "gpuemu/engine.hpp"
+#include "gpuemu/engine/engine.hpp"
 
-#include "gpuemu/fuzz_run.hpp"
+#include "gpuemu/engine/fuzz_run.hpp"
 
 #include <chrono>
 #include <cmath>

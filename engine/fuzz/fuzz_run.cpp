@@ -1,4 +1,4 @@
-#include "gpuemu/fuzz_run.hpp"
+#include "gpuemu/engine/fuzz_run.hpp"
 
 #include <algorithm>
 #include <cmath>

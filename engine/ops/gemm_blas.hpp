@@ -9,7 +9,7 @@
 // dgemm speed (the matmul benchmark compares that path with a bare cblas_dgemm).
 #pragma once
 
-#include "gpuemu/op.hpp"
+#include "gpuemu/engine/op.hpp"
 
 #include <cstdint>
 #include <vector>

@@ -6,8 +6,8 @@
 #include "convert.hpp"
 #include "register.hpp"
 
-#include "gpuemu/client.hpp"
-#include "gpuemu/malloc_tuning.hpp"
+#include "gpuemu/protocol/client.hpp"
+#include "gpuemu/engine/malloc_tuning.hpp"
 
 #include <pybind11/stl.h>
 

@@ -2,9 +2,9 @@
 // a temporary directory, run by the real runner through the engine. Correct kernels pass, buggy
 // ones fail with their message; timeouts and crashes restart the process; the function sees the
 // cases' real strides and exact low-precision values under numpy and torch.
-#include "script_kernels/script_kernel.hpp"
+#include "gpuemu/script/script_kernel.hpp"
 
-#include "gpuemu/engine.hpp"
+#include "gpuemu/engine/engine.hpp"
 
 #include <gtest/gtest.h>
 
