@@ -51,13 +51,13 @@ Status resolve_torch_ops(ProjectConfig& config) {
                               op.torch_op_name;
     // The runner in its torch_op mode imports the file and says the op's schema in its hello,
     // exactly as the daemon's reference process will load it.
-    server::ScriptKernelSpec spec;
+    script::ScriptKernelSpec spec;
     spec.script = op.torch_op_script;
     spec.function = op.torch_op_name;
     spec.mode = "torch_op";
     spec.python = op.python;
     spec.start_timeout_s = op.timeout_s;
-    auto process = server::start_script_process(spec, "torch op");
+    auto process = script::start_script_process(spec, "torch op");
     if (!process) return make_error(ErrorCode::invalid_argument, where + ": " + process.error().message);
     const Json hello = (*process)->hello();
     if (!hello.contains("schema") || !hello["schema"].is_string())

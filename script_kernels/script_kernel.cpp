@@ -7,7 +7,7 @@
 
 #include <mutex>
 
-namespace gpuemu::server {
+namespace gpuemu::script {
 namespace {
 
 std::shared_ptr<const Catalogue> default_catalogue() {
@@ -101,4 +101,4 @@ Result<KernelRunner> make_script_kernel(ScriptKernelSpec spec) {
   });
 }
 
-}  // namespace gpuemu::server
+}  // namespace gpuemu::script

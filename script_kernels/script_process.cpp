@@ -24,7 +24,7 @@
 
 extern char** environ;
 
-namespace gpuemu::server {
+namespace gpuemu::script {
 namespace {
 
 namespace fs = std::filesystem;
@@ -485,4 +485,4 @@ Result<std::shared_ptr<ScriptProcess>> start_script_process(ScriptKernelSpec spe
   return process;
 }
 
-}  // namespace gpuemu::server
+}  // namespace gpuemu::script

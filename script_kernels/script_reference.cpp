@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-namespace gpuemu::server {
+namespace gpuemu::script {
 namespace {
 
 std::string shape_text(const Shape& s) {
@@ -137,4 +137,4 @@ Result<std::shared_ptr<const ExternalReference>> make_torch_op_reference(ScriptK
       std::make_shared<ScriptReference>(process, std::move(schema_text)));
 }
 
-}  // namespace gpuemu::server
+}  // namespace gpuemu::script

@@ -19,7 +19,7 @@
 #include <string>
 #include <thread>
 
-namespace gpuemu::server {
+namespace gpuemu::script {
 namespace {
 
 namespace fs = std::filesystem;
@@ -560,4 +560,4 @@ TEST(ScriptKernel, CallsFromSeveralThreadsAreSerialised) {
 }
 
 }  // namespace
-}  // namespace gpuemu::server
+}  // namespace gpuemu::script

@@ -21,7 +21,7 @@
 #include <memory>
 #include <string>
 
-namespace gpuemu::server {
+namespace gpuemu::script {
 
 struct ScriptKernelSpec {
   std::string script;               // FILE.py (made absolute against the current directory)
@@ -61,4 +61,4 @@ Result<KernelRunner> make_script_kernel(ScriptKernelSpec spec);
 Result<std::string> locate_script_runner(const std::string& runner = {});
 std::string default_script_python(const std::string& runner_path);
 
-}  // namespace gpuemu::server
+}  // namespace gpuemu::script

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace gpuemu::server {
+namespace gpuemu::script {
 
 // The string at h[key], or `fallback` when it is missing or not a string (script headers).
 std::string string_field(const Json& h, const char* key, const char* fallback = "");
@@ -78,4 +78,4 @@ inline constexpr std::size_t k_script_traceback_report = 8 * 1024;  // of a trac
 Result<std::shared_ptr<ScriptProcess>> start_script_process(ScriptKernelSpec spec,
                                                             const std::string& role);
 
-}  // namespace gpuemu::server
+}  // namespace gpuemu::script

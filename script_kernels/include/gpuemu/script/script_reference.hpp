@@ -15,7 +15,7 @@
 
 #include <memory>
 
-namespace gpuemu::server {
+namespace gpuemu::script {
 
 // Starts the reference's process (spec.function in spec.script). Errors as make_script_kernel's,
 // naming a "reference script". Each call's errors: the function raised or returned the wrong
@@ -30,4 +30,4 @@ Result<std::shared_ptr<const ExternalReference>> make_script_reference(ScriptKer
 Result<std::shared_ptr<const ExternalReference>> make_torch_op_reference(ScriptKernelSpec spec,
                                                                         std::string schema_text);
 
-}  // namespace gpuemu::server
+}  // namespace gpuemu::script
