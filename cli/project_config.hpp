@@ -9,7 +9,7 @@
 //              precision = "tf32" | {gemm = "tf32", ...} (declared reduced-precision operands)
 //   [custom_ops.NAME]  schema = "op.json", reference = "FILE.py:FUNC", control = "FILE.py:FUNC",
 //              python, timeout_s (docs/custom-ops.md)
-//   [lint]     the lint policy (include/gpuemu/lint/policy.hpp validates it)
+//   [lint]     the lint policy (gpuemu/lint/policy.hpp validates it)
 //   [ci]       preset, minimize, lint_paths, lint_baseline, lint_baseline_tag,
 //              [ci.presets.NAME] scale, min_iterations
 //

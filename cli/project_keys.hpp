@@ -25,7 +25,7 @@ enum class KeyValue {
   kernel_name,  // a built-in kernel of the op
   table,        // an inline table (dims, attrs)
   envelope,     // a positive number or { dtype = number }
-  precision,    // a precision policy or { op_or_family = policy } (gpuemu/precision.hpp)
+  precision,    // a precision policy or { op_or_family = policy } (gpuemu/engine/precision.hpp)
   any,          // checked elsewhere ([lint] keys: the lint policy reader)
 };
 

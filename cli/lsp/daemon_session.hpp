@@ -25,7 +25,7 @@ class DaemonSession {
   // One request; the reply's result or its error. Drops the connection when the daemon is gone.
   Result<Json> call(const std::string& method, Json params, bool autostart,
                     std::optional<std::chrono::milliseconds> timeout = {});
-  // A typed request (include/gpuemu/wire/*.hpp).
+  // A typed request (gpuemu/protocol/wire/*.hpp).
   template <class Request>
   Result<Json> call(const Request& r, bool autostart,
                     std::optional<std::chrono::milliseconds> timeout = {}) {

@@ -1,5 +1,5 @@
 // Coverage accounting (docs/protocol.md, `runs` and `coverage`).
-#include "coverage.hpp"
+#include "gpuemu/engine/coverage.hpp"
 
 #include "gpuemu/protocol/wire/coverage.hpp"
 

@@ -286,7 +286,7 @@ struct DaemonContext {
 // A request handler: the request frame in, a reply frame (or an error) out.
 using Handler = std::function<Result<protocol::Frame>(DaemonContext&, const protocol::Frame&)>;
 
-// A method of the registry (include/gpuemu/wire/registry.hpp: its name, fast, summary) with its
+// A method of the registry (gpuemu/protocol/wire/registry.hpp: its name, fast, summary) with its
 // handler.
 struct Command {
   std::string name;

@@ -1,5 +1,5 @@
 // failures (list | get | delete | export | import), push, reproduce, minimize, diagnose: the
-// failures family (include/gpuemu/wire/failures.hpp).
+// failures family (gpuemu/protocol/wire/failures.hpp).
 #include "records.hpp"
 #include "request_engine.hpp"
 

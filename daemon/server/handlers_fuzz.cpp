@@ -1,9 +1,9 @@
 // fuzz, get_test_batch, submit_outputs, validate, calibrate: the fuzz family
-// (include/gpuemu/wire/fuzz.hpp).
+// (gpuemu/protocol/wire/fuzz.hpp).
 #include "gpuemu/engine/fuzz_run.hpp"
 #include "gpuemu/engine/verdict.hpp"
 #include "gpuemu/protocol/wire/fuzz.hpp"
-#include "coverage.hpp"
+#include "gpuemu/engine/coverage.hpp"
 #include "records.hpp"
 #include "request_engine.hpp"
 #include "supplied_reference.hpp"

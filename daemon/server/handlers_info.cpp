@@ -1,5 +1,5 @@
 // hello, ping, stats, list_ops, describe_op, shutdown, progress: the info family
-// (include/gpuemu/wire/info.hpp).
+// (gpuemu/protocol/wire/info.hpp).
 #include "daemon_context.hpp"
 
 #include "gpuemu/engine/oracle_backend.hpp"

@@ -1,4 +1,4 @@
-// The fields of the failures family's messages (include/gpuemu/wire/failures.hpp).
+// The fields of the failures family's messages (gpuemu/protocol/wire/failures.hpp).
 #include "gpuemu/protocol/wire/failures.hpp"
 
 namespace gpuemu::wire {

@@ -1,4 +1,4 @@
-// The mappers' shared pieces (include/gpuemu/wire/fields.hpp).
+// The mappers' shared pieces (gpuemu/protocol/wire/fields.hpp).
 #include "gpuemu/protocol/wire/fields.hpp"
 
 #include "gpuemu/protocol/protocol.hpp"

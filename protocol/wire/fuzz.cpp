@@ -1,4 +1,4 @@
-// The fields of the fuzz family's messages (include/gpuemu/wire/fuzz.hpp), in the order the
+// The fields of the fuzz family's messages (gpuemu/protocol/wire/fuzz.hpp), in the order the
 // daemon checks them.
 #include "gpuemu/protocol/wire/fuzz.hpp"
 

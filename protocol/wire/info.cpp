@@ -1,4 +1,4 @@
-// The fields of the info family's messages (include/gpuemu/wire/info.hpp), in wire order.
+// The fields of the info family's messages (gpuemu/protocol/wire/info.hpp), in wire order.
 #include "gpuemu/protocol/wire/info.hpp"
 
 namespace gpuemu::wire {

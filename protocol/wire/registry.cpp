@@ -1,4 +1,4 @@
-// The table of every method (include/gpuemu/wire/registry.hpp). A new method is one line here,
+// The table of every method (gpuemu/protocol/wire/registry.hpp). A new method is one line here,
 // its request and reply structs in its family's header and .cpp, and its handler.
 #include "gpuemu/protocol/wire/registry.hpp"
 

@@ -1,4 +1,4 @@
-// Script kernels (script_kernels/script_kernel.hpp, docs/script-kernels.md): real Python kernels in
+// Script kernels (gpuemu/script/script_kernel.hpp, docs/script-kernels.md): real Python kernels in
 // a temporary directory, run by the real runner through the engine. Correct kernels pass, buggy
 // ones fail with their message; timeouts and crashes restart the process; the function sees the
 // cases' real strides and exact low-precision values under numpy and torch.

@@ -1,4 +1,4 @@
-// The typed protocol layer (include/gpuemu/wire/): the registry against docs/protocol.md and the
+// The typed protocol layer (gpuemu/protocol/wire/): the registry against docs/protocol.md and the
 // daemon's handlers, and the structs' JSON both ways (defaults, wrong types, loose input kept).
 #include "gpuemu/protocol/wire/wire.hpp"
 

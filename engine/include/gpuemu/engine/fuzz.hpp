@@ -35,7 +35,7 @@ struct FuzzOptions {
   // takes (or never takes) them; an optional input not named here is left out of 1 case in 4.
   std::map<std::string, bool, std::less<>> present;
   // Reduced-precision GEMM operands declared on purpose, per op or op family name
-  // ({"matmul": "tf32"}; gpuemu/precision.hpp). Empty: IEEE, and a TF32 fp32 GEMM fails.
+  // ({"matmul": "tf32"}; gpuemu/engine/precision.hpp). Empty: IEEE, and a TF32 fp32 GEMM fails.
   std::map<std::string, std::string, std::less<>> precision;
 };
 

@@ -107,7 +107,7 @@ class RefContext {
   std::map<std::string, std::int64_t, std::less<>> dims;
   const OpSchema* schema = nullptr;
   // The relative error a declared precision policy allows on each GEMM operand (0: IEEE fp32;
-  // gpuemu/precision.hpp). The gemm, conv and attention references widen c_acc by what that
+  // gpuemu/engine/precision.hpp). The gemm, conv and attention references widen c_acc by what that
   // operand rounding can move the result, and nothing else reads it.
   double operand_roundoff = 0.0;
   // The smallest operand magnitude the declared policy's rounding turns into Inf
@@ -177,7 +177,7 @@ inline bool alt_accepts(std::uint8_t bits, double out) {
 }
 
 // A reference computed outside the built-in table: a custom op's Python reference run by the
-// daemon (script_kernels/script_reference.hpp). Bound to a schema as OpSchema::external_reference.
+// daemon (gpuemu/script/script_reference.hpp). Bound to a schema as OpSchema::external_reference.
 struct ExternalReference {
   virtual ~ExternalReference() = default;
   virtual Result<std::vector<RefOutput>> run(const RefContext& ctx) const = 0;

@@ -94,7 +94,7 @@ struct OutputSpec {
   std::string dtype = "case";       // case | like:<input> | attr:<name> | a dtype name
 };
 
-struct ExternalReference;  // gpuemu/op.hpp
+struct ExternalReference;  // gpuemu/engine/op.hpp
 
 struct OpSchema {
   std::string name;

@@ -30,7 +30,7 @@ struct OutputVerdict {
                                        // code, docs/torch-ops.md: a decision within its own error)
   std::string message;
   RefVec errors;                       // per-element normalised error, row-major (diagnosis and
-                                       // the error map, gpuemu/error_map.hpp); inf: mismatch
+                                       // the error map, gpuemu/engine/error_map.hpp); inf: mismatch
 };
 
 struct Verdict {

@@ -55,7 +55,7 @@ class DaemonClient {
                          std::optional<std::chrono::milliseconds> timeout = {},
                          protocol::Frame* reply = nullptr);
 
-  // A typed request (include/gpuemu/wire/*.hpp): its method and params from the struct, the
+  // A typed request (gpuemu/protocol/wire/*.hpp): its method and params from the struct, the
   // reply's result (or error) as call_json returns it.
   template <class Request>
   Result<Json> request(const Request& r, std::optional<std::chrono::milliseconds> timeout = {},

@@ -6,7 +6,7 @@
 //   payload: each tensor's storage bytes at a 64-byte aligned offset
 // The header names every tensor it carries ("tensors": [{key, dtype, shape, strides, offset,
 // storage_nbytes, data_offset}]); bytes are little-endian, bfloat16 and fp8 as their bits. A tensor
-// whose bytes lie in a shared-memory arena (include/gpuemu/shm.hpp) carries "shm": {pid, fd, size,
+// whose bytes lie in a shared-memory arena (gpuemu/protocol/shm.hpp) carries "shm": {pid, fd, size,
 // offset} instead of data_offset.
 #pragma once
 
@@ -86,7 +86,7 @@ std::size_t encode_to(const Frame& frame, const std::function<std::byte*(std::si
                       ShmTarget* shm = nullptr);
 
 // What a decoder does with a descriptor that names shared memory: `resolve` returns the bytes
-// (checked against the segment: include/gpuemu/shm.hpp) and what keeps them mapped. Without a
+// (checked against the segment: gpuemu/protocol/shm.hpp) and what keeps them mapped. Without a
 // resolver such a descriptor is a protocol_error. `keep_shared`: such tensors stay in the arena
 // (Frame::shared) instead of becoming Frame::tensors.
 struct SharedBytes {

@@ -1,4 +1,4 @@
-// How a typed message of the wire (include/gpuemu/wire/*.hpp) meets its JSON, written once per
+// How a typed message of the wire (gpuemu/protocol/wire/*.hpp) meets its JSON, written once per
 // message as clangd's ObjectMapper does: each struct lists its fields in one static `map` (in its
 // family's .cpp), and three mappers walk that list — FieldReader (JSON -> struct, the first bad
 // field an `invalid_argument` naming it), FieldWriter (struct -> JSON) and FieldNames (the field

@@ -57,7 +57,7 @@ struct FuzzReply {
 gpuemu::FuzzRequest engine_request(const FuzzRequest& r, std::uint64_t seed);
 
 // get_test_batch's `run`: the client-side run these cases open, kept by the daemon (a FuzzRun,
-// gpuemu/fuzz_run.hpp) and fed by every submit_outputs naming its `run_id`: the daemon keeps the
+// gpuemu/engine/fuzz_run.hpp) and fed by every submit_outputs naming its `run_id`: the daemon keeps the
 // run's books (counts, first failure, worst case, fail-fast, the diagnosis budget, repro commands)
 // and each reply carries its summary (`run`).
 struct RunSpec {

@@ -1,5 +1,5 @@
 // Every method of the wire, in one table: its name, its family (the header under
-// include/gpuemu/wire/ that holds its request and reply structs), whether the daemon answers it on
+// gpuemu/protocol/wire/ that holds its request and reply structs), whether the daemon answers it on
 // the transport's thread, a one-line summary, and the field names of its request and reply (from
 // the structs' maps). The daemon's command table is this one with a handler per name
 // (daemon/server/dispatch.cpp); `hello` lists these names in this order; tests/cpp/wire_test.cpp
