@@ -303,7 +303,7 @@ const Command* find_command(std::string_view name);
 // Runs one request: finds its command, checks the header, maps any error to an error reply.
 protocol::Frame dispatch(DaemonContext& ctx, const protocol::Frame& request);
 
-// Handlers by method name, filled by the handler files (handlers_*.cpp, coverage.cpp).
+// Handlers by method name, filled by the handler files (handlers_*.cpp).
 using HandlerTable = std::map<std::string, Handler, std::less<>>;
 void add_info_handlers(HandlerTable& out);
 void add_fuzz_handlers(HandlerTable& out);

@@ -72,6 +72,8 @@ void FuzzRun::record(CaseResult r) {
   m_report.failures.insert(at, std::move(r));
 }
 
+void FuzzRun::count_coverage(const TestCase& c) { coverage_add(m_report.coverage, c); }
+
 FuzzReport FuzzRun::finish() {
   m_report.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
   return m_report;

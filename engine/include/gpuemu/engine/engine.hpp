@@ -84,6 +84,10 @@ struct FuzzReport {
   // passing kernel kept, and what the Conformance sweep tabulates.
   double worst_ratio = 0.0;
   std::int64_t worst_index = -1;
+  // What the run's cases exercised: coverage_add's counters of every case judged (dtypes, value
+  // distributions, layouts, shape classes of each dim; gpuemu/engine/coverage.hpp). Not part of
+  // to_json (the `fuzz` reply's report): the daemon records it with the run in its store.
+  Json coverage = Json::object();
   Json to_json() const;
 };
 
@@ -102,7 +106,8 @@ struct FuzzRequest {
   // The first `minimize` failures are shrunk (Engine::minimize, with the run's kernel) once the
   // cases have run: CaseResult::minimized. 0: none.
   int minimize = 0;
-  // Called for every case judged (passing or not), in order: coverage accounting.
+  // Called for every case judged (passing or not), in order (the daemon counts cases per dtype;
+  // the run's coverage is FuzzReport::coverage).
   std::function<void(const CaseResult&)> on_case;
 };
 

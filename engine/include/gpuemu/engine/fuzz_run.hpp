@@ -2,11 +2,13 @@
 // client that runs it elsewhere and hands its outputs to the daemon case by case — feeds every
 // judged case to the same FuzzRun, which keeps the run's books: which cases are still to run,
 // which failures get the full diagnosis (the budget), the repro command of each failure, the first
-// failure, the case closest to its envelope, fail-fast, and the summary (FuzzReport) every client
-// renders. Minimizing the first failures needs the kernel, so Engine::fuzz does it when the request
-// asks (FuzzRequest::minimize); a client-side run minimizes where its kernel is.
+// failure, the case closest to its envelope, the coverage of its cases, fail-fast, and the summary
+// (FuzzReport) every client renders. Minimizing the first failures needs the kernel, so
+// Engine::fuzz does it when the request asks (FuzzRequest::minimize); a client-side run minimizes
+// where its kernel is.
 #pragma once
 
+#include "gpuemu/engine/coverage.hpp"
 #include "gpuemu/engine/engine.hpp"
 
 #include <algorithm>
@@ -52,6 +54,10 @@ class FuzzRun {
   // its repro command; a failure given no diagnosis is recorded as "not diagnosed". Cases may
   // come in any order (a client's chunks); the failures are kept in index order.
   void record(CaseResult r);
+  // Counts a judged case in the run's coverage (FuzzReport::coverage). Engine::fuzz counts every
+  // case it judges; record() does not, since a client-side run records a passing case by its
+  // index and verdict alone (the daemon counts those runs' coverage per submission).
+  void count_coverage(const TestCase& c);
 
   const FuzzReport& report() const { return m_report; }
   std::chrono::steady_clock::time_point started() const { return m_start; }

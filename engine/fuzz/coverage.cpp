@@ -1,9 +1,7 @@
-// Coverage accounting (docs/protocol.md, `runs` and `coverage`).
+// Coverage accounting (gpuemu/engine/coverage.hpp; docs/protocol.md, `runs` and `coverage`).
 #include "gpuemu/engine/coverage.hpp"
 
-#include "gpuemu/protocol/wire/coverage.hpp"
-
-namespace gpuemu::server {
+namespace gpuemu {
 
 std::vector<std::string> shape_classes(std::int64_t n) {
   std::vector<std::string> c;
@@ -15,7 +13,8 @@ std::vector<std::string> shape_classes(std::int64_t n) {
   return c;
 }
 
-namespace {
+// A named namespace: the engine is unity-built, and these names would meet its other files'.
+namespace coverage_counts {
 
 void bump(Json& obj, const std::string& key, std::int64_t by = 1) {
   if (!obj.is_object()) obj = Json::object();
@@ -25,9 +24,10 @@ void bump(Json& obj, const std::string& key, std::int64_t by = 1) {
 const char* k_distributions[] = {"regular", "boundary", "adversarial", "special"};
 const char* k_classes[] = {"unit", "partial_tile", "full_tiles", "multi_block", "long"};
 
-}  // namespace
+}  // namespace coverage_counts
 
 void coverage_add(Json& cov, const TestCase& c) {
+  using coverage_counts::bump;
   bump(cov["dtypes"], std::string(dtype_name(c.dtype)));
   bump(cov["distributions"], std::string(distribution_name(c.distribution)));
   for (const auto& [name, l] : c.layouts) bump(cov["layouts"], l.kind);
@@ -41,7 +41,7 @@ void coverage_merge(Json& into, const Json& add) {
   if (!into.is_object()) into = Json::object();
   for (const auto& [k, v] : add.items()) {
     if (v.is_number_integer())
-      bump(into, k, v.get<std::int64_t>());
+      coverage_counts::bump(into, k, v.get<std::int64_t>());
     else if (v.is_object())
       coverage_merge(into[k], v);
   }
@@ -65,7 +65,7 @@ Json coverage_report(const OpSchema& schema, const Json& cov) {
   };
   for (DType d : schema.dtypes)
     check("dtype", std::string(dtype_name(d)), cov.value("dtypes", Json::object()));
-  for (const char* d : k_distributions)
+  for (const char* d : coverage_counts::k_distributions)
     check("distribution", d, cov.value("distributions", Json::object()));
   if (!schema.inputs.empty())
     for (const char* l : {"contiguous", "transposed"})
@@ -73,7 +73,7 @@ Json coverage_report(const OpSchema& schema, const Json& cov) {
   for (const DimDomain& dim : schema.dims) {
     if (!dim.expr.empty()) continue;  // derived dims follow the others
     const Json shapes = cov.value("shapes", Json::object()).value(dim.name, Json::object());
-    for (const char* cls : k_classes) {
+    for (const char* cls : coverage_counts::k_classes) {
       // Only classes the dim's domain can reach count.
       bool reachable = false;
       if (!dim.values.empty()) {
@@ -96,54 +96,4 @@ Json coverage_report(const OpSchema& schema, const Json& cov) {
   return r;
 }
 
-namespace {
-
-Result<wire::RunsReply> runs(DaemonContext& ctx, const wire::RunsRequest& p) {
-  if (!ctx.store) return make_error(ErrorCode::unavailable, "this daemon has no store");
-  const std::string& op = p.op;
-  GPUEMU_TRY(auto list, ctx.store->list_runs(p.limit));
-  wire::RunsReply out;
-  // An op's runs include the gradients part of its backward=True runs (op <op>_backward,
-  // part_of.op = op), which the report joins to their forward part.
-  auto part_of_op = [&](const Json& r) {
-    const auto it = r.find("part_of");
-    return it != r.end() && it->is_object() && it->value("op", "") == op;
-  };
-  for (auto& r : list)
-    if (op.empty() || r.value("op", "") == op || part_of_op(r)) out.runs.push_back(std::move(r));
-  return out;
-}
-
-Result<wire::CoverageReply> coverage(DaemonContext& ctx, const wire::CoverageRequest& p) {
-  if (!ctx.store) return make_error(ErrorCode::unavailable, "this daemon has no store");
-  const std::string& only = p.op;
-  if (!only.empty()) GPUEMU_TRY_STATUS(ctx.engine.catalogue().get(only));
-  GPUEMU_TRY(auto list, ctx.store->list_runs(0));
-  std::map<std::string, Json> by_op;
-  std::map<std::string, std::int64_t> run_count;
-  for (const auto& r : list) {
-    const std::string op = r.value("op", "");
-    if (op.empty() || (!only.empty() && op != only) || !r.contains("coverage")) continue;
-    coverage_merge(by_op[op], r["coverage"]);
-    ++run_count[op];
-  }
-  wire::CoverageReply out;
-  Json& ops = out.ops;
-  for (const OpSchema* s : ctx.engine.catalogue().all()) {
-    if (!only.empty() && s->name != only) continue;
-    if (only.empty() && !by_op.count(s->name) && !p.all) continue;
-    Json rep = coverage_report(*s, by_op.count(s->name) ? by_op[s->name] : Json::object());
-    rep["runs"] = run_count[s->name];
-    ops.push_back(std::move(rep));
-  }
-  return out;
-}
-
-}  // namespace
-
-void add_coverage_handlers(HandlerTable& out) {
-  out["runs"] = typed(runs);
-  out["coverage"] = typed(coverage);
-}
-
-}  // namespace gpuemu::server
+}  // namespace gpuemu
