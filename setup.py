@@ -1,5 +1,5 @@
 """Builds the gpuemu wheel with CMake: gpuemu._core, the gpuemu CLI and gpuemu-daemon, and the data
-they find next to themselves (include/gpuemu/install_paths.hpp):
+they find next to themselves (engine/include/gpuemu/engine/install_paths.hpp):
 
     gpuemu/_core.<abi>.so
     gpuemu/bin/gpuemu, gpuemu/bin/gpuemu-daemon     (console scripts gpuemu, gpuemu-daemon exec them)

@@ -15,8 +15,8 @@
 // out=false --present lse=false for flash_attention_backward; docs/python.md).
 //
 // Exit 0 when no control failed and every bug was caught, 1 otherwise. A long run, not a test.
-#include "gpuemu/engine.hpp"
-#include "gpuemu/rng.hpp"
+#include "gpuemu/engine/engine.hpp"
+#include "gpuemu/engine/rng.hpp"
 
 #include <algorithm>
 #include <chrono>

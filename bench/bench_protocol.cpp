@@ -5,8 +5,8 @@
 //   BM_validate/<op>/<size>   cases/s of submit_outputs (fp64 reference + verdict) through the
 //                             daemon vs BM_judge_in_process/<op>/<size> (the same work, no
 //                             transport)
-#include "gpuemu/client.hpp"
-#include "gpuemu/engine.hpp"
+#include "gpuemu/protocol/client.hpp"
+#include "gpuemu/engine/engine.hpp"
 
 #include <benchmark/benchmark.h>
 #include <nng/nng.h>

@@ -20,8 +20,8 @@
 //    pages, which no allocation avoids); MODE 2 the same, then written once, rows claimed by every
 //    core as the references' loops do (ops::parallel_rows): the floor of returning K outputs.
 // Run: build/bin/bench_reference (or `make bench` / scripts/bench.sh, which prints the ratios).
-#include "gpuemu/catalogue.hpp"
-#include "gpuemu/rng.hpp"
+#include "gpuemu/engine/catalogue.hpp"
+#include "gpuemu/engine/rng.hpp"
 #include "core/ref_heap.hpp"
 #include "ops/gemm_blas.hpp"
 #include "ops/op_util.hpp"

@@ -9,9 +9,9 @@
 // after one warm-up, the ratios, and how far the
 // two disagree (max |gpu - cpu| / (|cpu| + c_acc) over the values and over the bounds).
 // The GPU's time includes the transfers of inputs and outputs between host and device.
-#include "gpuemu/catalogue.hpp"
-#include "gpuemu/dtype.hpp"
-#include "gpuemu/oracle_backend.hpp"
+#include "gpuemu/engine/catalogue.hpp"
+#include "gpuemu/engine/dtype.hpp"
+#include "gpuemu/engine/oracle_backend.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -2,7 +2,7 @@
 
 #include "cli_common.hpp"
 
-#include <gpuemu/error.hpp>
+#include <gpuemu/base/error.hpp>
 
 #include <sstream>
 

@@ -6,7 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include <gpuemu/fuzz.hpp>
+#include <gpuemu/engine/fuzz.hpp>
 
 #include <string>
 #include <vector>

@@ -5,7 +5,7 @@
 // exactly the unsharded run: the same cases (same seed, same indices), so the same verdicts.
 #pragma once
 
-#include <gpuemu/error.hpp>
+#include <gpuemu/base/error.hpp>
 
 #include <cstdint>
 #include <map>

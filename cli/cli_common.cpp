@@ -1,6 +1,6 @@
 #include "cli_common.hpp"
 
-#include <gpuemu/error.hpp>
+#include <gpuemu/base/error.hpp>
 
 #include <sstream>
 

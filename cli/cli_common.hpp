@@ -10,7 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include <gpuemu/fuzz.hpp>
+#include <gpuemu/engine/fuzz.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>

@@ -5,11 +5,11 @@
 #include "cli_common.hpp"
 #include "daemon_link.hpp"
 #include "progress.hpp"
-#include "project_loader.hpp"
+#include "gpuemu/project/project_loader.hpp"
 
-#include <gpuemu/engine.hpp>
-#include <gpuemu/malloc_tuning.hpp>
-#include "script_kernels/script_kernel.hpp"
+#include <gpuemu/engine/engine.hpp>
+#include <gpuemu/engine/malloc_tuning.hpp>
+#include "gpuemu/script/script_kernel.hpp"
 
 #include <unistd.h>
 #include <chrono>
@@ -216,13 +216,13 @@ void register_fuzz_commands(CLI::App& app, CliContext& ctx) {
     Engine engine = make_engine();
     Result<KernelRunner> runner = [&]() -> Result<KernelRunner> {
       if (!kernel.empty()) return engine.builtin_kernel(op, kernel);
-      server::ScriptKernelSpec spec;
+      script::ScriptKernelSpec spec;
       spec.script = kernel_spec["script"].get<std::string>();
       spec.function = kernel_spec["function"].get<std::string>();
       spec.framework = framework;
       spec.python = python;
       spec.timeout_s = script_timeout;
-      return server::make_script_kernel(spec);
+      return script::make_script_kernel(spec);
     }();
     if (!runner) throw GpuemuException(runner.error());
     // --case I: the run's case I alone, through the same loop (diagnosed, with its repro).

@@ -5,7 +5,7 @@
 // that its flags, output and exit status are the module's (docs/kernelbench.md).
 #include "cli_common.hpp"
 
-#include "script_kernels/script_kernel.hpp"
+#include "gpuemu/script/script_kernel.hpp"
 
 #include <cerrno>
 #include <cstdlib>
@@ -23,12 +23,12 @@ void register_kernelbench_commands(CLI::App& app, CliContext& ctx) {
   kb->prefix_command();  // every argument, --help included, goes to the judge
   kb->set_help_flag();
   kb->callback([&ctx, kb] {
-    auto runner = server::locate_script_runner();
+    auto runner = script::locate_script_runner();
     if (!runner) {
       ctx.exit_code = print_error(runner.error().message);
       return;
     }
-    const std::string python = server::default_script_python(*runner);
+    const std::string python = script::default_script_python(*runner);
     const std::filesystem::path package_dir = std::filesystem::path(*runner).parent_path().parent_path();
     std::string path = package_dir.string();
     if (const char* old = std::getenv("PYTHONPATH"); old && *old) path += std::string(":") + old;

@@ -1,5 +1,5 @@
 // `gpuemu lint`: flags in, service call, document out. Everything else lives in gpuemu_lint
-// (include/gpuemu/lint/lint.hpp); see docs/lint.md.
+// (gpuemu/lint/lint.hpp); see docs/lint.md.
 #include "cli_common.hpp"
 #include "daemon_link.hpp"
 

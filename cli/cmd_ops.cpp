@@ -2,8 +2,8 @@
 #include "case_flags.hpp"
 #include "cli_common.hpp"
 
-#include <gpuemu/catalogue.hpp>
-#include <gpuemu/fuzz.hpp>
+#include <gpuemu/engine/catalogue.hpp>
+#include <gpuemu/engine/fuzz.hpp>
 
 #include <iomanip>
 

@@ -3,12 +3,12 @@
 #include "cli_common.hpp"
 #include "daemon_link.hpp"
 #include "progress.hpp"
-#include "project_loader.hpp"
+#include "gpuemu/project/project_loader.hpp"
 #include "report_signing.hpp"
 #include "report_stats.hpp"
 #include "report_writers.hpp"
 
-#include <gpuemu/protocol.hpp>
+#include <gpuemu/protocol/protocol.hpp>
 #include "gpuemu/lint/lint.hpp"
 
 #include <unistd.h>

@@ -4,9 +4,9 @@
 
 #include "cli_common.hpp"
 
-#include <gpuemu/client.hpp>
-#include <gpuemu/engine.hpp>
-#include <gpuemu/wire/wire.hpp>
+#include <gpuemu/protocol/client.hpp>
+#include <gpuemu/engine/engine.hpp>
+#include <gpuemu/protocol/wire/wire.hpp>
 
 #include <memory>
 
@@ -26,7 +26,7 @@ std::unique_ptr<DaemonClient> connect_daemon(bool autostart = true);
 // A request whose errors are thrown.
 Json call_daemon(DaemonClient& client, const std::string& method, Json params,
                  protocol::Frame* reply = nullptr);
-// A typed request (include/gpuemu/wire/*.hpp) whose errors are thrown.
+// A typed request (gpuemu/protocol/wire/*.hpp) whose errors are thrown.
 template <class Request>
 Json call_daemon(DaemonClient& client, const Request& request, protocol::Frame* reply = nullptr) {
   return call_daemon(client, std::string(Request::k_method), to_json(request), reply);

@@ -1,6 +1,6 @@
 #include "error_map_svg.hpp"
 
-#include <gpuemu/xml_escape.hpp>
+#include <gpuemu/base/xml_escape.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -2,10 +2,10 @@
 #include "cli_common.hpp"
 #include "daemon_link.hpp"
 
-#include <gpuemu/client.hpp>
-#include <gpuemu/error.hpp>
-#include <gpuemu/install_paths.hpp>
-#include <gpuemu/protocol.hpp>
+#include <gpuemu/protocol/client.hpp>
+#include <gpuemu/base/error.hpp>
+#include <gpuemu/engine/install_paths.hpp>
+#include <gpuemu/protocol/protocol.hpp>
 
 int main(int argc, char** argv) {
   using namespace gpuemu::cli;

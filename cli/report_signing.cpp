@@ -3,7 +3,7 @@
 
 #include <sodium.h>
 #include <sys/stat.h>
-#include <gpuemu/protocol.hpp>
+#include <gpuemu/protocol/protocol.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>

@@ -3,7 +3,7 @@
 // lives in $GPUEMU_HOME/keys/ (created on first use, the secret key 0600). Verification is offline.
 #pragma once
 
-#include <gpuemu/error.hpp>
+#include <gpuemu/base/error.hpp>
 
 #include <string>
 

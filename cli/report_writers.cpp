@@ -3,7 +3,7 @@
 
 #include "error_map_svg.hpp"
 
-#include <gpuemu/error.hpp>
+#include <gpuemu/base/error.hpp>
 
 #include <algorithm>
 #include <ctime>

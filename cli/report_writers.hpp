@@ -13,7 +13,7 @@
 // HTML draws each failure's error_map (error_map_svg.hpp), the pass rates and the first failures.
 #pragma once
 
-#include <gpuemu/xml_escape.hpp>
+#include <gpuemu/base/xml_escape.hpp>
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -28,6 +28,6 @@ std::string report_html(const nlohmann::json& doc);
 std::string render_report(const nlohmann::json& doc, const std::string& format);
 
 // Escapes text for XML and HTML content and attributes.
-using gpuemu::xml_escape;  // include/gpuemu/xml_escape.hpp
+using gpuemu::xml_escape;  // gpuemu/base/xml_escape.hpp
 
 }  // namespace gpuemu::cli

@@ -1,8 +1,8 @@
 // gpuemu-daemon: owns the fuzzer, the fp64 oracle, the calibrator, the analyzer and the failure
 // store; clients talk to it over NNG (docs/protocol.md). One daemon per GPUEMU_HOME (a lock file).
-#include "gpuemu/malloc_tuning.hpp"
-#include "gpuemu/op.hpp"
-#include "gpuemu/oracle_backend.hpp"
+#include "gpuemu/engine/malloc_tuning.hpp"
+#include "gpuemu/engine/op.hpp"
+#include "gpuemu/engine/oracle_backend.hpp"
 #include "server/nng_server.hpp"
 #include "server/pusher.hpp"
 

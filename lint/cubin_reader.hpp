@@ -13,7 +13,7 @@
 //  - Spill byte counts are not recorded anywhere in the cubin.
 #pragma once
 
-#include "gpuemu/error.hpp"
+#include "gpuemu/base/error.hpp"
 
 #include <cstdint>
 #include <filesystem>

@@ -3,7 +3,7 @@
 // truncated or corrupted file is an invalid_argument error, never an out-of-bounds read.
 #pragma once
 
-#include "gpuemu/error.hpp"
+#include "gpuemu/base/error.hpp"
 
 #include <cstdint>
 #include <span>

@@ -2,7 +2,7 @@
 // the CUDA tools without a shell).
 #pragma once
 
-#include "gpuemu/error.hpp"
+#include "gpuemu/base/error.hpp"
 
 #include <cstdint>
 #include <filesystem>

@@ -4,7 +4,7 @@
 // ("name", "num_warps", "num_stages", ...) makes the unit a Triton cache entry.
 #pragma once
 
-#include "gpuemu/error.hpp"
+#include "gpuemu/base/error.hpp"
 
 #include <filesystem>
 #include <string>

@@ -4,7 +4,7 @@
 // module level that is not a directive, binary bytes) is an invalid_argument error naming the line.
 #pragma once
 
-#include "gpuemu/error.hpp"
+#include "gpuemu/base/error.hpp"
 #include "gpuemu/lint/metrics.hpp"
 
 #include <cstdint>

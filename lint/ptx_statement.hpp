@@ -2,7 +2,7 @@
 // about well-formedness (everything is bounds-checked; numbers are range-checked).
 #pragma once
 
-#include "gpuemu/error.hpp"
+#include "gpuemu/base/error.hpp"
 #include "ptx_parser.hpp"
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // JUnit XML: one test case per kernel (and per vanished baseline kernel); error findings are
 // failures, warnings and notes go to the case's system-out.
 #include "gpuemu/lint/report.hpp"
-#include "gpuemu/xml_escape.hpp"
+#include "gpuemu/base/xml_escape.hpp"
 
 #include <map>
 #include <sstream>

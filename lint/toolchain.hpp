@@ -3,7 +3,7 @@
 // its own directories. Failures are one-line errors quoting the tool's first error line.
 #pragma once
 
-#include "gpuemu/error.hpp"
+#include "gpuemu/base/error.hpp"
 #include "ptxas_output.hpp"
 
 #include <filesystem>

@@ -5,7 +5,7 @@
 
 #include <toml++/toml.h>
 #include <gpuemu/lint/policy.hpp>
-#include <gpuemu/op_schema.hpp>
+#include <gpuemu/engine/op_schema.hpp>
 
 #include <algorithm>
 #include <fstream>

@@ -1,6 +1,6 @@
 // Test cases and fuzz options on the wire, and the exact input snapshot a failure keeps
 // (docs/protocol.md, "Cases").
-#include "gpuemu/protocol.hpp"
+#include "gpuemu/protocol/protocol.hpp"
 
 namespace gpuemu::protocol {
 namespace {

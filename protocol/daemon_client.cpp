@@ -1,6 +1,6 @@
 // DaemonClient: NNG req over a context per call; autostart of the daemon.
-#include "gpuemu/client.hpp"
-#include "gpuemu/wire/info.hpp"
+#include "gpuemu/protocol/client.hpp"
+#include "gpuemu/protocol/wire/info.hpp"
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>

@@ -1,5 +1,5 @@
 // Frame encoding and decoding (docs/protocol.md, "Framing").
-#include "gpuemu/protocol.hpp"
+#include "gpuemu/protocol/protocol.hpp"
 
 #include <sys/mman.h>
 

@@ -1,5 +1,5 @@
 // Where a daemon lives: $GPUEMU_HOME and the paths under it (docs/protocol.md, "Discovery").
-#include "gpuemu/protocol.hpp"
+#include "gpuemu/protocol/protocol.hpp"
 
 #include <pwd.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
-// Shared-memory arenas and the daemon's checked mappings of them (include/gpuemu/shm.hpp).
-#include "gpuemu/shm.hpp"
+// Shared-memory arenas and the daemon's checked mappings of them (gpuemu/protocol/shm.hpp).
+#include "gpuemu/protocol/shm.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

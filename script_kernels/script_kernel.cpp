@@ -1,13 +1,13 @@
 // Script kernels (docs/script-kernels.md): a case as a request to the script process
 // (script_process.hpp), and its reply as the engine's outputs.
-#include "script_kernels/script_kernel.hpp"
+#include "gpuemu/script/script_kernel.hpp"
 
-#include "gpuemu/protocol.hpp"
-#include "script_kernels/script_process.hpp"
+#include "gpuemu/protocol/protocol.hpp"
+#include "gpuemu/script/script_process.hpp"
 
 #include <mutex>
 
-namespace gpuemu::server {
+namespace gpuemu::script {
 namespace {
 
 std::shared_ptr<const Catalogue> default_catalogue() {
@@ -101,4 +101,4 @@ Result<KernelRunner> make_script_kernel(ScriptKernelSpec spec) {
   });
 }
 
-}  // namespace gpuemu::server
+}  // namespace gpuemu::script

@@ -1,7 +1,7 @@
 // The script subprocess (script_process.hpp; docs/script-kernels.md is the spec of the exchange).
-#include "script_kernels/script_process.hpp"
+#include "gpuemu/script/script_process.hpp"
 
-#include "gpuemu/install_paths.hpp"
+#include "gpuemu/engine/install_paths.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -24,7 +24,7 @@
 
 extern char** environ;
 
-namespace gpuemu::server {
+namespace gpuemu::script {
 namespace {
 
 namespace fs = std::filesystem;
@@ -485,4 +485,4 @@ Result<std::shared_ptr<ScriptProcess>> start_script_process(ScriptKernelSpec spe
   return process;
 }
 
-}  // namespace gpuemu::server
+}  // namespace gpuemu::script

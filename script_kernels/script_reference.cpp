@@ -1,11 +1,11 @@
 // A custom op's Python reference over the script process (script_reference.hpp).
-#include "script_kernels/script_reference.hpp"
+#include "gpuemu/script/script_reference.hpp"
 
-#include "script_kernels/script_process.hpp"
+#include "gpuemu/script/script_process.hpp"
 
 #include <cmath>
 
-namespace gpuemu::server {
+namespace gpuemu::script {
 namespace {
 
 std::string shape_text(const Shape& s) {
@@ -137,4 +137,4 @@ Result<std::shared_ptr<const ExternalReference>> make_torch_op_reference(ScriptK
       std::make_shared<ScriptReference>(process, std::move(schema_text)));
 }
 
-}  // namespace gpuemu::server
+}  // namespace gpuemu::script

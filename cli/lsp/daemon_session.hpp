@@ -3,8 +3,8 @@
 // user's actions), polls do not (a daemon the user stopped stays stopped).
 #pragma once
 
-#include <gpuemu/client.hpp>
-#include <gpuemu/wire/wire.hpp>
+#include <gpuemu/protocol/client.hpp>
+#include <gpuemu/protocol/wire/wire.hpp>
 
 #include <chrono>
 #include <memory>
@@ -25,7 +25,7 @@ class DaemonSession {
   // One request; the reply's result or its error. Drops the connection when the daemon is gone.
   Result<Json> call(const std::string& method, Json params, bool autostart,
                     std::optional<std::chrono::milliseconds> timeout = {});
-  // A typed request (include/gpuemu/wire/*.hpp).
+  // A typed request (gpuemu/protocol/wire/*.hpp).
   template <class Request>
   Result<Json> call(const Request& r, bool autostart,
                     std::optional<std::chrono::milliseconds> timeout = {}) {

@@ -3,7 +3,7 @@
 // done by one thread; writes may come from any thread (they are serialised).
 #pragma once
 
-#include <gpuemu/error.hpp>
+#include <gpuemu/base/error.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>

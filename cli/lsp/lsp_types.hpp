@@ -3,7 +3,7 @@
 // error naming its path ("params.textDocument.uri: expected a string").
 #pragma once
 
-#include <gpuemu/error.hpp>
+#include <gpuemu/base/error.hpp>
 #include <nlohmann/json.hpp>
 
 #include <string>

@@ -1,6 +1,6 @@
 #include "lsp/op_runner.hpp"
 
-#include <gpuemu/protocol.hpp>
+#include <gpuemu/protocol/protocol.hpp>
 
 #include <algorithm>
 #include <cmath>

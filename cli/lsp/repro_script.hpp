@@ -4,7 +4,7 @@
 // --minimize, shrinks it with Client().minimize) and prints the result as one JSON line.
 #pragma once
 
-#include <gpuemu/error.hpp>
+#include <gpuemu/base/error.hpp>
 #include <nlohmann/json.hpp>
 
 #include <string>

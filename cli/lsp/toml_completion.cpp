@@ -4,7 +4,7 @@
 #include "lsp/toml_document.hpp"
 #include <gpuemu/project/project_keys.hpp>
 
-#include <gpuemu/dtype.hpp>
+#include <gpuemu/engine/dtype.hpp>
 
 namespace gpuemu::lsp {
 

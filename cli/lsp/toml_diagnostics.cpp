@@ -5,7 +5,7 @@
 #include <gpuemu/project/project_keys.hpp>
 
 #include <toml++/toml.h>
-#include <gpuemu/dtype.hpp>
+#include <gpuemu/engine/dtype.hpp>
 
 #include <algorithm>
 #include <cstdlib>

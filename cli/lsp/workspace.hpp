@@ -3,7 +3,7 @@
 // first one above it), parsed by the same reader as `gpuemu ci`.
 #pragma once
 
-#include "project_loader.hpp"
+#include "gpuemu/project/project_loader.hpp"
 
 #include <map>
 #include <mutex>

@@ -1,6 +1,6 @@
-#include "server/case_cache.hpp"
+#include "case_cache.hpp"
 
-#include "gpuemu/verdict.hpp"
+#include "gpuemu/engine/verdict.hpp"
 
 #include <exception>
 

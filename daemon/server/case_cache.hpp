@@ -14,9 +14,9 @@
 // cases of the daemon's own catalogue are kept (a request with a custom_op builds its own).
 #pragma once
 
-#include "gpuemu/catalogue.hpp"
-#include "gpuemu/fuzz.hpp"
-#include "gpuemu/op.hpp"
+#include "gpuemu/engine/catalogue.hpp"
+#include "gpuemu/engine/fuzz.hpp"
+#include "gpuemu/engine/op.hpp"
 
 #include <chrono>
 #include <condition_variable>

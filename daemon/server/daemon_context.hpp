@@ -3,12 +3,12 @@
 // turn wire frames into engine calls and results back into frames.
 #pragma once
 
-#include "gpuemu/engine.hpp"
-#include "gpuemu/fuzz_run.hpp"
-#include "gpuemu/protocol.hpp"
-#include "gpuemu/store.hpp"
-#include "gpuemu/wire/fields.hpp"
-#include "server/case_cache.hpp"
+#include "gpuemu/engine/engine.hpp"
+#include "gpuemu/engine/fuzz_run.hpp"
+#include "gpuemu/protocol/protocol.hpp"
+#include "gpuemu/store/store.hpp"
+#include "gpuemu/protocol/wire/fields.hpp"
+#include "case_cache.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -286,7 +286,7 @@ struct DaemonContext {
 // A request handler: the request frame in, a reply frame (or an error) out.
 using Handler = std::function<Result<protocol::Frame>(DaemonContext&, const protocol::Frame&)>;
 
-// A method of the registry (include/gpuemu/wire/registry.hpp: its name, fast, summary) with its
+// A method of the registry (gpuemu/protocol/wire/registry.hpp: its name, fast, summary) with its
 // handler.
 struct Command {
   std::string name;
@@ -303,7 +303,7 @@ const Command* find_command(std::string_view name);
 // Runs one request: finds its command, checks the header, maps any error to an error reply.
 protocol::Frame dispatch(DaemonContext& ctx, const protocol::Frame& request);
 
-// Handlers by method name, filled by the handler files (handlers_*.cpp, coverage.cpp).
+// Handlers by method name, filled by the handler files (handlers_*.cpp).
 using HandlerTable = std::map<std::string, Handler, std::less<>>;
 void add_info_handlers(HandlerTable& out);
 void add_fuzz_handlers(HandlerTable& out);

@@ -1,7 +1,7 @@
 // The command table and request dispatch (docs/protocol.md, "Requests").
-#include "server/daemon_context.hpp"
+#include "daemon_context.hpp"
 
-#include "gpuemu/wire/registry.hpp"
+#include "gpuemu/protocol/wire/registry.hpp"
 
 #include <spdlog/spdlog.h>
 

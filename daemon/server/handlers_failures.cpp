@@ -1,9 +1,9 @@
 // failures (list | get | delete | export | import), push, reproduce, minimize, diagnose: the
-// failures family (include/gpuemu/wire/failures.hpp).
-#include "server/records.hpp"
-#include "server/request_engine.hpp"
+// failures family (gpuemu/protocol/wire/failures.hpp).
+#include "records.hpp"
+#include "request_engine.hpp"
 
-#include "gpuemu/wire/failures.hpp"
+#include "gpuemu/protocol/wire/failures.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,12 +1,12 @@
 // fuzz, get_test_batch, submit_outputs, validate, calibrate: the fuzz family
-// (include/gpuemu/wire/fuzz.hpp).
-#include "gpuemu/fuzz_run.hpp"
-#include "gpuemu/verdict.hpp"
-#include "gpuemu/wire/fuzz.hpp"
-#include "server/coverage.hpp"
-#include "server/records.hpp"
-#include "server/request_engine.hpp"
-#include "server/supplied_reference.hpp"
+// (gpuemu/protocol/wire/fuzz.hpp).
+#include "gpuemu/engine/coverage.hpp"
+#include "gpuemu/engine/fuzz_run.hpp"
+#include "gpuemu/engine/verdict.hpp"
+#include "gpuemu/protocol/wire/fuzz.hpp"
+#include "records.hpp"
+#include "request_engine.hpp"
+#include "supplied_reference.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -132,10 +132,8 @@ Result<wire::FuzzReply> fuzz(DaemonContext& ctx, const wire::FuzzRequest& p) {
     return make_error(ErrorCode::invalid_argument,
                       "a client-side kernel cannot be fuzzed by the daemon: use get_test_batch and "
                       "submit_outputs");
-  Json cov = Json::object();
   Json by_dtype = Json::object();
-  fr.on_case = [&cov, &by_dtype](const CaseResult& r) {
-    coverage_add(cov, r.test_case);
+  fr.on_case = [&by_dtype](const CaseResult& r) {
     count_case(by_dtype, r.test_case, r.verdict.passed && r.kernel_error.empty());
   };
   ProgressEntry progress_entry;
@@ -177,7 +175,7 @@ Result<wire::FuzzReply> fuzz(DaemonContext& ctx, const wire::FuzzRequest& p) {
                 {"dtypes", protocol::options_to_json(fr.options).value("dtypes", Json::array())},
                 {"vary_attrs", fr.options.vary_attrs},
                 {"by_dtype", by_dtype},
-                {"coverage", cov},
+                {"coverage", report.coverage},
                 {"envelope", j.envelope}};
     if (!re.custom_op().is_null()) run["custom_op"] = true;
     if (auto rid = ctx.store->put_run(run)) j.run_id = *rid;

@@ -1,10 +1,10 @@
 // hello, ping, stats, list_ops, describe_op, shutdown, progress: the info family
-// (include/gpuemu/wire/info.hpp).
-#include "server/daemon_context.hpp"
+// (gpuemu/protocol/wire/info.hpp).
+#include "daemon_context.hpp"
 
-#include "gpuemu/oracle_backend.hpp"
-#include "gpuemu/wire/info.hpp"
-#include "gpuemu/wire/registry.hpp"
+#include "gpuemu/engine/oracle_backend.hpp"
+#include "gpuemu/protocol/wire/info.hpp"
+#include "gpuemu/protocol/wire/registry.hpp"
 
 #include <unistd.h>
 

@@ -1,11 +1,11 @@
 // lint and baselines: the PTX/SASS analyzer, with its baselines kept in the store.
-#include "server/daemon_context.hpp"
+#include "daemon_context.hpp"
 
 #include "gpuemu/lint/analyzer.hpp"
 #include "gpuemu/lint/diff.hpp"
 #include "gpuemu/lint/policy.hpp"
 #include "gpuemu/lint/report.hpp"
-#include "gpuemu/wire/lint.hpp"
+#include "gpuemu/protocol/wire/lint.hpp"
 
 namespace gpuemu::server {
 namespace {

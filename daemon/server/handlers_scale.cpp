@@ -1,10 +1,10 @@
 // Many runners, one place (docs/scale.md): calibrations (list, export, import: shared with their
 // provenance) and the outbox of a daemon that pushes to a central one (status, backlog, retry,
 // rejected, wait). The central side of a push is `push` (handlers_failures.cpp).
-#include "server/daemon_context.hpp"
-#include "server/pusher.hpp"
+#include "daemon_context.hpp"
+#include "pusher.hpp"
 
-#include "gpuemu/wire/scale.hpp"
+#include "gpuemu/protocol/wire/scale.hpp"
 
 #include <cmath>
 #include <thread>

@@ -1,5 +1,5 @@
 // NngServer: rep0 contexts, a work queue, token checks on tcp connections.
-#include "server/nng_server.hpp"
+#include "nng_server.hpp"
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
@@ -23,7 +23,7 @@ namespace gpuemu::server {
 struct NngServer::Impl {
   nng_socket sock = NNG_SOCKET_INITIALIZER;
   bool open = false;
-  // The mappings of each local pipe's shared-memory arenas (include/gpuemu/shm.hpp), dropped when
+  // The mappings of each local pipe's shared-memory arenas (gpuemu/protocol/shm.hpp), dropped when
   // the pipe closes; a request holds its peer's while it runs.
   std::mutex peers_mu;
   std::map<std::uint32_t, std::shared_ptr<shm::PeerMappings>> peers;

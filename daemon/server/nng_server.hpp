@@ -3,7 +3,7 @@
 // thread; everything else goes to a pool of worker threads (the oracle is CPU-bound).
 #pragma once
 
-#include "server/daemon_context.hpp"
+#include "daemon_context.hpp"
 
 #include <chrono>
 #include <condition_variable>

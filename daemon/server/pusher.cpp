@@ -1,8 +1,8 @@
-#include "server/pusher.hpp"
+#include "pusher.hpp"
 
-#include "gpuemu/client.hpp"
-#include "gpuemu/wire/failures.hpp"
-#include "gpuemu/wire/scale.hpp"
+#include "gpuemu/protocol/client.hpp"
+#include "gpuemu/protocol/wire/failures.hpp"
+#include "gpuemu/protocol/wire/scale.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -6,7 +6,7 @@
 // central import is idempotent: the same id with the same content is "present").
 #pragma once
 
-#include "server/daemon_context.hpp"
+#include "daemon_context.hpp"
 
 #include <condition_variable>
 #include <mutex>

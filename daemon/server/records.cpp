@@ -1,10 +1,10 @@
 // Failure records (docs/store.md, "Record meta") and kernel resolution.
-#include "server/records.hpp"
+#include "records.hpp"
 
-#include "server/request_engine.hpp"
-#include "script_kernels/script_kernel.hpp"
+#include "request_engine.hpp"
+#include "gpuemu/script/script_kernel.hpp"
 
-#include <gpuemu/error_map.hpp>
+#include <gpuemu/engine/error_map.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -50,7 +50,7 @@ Result<std::optional<KernelRunner>> resolve_kernel(const DaemonContext& ctx, con
   }
   if (kind == "script") {
     GPUEMU_TRY_STATUS(remote_script_allowed(ctx.config, "a script kernel"));
-    ScriptKernelSpec spec;
+    script::ScriptKernelSpec spec;
     GPUEMU_TRY(spec.script, string_param(kernel, "script"));
     GPUEMU_TRY(spec.function, string_param(kernel, "function"));
     spec.framework = kernel.value("framework", "numpy");
@@ -64,7 +64,7 @@ Result<std::optional<KernelRunner>> resolve_kernel(const DaemonContext& ctx, con
       return make_error(ErrorCode::invalid_argument,
                         "framework '" + spec.framework + "' is not supported (numpy, torch)");
     if (re) spec.catalogue = re->catalogue();
-    GPUEMU_TRY(KernelRunner r, make_script_kernel(spec));
+    GPUEMU_TRY(KernelRunner r, script::make_script_kernel(spec));
     return std::optional<KernelRunner>(std::move(r));
   }
   if (kind == "client") return std::optional<KernelRunner>();

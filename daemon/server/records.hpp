@@ -2,9 +2,9 @@
 // names ({"kind": "builtin" | "script" | "client", ...}) into something the engine can run.
 #pragma once
 
-#include "server/daemon_context.hpp"
+#include "daemon_context.hpp"
 
-#include <gpuemu/error_map.hpp>
+#include <gpuemu/engine/error_map.hpp>
 
 #include <optional>
 

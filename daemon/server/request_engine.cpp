@@ -1,8 +1,8 @@
 // RequestEngine (request_engine.hpp): custom ops and envelope overrides of one request.
-#include "server/request_engine.hpp"
+#include "request_engine.hpp"
 
-#include "script_kernels/script_reference.hpp"
-#include "server/supplied_reference.hpp"
+#include "gpuemu/script/script_reference.hpp"
+#include "supplied_reference.hpp"
 
 #include <filesystem>
 
@@ -24,8 +24,8 @@ Result<std::pair<std::string, std::string>> split_script(const std::string& text
 }
 
 // The interpreter and limits a custom op's reference runs under: the request's, else the daemon's.
-ScriptKernelSpec reference_process(const DaemonContext& ctx, const Json& ref) {
-  ScriptKernelSpec rs;
+script::ScriptKernelSpec reference_process(const DaemonContext& ctx, const Json& ref) {
+  script::ScriptKernelSpec rs;
   rs.python = ref.is_object() ? ref.value("python", ctx.config.python) : ctx.config.python;
   rs.timeout_s =
       ref.is_object() ? ref.value("timeout_s", ctx.config.script_timeout_s) : ctx.config.script_timeout_s;
@@ -56,13 +56,14 @@ Result<OpSchema> load_custom_op(const DaemonContext& ctx, const Json& spec) {
     if (ref.is_object() && ref.value("torch_op", false)) {
       // A torch op named in gpuemu.toml (FILE.py:NAME): the daemon runs its reference in a
       // script process (script_reference.hpp), so repro and minimize work from any client.
-      ScriptKernelSpec rs = reference_process(ctx, ref);
+      script::ScriptKernelSpec rs = reference_process(ctx, ref);
       GPUEMU_TRY(rs.script, string_param(ref, "script"));
       GPUEMU_TRY(rs.function, string_param(ref, "function"));
       GPUEMU_TRY_STATUS(remote_script_allowed(ctx.config, "the torch op '" + schema.name + "'"));
       if (!fs::path(rs.script).is_absolute()) rs.script = (base / rs.script).lexically_normal().string();
       GPUEMU_TRY(schema.external_reference,
-                 make_torch_op_reference(rs, doc->is_string() ? doc->get<std::string>() : doc->dump(1)));
+                 script::make_torch_op_reference(
+                     rs, doc->is_string() ? doc->get<std::string>() : doc->dump(1)));
       return schema;
     }
     // PyTorch code held by the client that made the op: it supplies each case's reference with
@@ -70,7 +71,7 @@ Result<OpSchema> load_custom_op(const DaemonContext& ctx, const Json& spec) {
     schema.external_reference = std::make_shared<SuppliedReference>();
     return schema;
   }
-  ScriptKernelSpec rs = reference_process(ctx, ref);
+  script::ScriptKernelSpec rs = reference_process(ctx, ref);
   if (ref.is_object()) {
     GPUEMU_TRY(rs.script, string_param(ref, "script"));
     GPUEMU_TRY(rs.function, string_param(ref, "function"));
@@ -87,7 +88,7 @@ Result<OpSchema> load_custom_op(const DaemonContext& ctx, const Json& spec) {
   GPUEMU_TRY_STATUS(remote_script_allowed(ctx.config, "the custom op '" + schema.name + "' reference"));
   if (!fs::path(rs.script).is_absolute()) rs.script = (base / rs.script).lexically_normal().string();
   schema.reference = "script:" + rs.script + ":" + rs.function;
-  GPUEMU_TRY(schema.external_reference, make_script_reference(rs));
+  GPUEMU_TRY(schema.external_reference, script::make_script_reference(rs));
   return schema;
 }
 

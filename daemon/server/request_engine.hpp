@@ -6,7 +6,7 @@
 // it stores carry the custom op's spec and the override, so repro/minimize/diagnose rebuild it.
 #pragma once
 
-#include "server/daemon_context.hpp"
+#include "daemon_context.hpp"
 
 #include <memory>
 #include <optional>

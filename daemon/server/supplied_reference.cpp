@@ -1,5 +1,5 @@
 // SuppliedReference (supplied_reference.hpp).
-#include "server/supplied_reference.hpp"
+#include "supplied_reference.hpp"
 
 #include <cmath>
 

@@ -5,8 +5,8 @@
 // has its own copy of the op), pointed at the item being judged.
 #pragma once
 
-#include "gpuemu/op.hpp"
-#include "gpuemu/protocol.hpp"
+#include "gpuemu/engine/op.hpp"
+#include "gpuemu/protocol/protocol.hpp"
 
 #include <memory>
 #include <string>

@@ -3,7 +3,7 @@
 // Internal to gpuemu_store.
 #pragma once
 
-#include "gpuemu/error.hpp"
+#include "gpuemu/base/error.hpp"
 
 #include <cstddef>
 #include <span>

@@ -11,7 +11,7 @@
 // Internal to gpuemu_store; nothing outside daemon/store includes this.
 #pragma once
 
-#include "gpuemu/error.hpp"
+#include "gpuemu/base/error.hpp"
 
 #include <lmdb.h>
 

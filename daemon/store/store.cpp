@@ -1,7 +1,7 @@
 // The Store: opening (directory, version check, named databases), map growth, and failure records.
 // Calibrations, baselines, runs and stats are in store_tables.cpp; the byte layouts in
 // store_codec.hpp; the design in docs/store.md.
-#include "gpuemu/store.hpp"
+#include "gpuemu/store/store.hpp"
 
 #include "store_impl.hpp"
 

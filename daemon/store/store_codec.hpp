@@ -16,8 +16,8 @@
 // meta          key  "version", "created_ms"                                 value  decimal text
 #pragma once
 
-#include "gpuemu/error.hpp"
-#include "gpuemu/store.hpp"
+#include "gpuemu/base/error.hpp"
+#include "gpuemu/store/store.hpp"
 
 #include <cstdint>
 #include <optional>

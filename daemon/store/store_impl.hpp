@@ -9,7 +9,7 @@
 // exclusively, because mdb_env_set_mapsize must run with no transaction of this process active.
 #pragma once
 
-#include "gpuemu/store.hpp"
+#include "gpuemu/store/store.hpp"
 #include "lmdb_handle.hpp"
 #include "map_gate.hpp"
 #include "store_codec.hpp"

@@ -3,7 +3,7 @@
 // (StoreOptions::outbox), so a record the daemon acknowledged is either pushed or still queued,
 // whatever dies in between; the pusher (daemon/server/pusher.cpp) peeks, sends, and removes what
 // the receiver acknowledged.
-#include "gpuemu/store.hpp"
+#include "gpuemu/store/store.hpp"
 
 #include "store_impl.hpp"
 

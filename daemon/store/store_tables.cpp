@@ -1,6 +1,6 @@
 // The Store's small JSON tables: calibrations, lint baselines, run history; and stats.
 // Failure records and opening are in store.cpp.
-#include "gpuemu/store.hpp"
+#include "gpuemu/store/store.hpp"
 
 #include "store_impl.hpp"
 

@@ -1,4 +1,4 @@
-#include "gpuemu/dtype.hpp"
+#include "gpuemu/engine/dtype.hpp"
 
 #include <algorithm>
 #include <array>

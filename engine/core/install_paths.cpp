@@ -1,4 +1,4 @@
-#include "gpuemu/install_paths.hpp"
+#include "gpuemu/engine/install_paths.hpp"
 
 #include <dlfcn.h>
 

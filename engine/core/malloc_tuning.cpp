@@ -1,4 +1,4 @@
-#include "gpuemu/malloc_tuning.hpp"
+#include "gpuemu/engine/malloc_tuning.hpp"
 
 #include <malloc.h>
 

@@ -1,6 +1,6 @@
 #include "core/ref_heap.hpp"
 
-#include "gpuemu/op.hpp"
+#include "gpuemu/engine/op.hpp"
 
 #include <algorithm>
 #include <cstdint>

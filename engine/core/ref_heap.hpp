@@ -1,4 +1,4 @@
-// The heap behind RefAllocator (include/gpuemu/op.hpp): where every reference output lives.
+// The heap behind RefAllocator (gpuemu/engine/op.hpp): where every reference output lives.
 //
 // Small blocks come from operator new. A large block (from k_large_bytes) is its own mapping,
 // 2 MiB-aligned and rounded up to whole 2 MiB, asked to be backed by transparent huge pages; a

@@ -1,4 +1,4 @@
-#include "gpuemu/rng.hpp"
+#include "gpuemu/engine/rng.hpp"
 
 #include <cmath>
 

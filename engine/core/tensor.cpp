@@ -1,6 +1,6 @@
-#include "gpuemu/tensor.hpp"
+#include "gpuemu/engine/tensor.hpp"
 
-#include "gpuemu/strided.hpp"
+#include "gpuemu/engine/strided.hpp"
 
 #include <algorithm>
 #include <cstdio>

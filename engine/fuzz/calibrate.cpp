@@ -1,8 +1,8 @@
 // Envelope calibration: 1.5 x the 95th percentile, over correct controls, of each case's maximum
 // normalised error, floored at what output rounding alone allows. Cases come from a seed space
 // disjoint from every fuzz run's.
-#include "gpuemu/engine.hpp"
-#include "gpuemu/rng.hpp"
+#include "gpuemu/engine/engine.hpp"
+#include "gpuemu/engine/rng.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,8 +1,8 @@
 #include "fuzz/shape_sampler.hpp"
 #include "fuzz/values.hpp"
-#include "gpuemu/strided.hpp"
-#include "gpuemu/fuzz.hpp"
-#include "gpuemu/rng.hpp"
+#include "gpuemu/engine/strided.hpp"
+#include "gpuemu/engine/fuzz.hpp"
+#include "gpuemu/engine/rng.hpp"
 
 #include <algorithm>
 

@@ -6,8 +6,8 @@
 // outputs and pass/fail on the probes, never the kernel's name. The rules and their order are
 // documented in docs/fuzzing.md ("Minimizer and diagnosis").
 #include "fuzz/signature.hpp"
-#include "gpuemu/engine.hpp"
-#include "gpuemu/rng.hpp"
+#include "gpuemu/engine/engine.hpp"
+#include "gpuemu/engine/rng.hpp"
 
 #include <algorithm>
 #include <cmath>

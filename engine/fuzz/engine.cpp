@@ -1,6 +1,6 @@
-#include "gpuemu/engine.hpp"
+#include "gpuemu/engine/engine.hpp"
 
-#include "gpuemu/fuzz_run.hpp"
+#include "gpuemu/engine/fuzz_run.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -123,6 +123,7 @@ Result<FuzzReport> Engine::fuzz(const FuzzRequest& req, const KernelRunner& kern
     const std::int64_t i = run.next_index() - 1;
     GPUEMU_TRY(TestCase c, gen.generate(req.seed, i));
     GPUEMU_TRY(CaseResult r, run_case(req.op, req.options, c, kernel));
+    run.count_coverage(r.test_case);
     if (req.on_case) req.on_case(r);
     switch (run.diagnosis_for(r)) {
       case FuzzRun::Diagnose::full: r.diagnosis = diagnose(req.op, req.options, r, &kernel); break;

@@ -1,5 +1,5 @@
-#include "gpuemu/engine.hpp"
-#include "gpuemu/install_paths.hpp"
+#include "gpuemu/engine/engine.hpp"
+#include "gpuemu/engine/install_paths.hpp"
 
 #include <cstdlib>
 #include <fstream>

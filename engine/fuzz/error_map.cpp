@@ -1,4 +1,4 @@
-#include "gpuemu/error_map.hpp"
+#include "gpuemu/engine/error_map.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "gpuemu/fuzz_run.hpp"
+#include "gpuemu/engine/fuzz_run.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -71,6 +71,8 @@ void FuzzRun::record(CaseResult r) {
                              [](std::int64_t x, const CaseResult& f) { return x < f.test_case.index; });
   m_report.failures.insert(at, std::move(r));
 }
+
+void FuzzRun::count_coverage(const TestCase& c) { coverage_add(m_report.coverage, c); }
 
 FuzzReport FuzzRun::finish() {
   m_report.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();

@@ -1,7 +1,7 @@
 // The minimizer: shrink each dim to where the failure starts (a pass/fail boundary such as
 // "fails at N=129, passes at N=128", else the smallest failing size), then simplify the values
 // while the case still fails.
-#include "gpuemu/engine.hpp"
+#include "gpuemu/engine/engine.hpp"
 
 #include <algorithm>
 #include <set>

@@ -1,4 +1,4 @@
-#include "gpuemu/precision.hpp"
+#include "gpuemu/engine/precision.hpp"
 
 #include <cmath>
 #include <limits>

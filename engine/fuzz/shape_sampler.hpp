@@ -1,8 +1,8 @@
 // Draws a case's dims from the schema's domains, weighted toward sizes that break tiled kernels.
 #pragma once
 
-#include "gpuemu/fuzz.hpp"
-#include "gpuemu/rng.hpp"
+#include "gpuemu/engine/fuzz.hpp"
+#include "gpuemu/engine/rng.hpp"
 
 namespace gpuemu {
 

@@ -5,7 +5,7 @@
 // restriction that excludes it (present / --with / with = [...], attrs / --attr).
 #pragma once
 
-#include "gpuemu/engine.hpp"
+#include "gpuemu/engine/engine.hpp"
 
 #include <optional>
 #include <string>

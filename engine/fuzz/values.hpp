@@ -1,8 +1,8 @@
 // Value distributions: what a case's inputs hold, op-aware (docs/fuzzing.md).
 #pragma once
 
-#include "gpuemu/fuzz.hpp"
-#include "gpuemu/rng.hpp"
+#include "gpuemu/engine/fuzz.hpp"
+#include "gpuemu/engine/rng.hpp"
 
 namespace gpuemu {
 

@@ -1,4 +1,4 @@
-#include "gpuemu/verdict.hpp"
+#include "gpuemu/engine/verdict.hpp"
 
 #include "ops/op_util.hpp"
 

@@ -7,7 +7,7 @@
 // without the max correction).
 #pragma once
 
-#include "gpuemu/dtype.hpp"
+#include "gpuemu/engine/dtype.hpp"
 
 #include <cstdint>
 

@@ -1,6 +1,6 @@
 #include "ops/attention_reference.hpp"
 
-#include "gpuemu/op.hpp"
+#include "gpuemu/engine/op.hpp"
 #include "ops/gemm_blas.hpp"
 #include "ops/gpu_oracle.hpp"
 #include "ops/lowp_emu.hpp"

@@ -6,7 +6,7 @@
 // channel offset forgotten).
 #pragma once
 
-#include "gpuemu/op.hpp"
+#include "gpuemu/engine/op.hpp"
 
 #include <cstdint>
 #include <vector>

@@ -4,7 +4,7 @@
 // fp32 bodies of the emulated kernels (inputs are the case dtype's values, exact in float).
 #pragma once
 
-#include "gpuemu/op.hpp"
+#include "gpuemu/engine/op.hpp"
 #include "ops/lowp_emu.hpp"
 #include "ops/op_util.hpp"
 

@@ -9,7 +9,7 @@
 // dgemm speed (the matmul benchmark compares that path with a bare cblas_dgemm).
 #pragma once
 
-#include "gpuemu/op.hpp"
+#include "gpuemu/engine/op.hpp"
 
 #include <cstdint>
 #include <vector>
@@ -43,7 +43,7 @@ RefVec abs_gemm_condition(const double* A, const double* B, std::int64_t M, std:
 double sqrt_len(std::int64_t n);
 
 // The weight of |a|·|b| in c_acc (counted in units of the fp32 roundoff) that a precision policy's
-// operand rounding adds (RefContext::operand_roundoff, gpuemu/precision.hpp): each product of two
+// operand rounding adds (RefContext::operand_roundoff, gpuemu/engine/precision.hpp): each product of two
 // operands off by u relative is off by 2u + u² of its magnitude, whatever K, so the GEMM's result
 // by at most (2u + u²)·(|a|·|b|). 0 under IEEE.
 inline double policy_weight(const RefContext& ctx) {

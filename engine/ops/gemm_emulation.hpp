@@ -5,7 +5,7 @@
 // controls of matmul, bmm, linear, conv1d/conv2d (implicit GEMM) and scaled_fp8_matmul.
 #pragma once
 
-#include "gpuemu/dtype.hpp"
+#include "gpuemu/engine/dtype.hpp"
 
 #include <cstdint>
 #include <cstring>

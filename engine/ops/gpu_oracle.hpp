@@ -15,7 +15,7 @@
 // computed on the CPU and the first such failure is reported on stderr. The backend is a speed choice; a verdict never depends on it.
 #pragma once
 
-#include "gpuemu/oracle_backend.hpp"
+#include "gpuemu/engine/oracle_backend.hpp"
 
 #include <cstdint>
 

@@ -5,7 +5,7 @@
 // instead of `acc +=`). Also the condition-term conventions those ops share.
 #pragma once
 
-#include "gpuemu/dtype.hpp"
+#include "gpuemu/engine/dtype.hpp"
 
 #include <algorithm>
 #include <array>

@@ -1,4 +1,4 @@
-#include "gpuemu/op.hpp"
+#include "gpuemu/engine/op.hpp"
 
 #include "fuzz/shape_sampler.hpp"
 #include "ops/register.hpp"

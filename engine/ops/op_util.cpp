@@ -1,7 +1,7 @@
 #include "ops/op_util.hpp"
 
 #include "core/ref_heap.hpp"
-#include "gpuemu/strided.hpp"
+#include "gpuemu/engine/strided.hpp"
 
 #include <algorithm>
 #include <cstddef>

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "core/parallel.hpp"
-#include "gpuemu/op.hpp"
+#include "gpuemu/engine/op.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -2,7 +2,7 @@
 // ops (reference, controls, known-buggy kernels) to the registry.
 #pragma once
 
-#include "gpuemu/op.hpp"
+#include "gpuemu/engine/op.hpp"
 
 namespace gpuemu::ops {
 

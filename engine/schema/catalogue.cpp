@@ -1,6 +1,6 @@
-#include "gpuemu/catalogue.hpp"
+#include "gpuemu/engine/catalogue.hpp"
 
-#include "gpuemu/install_paths.hpp"
+#include "gpuemu/engine/install_paths.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -4,7 +4,7 @@
 // name[i] (an element of an int-list attr; a plain int is its own every element).
 #pragma once
 
-#include "gpuemu/error.hpp"
+#include "gpuemu/base/error.hpp"
 
 #include <cstdint>
 #include <functional>

@@ -1,6 +1,6 @@
 // Parses and validates op schema documents (format: schemas/op.schema.json, docs/schemas.md).
 // Every error names the file and the line of the offending key.
-#include "gpuemu/op_schema.hpp"
+#include "gpuemu/engine/op_schema.hpp"
 #include "schema/expr.hpp"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
-// The fields of the coverage family's messages (include/gpuemu/wire/coverage.hpp).
-#include "gpuemu/wire/coverage.hpp"
+// The fields of the coverage family's messages (gpuemu/protocol/wire/coverage.hpp).
+#include "gpuemu/protocol/wire/coverage.hpp"
 
 namespace gpuemu::wire {
 

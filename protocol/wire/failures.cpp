@@ -1,5 +1,5 @@
-// The fields of the failures family's messages (include/gpuemu/wire/failures.hpp).
-#include "gpuemu/wire/failures.hpp"
+// The fields of the failures family's messages (gpuemu/protocol/wire/failures.hpp).
+#include "gpuemu/protocol/wire/failures.hpp"
 
 namespace gpuemu::wire {
 

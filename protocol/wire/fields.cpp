@@ -1,7 +1,7 @@
-// The mappers' shared pieces (include/gpuemu/wire/fields.hpp).
-#include "gpuemu/wire/fields.hpp"
+// The mappers' shared pieces (gpuemu/protocol/wire/fields.hpp).
+#include "gpuemu/protocol/wire/fields.hpp"
 
-#include "gpuemu/protocol.hpp"
+#include "gpuemu/protocol/protocol.hpp"
 
 namespace gpuemu::wire {
 

@@ -1,6 +1,6 @@
-// The fields of the fuzz family's messages (include/gpuemu/wire/fuzz.hpp), in the order the
+// The fields of the fuzz family's messages (gpuemu/protocol/wire/fuzz.hpp), in the order the
 // daemon checks them.
-#include "gpuemu/wire/fuzz.hpp"
+#include "gpuemu/protocol/wire/fuzz.hpp"
 
 namespace gpuemu::wire {
 

@@ -1,5 +1,5 @@
-// The fields of the info family's messages (include/gpuemu/wire/info.hpp), in wire order.
-#include "gpuemu/wire/info.hpp"
+// The fields of the info family's messages (gpuemu/protocol/wire/info.hpp), in wire order.
+#include "gpuemu/protocol/wire/info.hpp"
 
 namespace gpuemu::wire {
 

@@ -1,5 +1,5 @@
-// The fields of the lint family's messages (include/gpuemu/wire/lint.hpp).
-#include "gpuemu/wire/lint.hpp"
+// The fields of the lint family's messages (gpuemu/protocol/wire/lint.hpp).
+#include "gpuemu/protocol/wire/lint.hpp"
 
 namespace gpuemu::wire {
 

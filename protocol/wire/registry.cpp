@@ -1,13 +1,13 @@
-// The table of every method (include/gpuemu/wire/registry.hpp). A new method is one line here,
+// The table of every method (gpuemu/protocol/wire/registry.hpp). A new method is one line here,
 // its request and reply structs in its family's header and .cpp, and its handler.
-#include "gpuemu/wire/registry.hpp"
+#include "gpuemu/protocol/wire/registry.hpp"
 
-#include "gpuemu/wire/coverage.hpp"
-#include "gpuemu/wire/failures.hpp"
-#include "gpuemu/wire/fuzz.hpp"
-#include "gpuemu/wire/info.hpp"
-#include "gpuemu/wire/lint.hpp"
-#include "gpuemu/wire/scale.hpp"
+#include "gpuemu/protocol/wire/coverage.hpp"
+#include "gpuemu/protocol/wire/failures.hpp"
+#include "gpuemu/protocol/wire/fuzz.hpp"
+#include "gpuemu/protocol/wire/info.hpp"
+#include "gpuemu/protocol/wire/lint.hpp"
+#include "gpuemu/protocol/wire/scale.hpp"
 
 namespace gpuemu::wire {
 namespace {

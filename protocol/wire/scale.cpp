@@ -1,5 +1,5 @@
-// The fields of the scale family's messages (include/gpuemu/wire/scale.hpp).
-#include "gpuemu/wire/scale.hpp"
+// The fields of the scale family's messages (gpuemu/protocol/wire/scale.hpp).
+#include "gpuemu/protocol/wire/scale.hpp"
 
 namespace gpuemu::wire {
 

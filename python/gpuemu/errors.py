@@ -1,7 +1,7 @@
 """gpuemu's exceptions.
 
 Every error the engine reports carries a machine-readable code (``gpuemu::ErrorCode`` in
-``include/gpuemu/error.hpp``; the daemon's wire error codes are the same names). Each code maps to
+``base/include/gpuemu/base/error.hpp``; the daemon's wire error codes are the same names). Each code maps to
 one class here, all under :class:`GpuemuError`, so callers can catch as broadly or as narrowly as
 they need::
 

@@ -1,6 +1,6 @@
 """gpuemu's reproducible random numbers, in pure Python, bit for bit the same as the C++ engine.
 
-This is the algorithm of ``include/gpuemu/rng.hpp`` / ``engine/core/rng.cpp``, step for step
+This is the algorithm of ``engine/include/gpuemu/engine/rng.hpp`` / ``engine/core/rng.cpp``, step for step
 (documented in ``docs/rng.md``): xorshift128+ seeded through splitmix64, named sub-streams derived
 from ``(seed, domain)`` with FNV-1a over the domain's UTF-8 bytes, and value transforms that use only
 IEEE-exact operations in a fixed order (Python floats are IEEE doubles and CPython never fuses a

@@ -1,4 +1,4 @@
-// gpuemu._core.Connection: the C++ DaemonClient (include/gpuemu/client.hpp) for the Python Client
+// gpuemu._core.Connection: the C++ DaemonClient (gpuemu/protocol/client.hpp) for the Python Client
 // (python/gpuemu/client.py). Frames cross as (header JSON text, tensor tuples): request tensors are
 // read through the buffer protocol and copied once into the frame, or, when large and shared
 // memory is on, into an arena; reply tensors come back as uint8 numpy arrays sharing the decoded
@@ -6,8 +6,8 @@
 #include "convert.hpp"
 #include "register.hpp"
 
-#include "gpuemu/client.hpp"
-#include "gpuemu/malloc_tuning.hpp"
+#include "gpuemu/protocol/client.hpp"
+#include "gpuemu/engine/malloc_tuning.hpp"
 
 #include <pybind11/stl.h>
 
@@ -242,7 +242,7 @@ void register_client(py::module_& m) {
       .def_property_readonly("shm", &Connection::shm,
                              "The shared-memory hand-off: enabled, status, min_bytes, and the "
                              "bytes and tensors sent and received through arenas so far");
-  // The wire's version, from include/gpuemu/protocol.hpp: the one place it is written.
+  // The wire's version, from gpuemu/protocol/protocol.hpp: the one place it is written.
   m.attr("PROTOCOL_VERSION") = protocol::k_protocol_version;
   m.def("find_daemon_binary", &find_daemon_binary,
         "The gpuemu-daemon a client would start ('' when none is found)");

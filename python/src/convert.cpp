@@ -1,6 +1,6 @@
 #include "convert.hpp"
 
-#include "gpuemu/strided.hpp"
+#include "gpuemu/engine/strided.hpp"
 
 #include <pybind11/stl.h>
 

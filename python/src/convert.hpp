@@ -1,11 +1,11 @@
 // Conversions between Python objects and gpuemu values, shared by the binding files.
 #pragma once
 
-#include "gpuemu/dtype.hpp"
-#include "gpuemu/error.hpp"
-#include "gpuemu/op.hpp"
-#include "gpuemu/op_schema.hpp"
-#include "gpuemu/tensor.hpp"
+#include "gpuemu/engine/dtype.hpp"
+#include "gpuemu/base/error.hpp"
+#include "gpuemu/engine/op.hpp"
+#include "gpuemu/engine/op_schema.hpp"
+#include "gpuemu/engine/tensor.hpp"
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>

@@ -4,8 +4,8 @@
 #include "py_reference.hpp"
 #include "register.hpp"
 
-#include "gpuemu/engine.hpp"
-#include "gpuemu/malloc_tuning.hpp"
+#include "gpuemu/engine/engine.hpp"
+#include "gpuemu/engine/malloc_tuning.hpp"
 
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>

@@ -3,7 +3,7 @@
 // gpuemu.errors.error_from_code.
 #include "register.hpp"
 
-#include "gpuemu/error.hpp"
+#include "gpuemu/base/error.hpp"
 
 #include <string>
 

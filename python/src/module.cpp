@@ -2,7 +2,7 @@
 // here.
 #include "register.hpp"
 
-#include "gpuemu/install_paths.hpp"
+#include "gpuemu/engine/install_paths.hpp"
 
 namespace py = pybind11;
 

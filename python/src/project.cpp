@@ -5,10 +5,10 @@
 #include "convert.hpp"
 #include "register.hpp"
 
-#include "project_loader.hpp"
+#include "gpuemu/project/project_loader.hpp"
 
 #include <gpuemu/project/project_config.hpp>
-#include <gpuemu/protocol.hpp>
+#include <gpuemu/protocol/protocol.hpp>
 
 #include <pybind11/stl.h>
 

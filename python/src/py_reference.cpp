@@ -5,7 +5,7 @@
 
 #include "convert.hpp"
 
-#include "gpuemu/op.hpp"
+#include "gpuemu/engine/op.hpp"
 
 #include <pybind11/numpy.h>
 

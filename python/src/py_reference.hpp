@@ -2,7 +2,7 @@
 // whose reference is a Python callable.
 #pragma once
 
-#include "gpuemu/engine.hpp"
+#include "gpuemu/engine/engine.hpp"
 
 #include <pybind11/pybind11.h>
 

@@ -9,9 +9,9 @@
 #include "convert.hpp"
 #include "register.hpp"
 
-#include "gpuemu/catalogue.hpp"
-#include "gpuemu/malloc_tuning.hpp"
-#include "gpuemu/oracle_backend.hpp"
+#include "gpuemu/engine/catalogue.hpp"
+#include "gpuemu/engine/malloc_tuning.hpp"
+#include "gpuemu/engine/oracle_backend.hpp"
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>

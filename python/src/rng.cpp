@@ -1,7 +1,7 @@
 // The C++ Rng, bound so tests can check gpuemu.rng (pure Python) against it draw for draw.
 #include "register.hpp"
 
-#include "gpuemu/rng.hpp"
+#include "gpuemu/engine/rng.hpp"
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>

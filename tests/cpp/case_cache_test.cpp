@@ -3,8 +3,8 @@
 // and the background thread and a submission computing the same reference meet once.
 #include "server/case_cache.hpp"
 
-#include "gpuemu/engine.hpp"
-#include "gpuemu/verdict.hpp"
+#include "gpuemu/engine/engine.hpp"
+#include "gpuemu/engine/verdict.hpp"
 #include "source_engine.hpp"
 
 #include <gtest/gtest.h>

@@ -2,9 +2,9 @@
 // temporary GPUEMU_HOME with its own LMDB store. Client-side kernels via get_test_batch and
 // submit_outputs, the input-mutation check, concurrent requests, shutdown. The daemon's log is
 // printed when a test fails.
-#include "gpuemu/client.hpp"
-#include "gpuemu/engine.hpp"
-#include "gpuemu/wire/wire.hpp"
+#include "gpuemu/protocol/client.hpp"
+#include "gpuemu/engine/engine.hpp"
+#include "gpuemu/protocol/wire/wire.hpp"
 
 #include <gtest/gtest.h>
 

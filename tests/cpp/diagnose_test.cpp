@@ -2,7 +2,7 @@
 // accumulators overwritten or kept in low precision, a missing online-softmax rescale, wrong
 // constants, overflows, eps placement; and a kernel that reads its input as contiguous storage is a
 // stride assumption. Default settings (adversarial values, every dtype, layouts on).
-#include "gpuemu/engine.hpp"
+#include "gpuemu/engine/engine.hpp"
 #include "source_engine.hpp"
 
 #include <gtest/gtest.h>

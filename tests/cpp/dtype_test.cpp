@@ -4,8 +4,8 @@
 // +-Inf, NaN) encode exactly as a brute-force oracle written here says: the nearest value of the
 // format's sorted finite values (found by binary search), ties to the even mantissa, overflow per
 // the format's rule (docs/dtypes.md).
-#include "gpuemu/dtype.hpp"
-#include "gpuemu/rng.hpp"
+#include "gpuemu/engine/dtype.hpp"
+#include "gpuemu/engine/rng.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The fuzzer, the verdict, calibration, the minimizer and the diagnosis, end to end on the
 // built-in softmax kernels (a correct online softmax, a tail-mask leak, an online softmax without
 // the rescale, no max subtraction).
-#include "gpuemu/engine.hpp"
+#include "gpuemu/engine/engine.hpp"
 #include "source_engine.hpp"
 
 #include <gtest/gtest.h>

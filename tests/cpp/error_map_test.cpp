@@ -1,7 +1,7 @@
-// The error map (gpuemu/error_map.hpp): leading dims folded by max, max-pooling into cells, the
+// The error map (gpuemu/engine/error_map.hpp): leading dims folded by max, max-pooling into cells, the
 // envelope count, and end to end on a kernel whose last column is wrong.
-#include "gpuemu/error_map.hpp"
-#include "gpuemu/engine.hpp"
+#include "gpuemu/engine/error_map.hpp"
+#include "gpuemu/engine/engine.hpp"
 #include "source_engine.hpp"
 
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
-// One fuzz run (gpuemu/fuzz_run.hpp): the books every way of running a kernel shares — the
+// One fuzz run (gpuemu/engine/fuzz_run.hpp): the books every way of running a kernel shares — the
 // diagnosis budget, repro commands, first failure, worst case, fail-fast, out-of-order records —
 // and Engine::fuzz's minimize-first through it.
-#include "gpuemu/fuzz_run.hpp"
+#include "gpuemu/engine/fuzz_run.hpp"
 #include "source_engine.hpp"
 
 #include <gtest/gtest.h>

@@ -5,8 +5,8 @@
 // which turns the skip below into a failure) every op's reference, for cases of every strategy,
 // must agree with the CPU's to 1e-12, and the GEMM-shaped and attention ops must actually have run
 // on the GPU.
-#include "gpuemu/engine.hpp"
-#include "gpuemu/oracle_backend.hpp"
+#include "gpuemu/engine/engine.hpp"
+#include "gpuemu/engine/oracle_backend.hpp"
 #include "source_engine.hpp"
 
 #include <gtest/gtest.h>

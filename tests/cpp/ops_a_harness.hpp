@@ -7,9 +7,9 @@
 // k_bug_floor on the scenarios that trigger it, and prints the table of maxima per dtype.
 #pragma once
 
-#include "gpuemu/op.hpp"
-#include "gpuemu/op_schema.hpp"
-#include "gpuemu/rng.hpp"
+#include "gpuemu/engine/op.hpp"
+#include "gpuemu/engine/op_schema.hpp"
+#include "gpuemu/engine/rng.hpp"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // kernels (see ops_a_harness.hpp).
 #include "ops_a_harness.hpp"
 
-#include "gpuemu/catalogue.hpp"
+#include "gpuemu/engine/catalogue.hpp"
 
 namespace gpuemu::test_a {
 namespace {

@@ -9,8 +9,8 @@
 // except where the verdict (engine/fuzz/verdict.cpp) calls the element indeterminate.
 #pragma once
 
-#include "gpuemu/op.hpp"
-#include "gpuemu/rng.hpp"
+#include "gpuemu/engine/op.hpp"
+#include "gpuemu/engine/rng.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 // The wire protocol's frames: round trips keep views and bytes exactly; every malformed frame is a
 // protocol_error (never a crash); case snapshots are deterministic.
-#include "gpuemu/protocol.hpp"
+#include "gpuemu/protocol/protocol.hpp"
 
-#include "gpuemu/engine.hpp"
+#include "gpuemu/engine/engine.hpp"
 
 #include <gtest/gtest.h>
 

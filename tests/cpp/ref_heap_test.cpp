@@ -1,9 +1,9 @@
 // The reference heap (core/ref_heap.hpp): large blocks are 2 MiB-aligned mappings kept for reuse
 // when freed, within a byte limit; what RefVec and uninit_output give is unchanged by reuse.
 #include "core/ref_heap.hpp"
-#include "gpuemu/catalogue.hpp"
-#include "gpuemu/fuzz.hpp"
-#include "gpuemu/op.hpp"
+#include "gpuemu/engine/catalogue.hpp"
+#include "gpuemu/engine/fuzz.hpp"
+#include "gpuemu/engine/op.hpp"
 #include "ops/op_util.hpp"
 
 #include <gtest/gtest.h>

@@ -5,7 +5,7 @@
 // algorithm (which breaks every stored seed, so document it in docs/rng.md):
 //   GPUEMU_REGEN_RNG_VECTORS=1 build/bin/gpuemu_cpp_tests --gtest_filter='RngVectors.*'
 // (or set the variable to a path to write elsewhere).
-#include "gpuemu/rng.hpp"
+#include "gpuemu/engine/rng.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

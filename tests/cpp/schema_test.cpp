@@ -1,8 +1,8 @@
 // The schema parser, the expression language and the catalogue.
-#include "gpuemu/catalogue.hpp"
+#include "gpuemu/engine/catalogue.hpp"
 #include "schema/expr.hpp"
 
-#include "gpuemu/tensor.hpp"
+#include "gpuemu/engine/tensor.hpp"
 
 #include <gtest/gtest.h>
 

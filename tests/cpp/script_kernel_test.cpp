@@ -1,10 +1,10 @@
-// Script kernels (script_kernels/script_kernel.hpp, docs/script-kernels.md): real Python kernels in
+// Script kernels (gpuemu/script/script_kernel.hpp, docs/script-kernels.md): real Python kernels in
 // a temporary directory, run by the real runner through the engine. Correct kernels pass, buggy
 // ones fail with their message; timeouts and crashes restart the process; the function sees the
 // cases' real strides and exact low-precision values under numpy and torch.
-#include "script_kernels/script_kernel.hpp"
+#include "gpuemu/script/script_kernel.hpp"
 
-#include "gpuemu/engine.hpp"
+#include "gpuemu/engine/engine.hpp"
 
 #include <gtest/gtest.h>
 
@@ -19,7 +19,7 @@
 #include <string>
 #include <thread>
 
-namespace gpuemu::server {
+namespace gpuemu::script {
 namespace {
 
 namespace fs = std::filesystem;
@@ -560,4 +560,4 @@ TEST(ScriptKernel, CallsFromSeveralThreadsAreSerialised) {
 }
 
 }  // namespace
-}  // namespace gpuemu::server
+}  // namespace gpuemu::script

@@ -2,10 +2,10 @@
 // memory"): negotiation, bit-for-bit round trips at sizes around the threshold in both directions,
 // verdicts equal to the inline path's, and every malformed descriptor refused with its reason while
 // the daemon keeps serving. Crashes of either side: tests/python/test_shm.py.
-#include "gpuemu/client.hpp"
-#include "gpuemu/engine.hpp"
-#include "gpuemu/catalogue.hpp"
-#include "gpuemu/shm.hpp"
+#include "gpuemu/protocol/client.hpp"
+#include "gpuemu/engine/engine.hpp"
+#include "gpuemu/engine/catalogue.hpp"
+#include "gpuemu/protocol/shm.hpp"
 
 #include <gtest/gtest.h>
 

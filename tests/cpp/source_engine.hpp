@@ -2,7 +2,7 @@
 // (schemas/envelopes.json), built once per test binary.
 #pragma once
 
-#include "gpuemu/engine.hpp"
+#include "gpuemu/engine/engine.hpp"
 
 #include <gtest/gtest.h>
 

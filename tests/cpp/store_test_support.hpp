@@ -2,7 +2,7 @@
 // records, a fresh temporary store directory per test, and raw LMDB access behind the Store's back.
 #pragma once
 
-#include "gpuemu/store.hpp"
+#include "gpuemu/store/store.hpp"
 
 #include <gtest/gtest.h>
 #include <lmdb.h>

@@ -1,8 +1,8 @@
 // gpuemu::Tensor: views share storage (transpose, slice with a step, expand, offset views), reading
 // non-contiguous views gives the logical elements, and views that would leave their storage fail
 // with invalid_argument.
-#include "gpuemu/tensor.hpp"
-#include "gpuemu/strided.hpp"
+#include "gpuemu/engine/tensor.hpp"
+#include "gpuemu/engine/strided.hpp"
 
 #include <gtest/gtest.h>
 

@@ -2,11 +2,11 @@
 // an element whose condition term reaches a quarter of float32's range is indeterminate whichever
 // side is non-finite, and an infinity against a finite value is judged as +-(max + one ulp) of the
 // output dtype, the same way whether the infinity is the output's or the reference's.
-#include "gpuemu/verdict.hpp"
+#include "gpuemu/engine/verdict.hpp"
 
-#include "gpuemu/catalogue.hpp"
-#include "gpuemu/engine.hpp"
-#include "gpuemu/rng.hpp"
+#include "gpuemu/engine/catalogue.hpp"
+#include "gpuemu/engine/engine.hpp"
+#include "gpuemu/engine/rng.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
-// The typed protocol layer (include/gpuemu/wire/): the registry against docs/protocol.md and the
+// The typed protocol layer (gpuemu/protocol/wire/): the registry against docs/protocol.md and the
 // daemon's handlers, and the structs' JSON both ways (defaults, wrong types, loose input kept).
-#include "gpuemu/wire/wire.hpp"
+#include "gpuemu/protocol/wire/wire.hpp"
 
-#include "gpuemu/protocol.hpp"
+#include "gpuemu/protocol/protocol.hpp"
 
 #include "server/daemon_context.hpp"
 

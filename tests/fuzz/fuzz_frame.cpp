@@ -2,7 +2,7 @@
 // input is either refused with a protocol_error or decoded into a frame that encodes and decodes
 // back to the same header and the same tensor bytes; the header-only decoder a tcp request's
 // token is read with agrees with the full one on the header. Any other outcome aborts.
-#include "gpuemu/protocol.hpp"
+#include "gpuemu/protocol/protocol.hpp"
 
 #include <cstdint>
 #include <cstdio>

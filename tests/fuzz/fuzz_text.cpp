@@ -8,7 +8,7 @@
 #include <string>
 
 #if defined(FUZZ_SCHEMA)
-#include "gpuemu/op_schema.hpp"
+#include "gpuemu/engine/op_schema.hpp"
 #elif defined(FUZZ_PTX)
 #include "lint/ptx_parser.hpp"
 #elif defined(FUZZ_TOML)

@@ -7,7 +7,7 @@
 #   tests/fuzz/run.sh [SECONDS]                 every target for SECONDS each (default 15: make test)
 #   tests/fuzz/run.sh --runs N [TARGET ...]     N executions of each target (the documented long run)
 #
-# Needs `make build` first (fuzz_toml links the engine and lint libraries from $BUILD_DIR) and
+# Needs `make build` first (fuzz_toml links the engine, lint and base libraries from $BUILD_DIR) and
 # clang with its runtime (scripts/install-deps.sh installs clang and libclang-rt-14-dev).
 # Built with -DNDEBUG, as the product is (RelWithDebInfo): toml++ 3.3's debug assertion in
 # parse_key fires on "[#" although its release build reports a clean parse error there, which is
@@ -25,22 +25,22 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(frame schema ptx toml)
 
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
-for lib in "$BUILD/engine/libgpuemu_engine.a" "$BUILD/lint/libgpuemu_lint.a"; do
+for lib in "$BUILD/engine/libgpuemu_engine.a" "$BUILD/lint/libgpuemu_lint.a" "$BUILD/base/libgpuemu_base.a"; do
   [ -f "$lib" ] || { echo "fuzz: $lib is missing: run make build first" >&2; exit 1; }
 done
 mkdir -p "$OUT"
 FLAGS=(-std=c++20 -O1 -g -DNDEBUG -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       -Iinclude -Iengine -Idaemon -Icli -I.)
-CORE=(engine/core/dtype.cpp engine/core/error.cpp)
+       -Ibase/include -Iengine/include -Iprotocol/include -Ilint/include -Iproject/include -Iengine -Icli -I.)
+CORE=(engine/core/dtype.cpp base/error.cpp)
 
 sources() {  # the instrumented sources of a target, then what it links uninstrumented
   case $1 in
     frame)  echo tests/fuzz/fuzz_frame.cpp protocol/frame.cpp engine/core/tensor.cpp "${CORE[@]}" ;;
     schema) echo -DFUZZ_SCHEMA tests/fuzz/fuzz_text.cpp engine/schema/schema_parser.cpp engine/schema/expr.cpp "${CORE[@]}" ;;
     ptx)    echo -DFUZZ_PTX tests/fuzz/fuzz_text.cpp lint/ptx_parser.cpp lint/ptx_statement.cpp \
-                 lint/instruction_class.cpp engine/core/error.cpp ;;
+                 lint/instruction_class.cpp base/error.cpp ;;
     toml)   echo -DFUZZ_TOML tests/fuzz/fuzz_text.cpp project/project_config.cpp project/project_keys.cpp \
-                 "$BUILD/lint/libgpuemu_lint.a" "$BUILD/engine/libgpuemu_engine.a" \
+                 "$BUILD/lint/libgpuemu_lint.a" "$BUILD/engine/libgpuemu_engine.a" "$BUILD/base/libgpuemu_base.a" \
                  $(pkg-config --cflags --libs tomlplusplus) -lopenblas -lpthread ;;
     *) echo "fuzz: unknown target '$1' (frame, schema, ptx, toml)" >&2; return 1 ;;
   esac
@@ -49,7 +49,7 @@ sources() {  # the instrumented sources of a target, then what it links uninstru
 build() {  # rebuilt when a source, a header or a library is newer than the binary
   local t=$1 bin=$OUT/fuzz_$1
   local srcs; srcs=$(sources "$t")
-  if [ -x "$bin" ] && [ -z "$(find $(for s in $srcs; do [ -f "$s" ] && echo "$s"; done) include engine cli lint project \
+  if [ -x "$bin" ] && [ -z "$(find $(for s in $srcs; do [ -f "$s" ] && echo "$s"; done) base engine protocol cli lint project \
          -name '*.hpp' -newer "$bin" -o -newer "$bin" -name '*.cpp' -o -newer "$bin" -name '*.a' 2>/dev/null | head -1)" ]; then
     return 0
   fi
