@@ -1,5 +1,9 @@
 // Shared plumbing of the `gpuemu` command line: every command family lives in its own
-// cmd_<family>.cpp and exposes one register_<family>_commands() that main.cpp calls.
+// cmd_<family>.cpp and exposes one register_<family>_commands() that main.cpp calls. Each command
+// is a plain options struct (declared in cmd_<family>.hpp, with its defaults) and a run_* function
+// that takes it and a stream to print on and returns the exit code; the register_* function only
+// binds the flags to a struct it keeps alive with the callback, and calls run_*. Tests call the
+// run_* functions without argv (tests/cpp/cli_commands_test.cpp).
 //
 // Conventions every command follows:
 //  - exit code 0: success / every case passed; 1: a verdict failed (a fuzz failure, a lint
@@ -23,9 +27,19 @@ constexpr int k_exit_ok = 0;
 constexpr int k_exit_failed = 1;
 constexpr int k_exit_usage = 2;
 
-// Shared state a command callback writes its exit code into.
+// Where the commands' daemon is: gpuemu's global --daemon ADDR and --token-file FILE (empty:
+// $GPUEMU_DAEMON when it is an address, $GPUEMU_TOKEN / $GPUEMU_TOKEN_FILE, else the local socket
+// of $GPUEMU_HOME; docs/protocol.md, "Remote clients").
+struct DaemonAddress {
+  std::string url, token_file;
+};
+
+// What main() owns for the commands: the global flags, and the exit code a command's callback
+// writes. Each command is an options struct (cmd_<family>.hpp) bound to its flags by its
+// register_* function and run by its run_* function, which tests call without argv.
 struct CliContext {
   int exit_code = k_exit_ok;
+  DaemonAddress daemon;
 };
 
 // Prints "gpuemu: error: <message>" on stderr and returns k_exit_usage.

@@ -3,7 +3,7 @@
 // process with the engine); this command finds the interpreter and the module as script kernels
 // do (GPUEMU_PYTHON, the tree's .venv, the wheel's interpreter) and hands it every argument, so
 // that its flags, output and exit status are the module's (docs/kernelbench.md).
-#include "cli_common.hpp"
+#include "cmd_kernelbench.hpp"
 
 #include "gpuemu/script/script_kernel.hpp"
 
@@ -15,6 +15,25 @@
 
 namespace gpuemu::cli {
 
+int run_kernelbench(const KernelbenchOptions& o) {
+  auto runner = script::locate_script_runner();
+  if (!runner) return print_error(runner.error().message);
+  const std::string python = script::default_script_python(*runner);
+  const std::filesystem::path package_dir =
+      std::filesystem::path(*runner).parent_path().parent_path();
+  std::string path = package_dir.string();
+  if (const char* old = std::getenv("PYTHONPATH"); old && *old) path += std::string(":") + old;
+  ::setenv("PYTHONPATH", path.c_str(), 1);
+  std::vector<std::string> args = {python, "-m", "gpuemu.kernelbench"};
+  args.insert(args.end(), o.args.begin(), o.args.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  return print_error("cannot run " + python + " for `gpuemu kernelbench`: " + std::strerror(errno) +
+                     " (set GPUEMU_PYTHON to an interpreter with torch)");
+}
+
 void register_kernelbench_commands(CLI::App& app, CliContext& ctx) {
   auto* kb = app.add_subcommand(
       "kernelbench",
@@ -22,26 +41,7 @@ void register_kernelbench_commands(CLI::App& app, CliContext& ctx) {
       "[--dtype D] [--cases N] [--json]; directories judge every pair (`gpuemu kernelbench --help`)");
   kb->prefix_command();  // every argument, --help included, goes to the judge
   kb->set_help_flag();
-  kb->callback([&ctx, kb] {
-    auto runner = script::locate_script_runner();
-    if (!runner) {
-      ctx.exit_code = print_error(runner.error().message);
-      return;
-    }
-    const std::string python = script::default_script_python(*runner);
-    const std::filesystem::path package_dir = std::filesystem::path(*runner).parent_path().parent_path();
-    std::string path = package_dir.string();
-    if (const char* old = std::getenv("PYTHONPATH"); old && *old) path += std::string(":") + old;
-    ::setenv("PYTHONPATH", path.c_str(), 1);
-    std::vector<std::string> args = {python, "-m", "gpuemu.kernelbench"};
-    for (const auto& a : kb->remaining()) args.push_back(a);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    ctx.exit_code = print_error("cannot run " + python + " for `gpuemu kernelbench`: " + std::strerror(errno) +
-                                " (set GPUEMU_PYTHON to an interpreter with torch)");
-  });
+  kb->callback([&ctx, kb] { ctx.exit_code = run_kernelbench({kb->remaining()}); });
 }
 
 }  // namespace gpuemu::cli

@@ -1,6 +1,6 @@
 // `gpuemu lint`: flags in, service call, document out. Everything else lives in gpuemu_lint
-// (gpuemu/lint/lint.hpp); see docs/lint.md.
-#include "cli_common.hpp"
+// (include/gpuemu/lint/lint.hpp); see docs/lint.md.
+#include "cmd_lint.hpp"
 #include "daemon_link.hpp"
 
 #include "gpuemu/lint/lint.hpp"
@@ -14,23 +14,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct LintOptions {
-  std::vector<std::string> paths;
-  std::vector<std::string> arches;
-  bool json = false;
-  std::string format = "text";
-  std::string save_baseline;
-  std::string baseline;
-  std::string save_baseline_tag;  // in the daemon's store (LMDB) under this tag
-  std::string baseline_tag;
-  std::string config;
-  std::string output;
-  std::vector<std::string> nvcc_flags;
-  std::vector<std::string> tools_dirs;
-  bool no_disasm = false;
-  bool no_lineinfo = false;
-};
-
 // The policy: --config, else ./gpuemu.toml when present, else the defaults.
 Result<lint::LintPolicy> load_policy_for(const LintOptions& o) {
   if (!o.config.empty()) return lint::load_policy(o.config);
@@ -39,7 +22,9 @@ Result<lint::LintPolicy> load_policy_for(const LintOptions& o) {
   return lint::LintPolicy{};
 }
 
-int run_lint(const LintOptions& o) {
+}  // namespace
+
+int run_lint(const LintOptions& o, const DaemonAddress& daemon_address, std::ostream& out) {
   if (o.paths.empty())
     return print_error("lint: no input files (give .cu, .ptx, .cubin or a directory)");
   if (o.json && o.format != "text" && o.format != "json")
@@ -67,7 +52,8 @@ int run_lint(const LintOptions& o) {
     baseline = std::move(*loaded);
   }
   std::unique_ptr<DaemonClient> daemon;
-  if (!o.baseline_tag.empty() || !o.save_baseline_tag.empty()) daemon = connect_daemon();
+  if (!o.baseline_tag.empty() || !o.save_baseline_tag.empty())
+    daemon = connect_daemon(daemon_address);
   if (!o.baseline_tag.empty()) {
     const Json stored = call_daemon(*daemon, wire::BaselinesRequest{"get", o.baseline_tag, Json()});
     auto loaded = lint::baseline_from_json(stored.value("baseline", Json()));
@@ -81,10 +67,10 @@ int run_lint(const LintOptions& o) {
 
   std::string document = lint::render(*report, verdict, *format);
   if (o.output.empty()) {
-    std::cout << document << std::flush;
+    out << document << std::flush;
   } else {
-    std::ofstream out(o.output, std::ios::binary | std::ios::trunc);
-    if (!(out << document)) return print_error(o.output + ": cannot write the report");
+    std::ofstream file(o.output, std::ios::binary | std::ios::trunc);
+    if (!(file << document)) return print_error(o.output + ": cannot write the report");
   }
   if (!o.save_baseline.empty()) {
     Status saved = lint::save_baseline(lint::make_baseline(*report), o.save_baseline);
@@ -95,8 +81,6 @@ int run_lint(const LintOptions& o) {
                                                 Json(lint::make_baseline(*report))});
   return verdict.failed() ? k_exit_failed : k_exit_ok;
 }
-
-}  // namespace
 
 void register_lint_commands(CLI::App& app, CliContext& ctx) {
   auto options = std::make_shared<LintOptions>();
@@ -131,7 +115,7 @@ void register_lint_commands(CLI::App& app, CliContext& ctx) {
   cmd->add_flag("--no-disasm", options->no_disasm,
                 "Skip the SASS opcode histogram even if cuobjdump is present");
   cmd->add_flag("--no-lineinfo", options->no_lineinfo, "Compile .cu without -lineinfo");
-  cmd->callback([options, &ctx] { ctx.exit_code = run_lint(*options); });
+  cmd->callback([options, &ctx] { ctx.exit_code = run_lint(*options, ctx.daemon, std::cout); });
 }
 
 }  // namespace gpuemu::cli

@@ -1,6 +1,6 @@
 // gpuemu init, gpuemu ci, gpuemu report [verify]: the project-level commands (docs/ci.md).
+#include "cmd_project.hpp"
 #include "ci_shard.hpp"
-#include "cli_common.hpp"
 #include "daemon_link.hpp"
 #include "progress.hpp"
 #include "gpuemu/project/project_loader.hpp"
@@ -169,25 +169,18 @@ Json lint_results(const ProjectConfig& cfg, DaemonClient* client) {
   return out;
 }
 
-struct CiOptions {
-  std::string config, junit, sarif, preset, shard;
-  std::optional<int> shard_count;
-  std::optional<std::uint64_t> seed;
-  bool quick = false, thorough = false, json = false;
-};
-
-int run_ci(const CiOptions& o) {
-  auto cfg = load_project_config(o.config);
-  if (!cfg) throw GpuemuException(cfg.error());
-  std::string preset_name = o.quick ? "quick" : o.thorough ? "thorough" : cfg->ci_preset;
+// The preset a run takes: --preset, --quick, --thorough, else [ci] preset.
+std::string ci_preset_name(const CiOptions& o, const ProjectConfig& cfg) {
+  std::string preset_name = o.quick ? "quick" : o.thorough ? "thorough" : cfg.ci_preset;
   if (!o.preset.empty()) preset_name = o.preset;
-  if (!cfg->presets.count(preset_name))
+  if (!cfg.presets.count(preset_name))
     throw GpuemuException(
         make_error(ErrorCode::invalid_argument, "unknown ci preset '" + preset_name + "'"));
-  const CiPreset preset = cfg->presets[preset_name];
-  if (cfg->ops.empty() && cfg->lint_paths.empty())
-    throw GpuemuException(
-        make_error(ErrorCode::invalid_argument, cfg->file.string() + ": no [[op]] to run"));
+  return preset_name;
+}
+
+// The shard this run is (none: the whole work); a sharded run needs a seed for every [[op]].
+std::optional<ShardSpec> ci_shard(const CiOptions& o, const ProjectConfig& cfg) {
   std::optional<ShardSpec> shard;
   if (!o.shard.empty()) {
     auto sp = parse_shard(o.shard, o.shard_count, shard_environment());
@@ -198,131 +191,164 @@ int run_ci(const CiOptions& o) {
   }
   // Every shard must draw the same cases: a sharded run takes its seeds from the config or --seed.
   if (shard)
-    for (const ProjectOp& op : cfg->ops)
+    for (const ProjectOp& op : cfg.ops)
       if (!op.seed && !o.seed)
         throw GpuemuException(make_error(
             ErrorCode::invalid_argument,
             "a sharded run needs the same seed on every shard, and [[op]] '" + op.op +
                 "' has none: set seed in [defaults] or the [[op]], or pass --seed S (the CI run's "
                 "id, say)"));
-  auto client = connect_daemon();
-  const bool bars = progress_enabled(o.json);
-  Json results = Json::array();
-  // The units of work (each [[op]] x dtype) and their expected cost per case.
+  return shard;
+}
+
+// The units of work (each [[op]] x dtype), their expected cost per case, the result row each
+// starts from and its seed.
+struct CiPlan {
   std::vector<ShardUnit> units;
-  std::vector<Json> unit_rows;          // the result row each unit starts from
-  std::vector<std::uint64_t> unit_seed;
-  for (std::size_t entry = 0; entry < cfg->ops.size(); ++entry) {
-    const ProjectOp& op = cfg->ops[entry];
-    std::vector<std::string> dtypes = op.dtypes;
+  std::vector<Json> rows;
+  std::vector<std::uint64_t> seeds;
+};
+
+// The dtypes of `op` (the entry's, the custom op's, else the daemon's description of the op) and
+// its cost per case; nullopt (with an error row in `results`, from the first shard) when the
+// daemon cannot describe an op whose dtypes are not given.
+std::optional<std::vector<std::string>> ci_dtypes(const ProjectOp& op, const ProjectConfig& cfg,
+                                                  const std::optional<ShardSpec>& shard,
+                                                  DaemonClient& client, const Json& base,
+                                                  double& case_cost, Json& results) {
+  std::vector<std::string> dtypes = op.dtypes;
+  const CustomOp* custom = cfg.custom_op(op.op);
+  if (dtypes.empty() && custom) dtypes = custom->dtypes;
+  case_cost = 1e5;  // an op the daemon cannot describe (a custom op): a middling case
+  if (!dtypes.empty() && !shard) return dtypes;
+  try {
+    const Json d = call_daemon(client, wire::DescribeOpRequest{op.op});
+    if (dtypes.empty())
+      for (const auto& dt : d.value("dtypes", Json::array())) dtypes.push_back(dt);
+    if (d.contains("max_elements") && d["max_elements"].is_number())
+      case_cost = std::max(1.0, d["max_elements"].get<double>());
+  } catch (const GpuemuException& e) {
+    if (dtypes.empty()) {
+      if (!shard || shard->index == 0) {  // reported once, by the first shard
+        Json r = base;
+        r["name"] = op.op;
+        r["status"] = "error";
+        r["error"] = e.error().message;
+        results.push_back(r);
+      }
+      return std::nullopt;
+    }
+  }
+  return dtypes;
+}
+
+CiPlan plan_ci(const CiOptions& o, const ProjectConfig& cfg, const CiPreset& preset,
+               const std::optional<ShardSpec>& shard, DaemonClient& client, Json& results) {
+  CiPlan plan;
+  for (std::size_t entry = 0; entry < cfg.ops.size(); ++entry) {
+    const ProjectOp& op = cfg.ops[entry];
     Json base = {{"op", op.op},
                  {"kernel", op.kernel_label()},
-                 {"file", op.script.empty() ? cfg->file.string() : op.script},
+                 {"file", op.script.empty() ? cfg.file.string() : op.script},
                  {"line", op.script.empty() ? op.line : function_line(op.script, op.function)}};
-    const CustomOp* custom = cfg->custom_op(op.op);
-    if (dtypes.empty() && custom) dtypes = custom->dtypes;
-    double case_cost = 1e5;  // an op the daemon cannot describe (a custom op): a middling case
-    if (dtypes.empty() || shard) {
-      try {
-        const Json d = call_daemon(*client, wire::DescribeOpRequest{op.op});
-        if (dtypes.empty())
-          for (const auto& dt : d.value("dtypes", Json::array())) dtypes.push_back(dt);
-        if (d.contains("max_elements") && d["max_elements"].is_number())
-          case_cost = std::max(1.0, d["max_elements"].get<double>());
-      } catch (const GpuemuException& e) {
-        if (dtypes.empty()) {
-          if (!shard || shard->index == 0) {  // reported once, by the first shard
-            Json r = base;
-            r["name"] = op.op;
-            r["status"] = "error";
-            r["error"] = e.error().message;
-            results.push_back(r);
-          }
-          continue;
-        }
-      }
-    }
+    double case_cost = 0;
+    const auto dtypes = ci_dtypes(op, cfg, shard, client, base, case_cost, results);
+    if (!dtypes) continue;
     const auto iterations = std::max<std::int64_t>(
         preset.min_iterations,
         static_cast<std::int64_t>(std::llround(static_cast<double>(op.iterations) * preset.scale)));
-    for (const std::string& dtype : dtypes) {
-      units.push_back({entry, dtype, iterations, case_cost});
+    for (const std::string& dtype : *dtypes) {
+      plan.units.push_back({entry, dtype, iterations, case_cost});
       Json r = base;
       r["name"] = op.op + "[" + dtype + "]";
       r["dtype"] = dtype;
-      unit_rows.push_back(std::move(r));
-      unit_seed.push_back(op.seed   ? *op.seed
-                          : o.seed ? *o.seed
-                                   : std::random_device{}() ^
-                                         (static_cast<std::uint64_t>(std::random_device{}()) << 32));
+      plan.rows.push_back(std::move(r));
+      plan.seeds.push_back(op.seed ? *op.seed
+                           : o.seed
+                               ? *o.seed
+                               : std::random_device{}() ^
+                                     (static_cast<std::uint64_t>(std::random_device{}()) << 32));
     }
   }
+  return plan;
+}
+
+// The pieces of the plan, in the plan's order: the shards' (all of them), or one per unit.
+std::vector<ShardPiece> ci_pieces(const CiPlan& plan, const std::optional<ShardSpec>& shard) {
   std::vector<ShardPiece> pieces;
   if (shard) {
-    pieces = plan_shards(units, shard->count);
+    pieces = plan_shards(plan.units, shard->count);
   } else {
-    for (std::size_t u = 0; u < units.size(); ++u) pieces.push_back({u, 0, units[u].cases, 0});
+    for (std::size_t u = 0; u < plan.units.size(); ++u)
+      pieces.push_back({u, 0, plan.units[u].cases, 0});
   }
   std::stable_sort(pieces.begin(), pieces.end(), [](const ShardPiece& a, const ShardPiece& b) {
     return a.unit != b.unit ? a.unit < b.unit : a.start < b.start;
   });
-  for (const ShardPiece& piece : pieces) {
-    if (shard && piece.shard != shard->index) continue;
-    const ProjectOp& op = cfg->ops[units[piece.unit].entry];
-    const std::string& dtype = units[piece.unit].dtype;
-    const CustomOp* custom = cfg->custom_op(op.op);
-    Json r = unit_rows[piece.unit];
-    const bool whole = piece.start == 0 && piece.end == units[piece.unit].cases;
-    if (!whole)
-      r["name"] = r["name"].get<std::string>() + " cases " + std::to_string(piece.start) + "-" +
-                  std::to_string(piece.end - 1);
-    if (shard) r["cases_range"] = {piece.start, piece.end};
-    const std::uint64_t seed = unit_seed[piece.unit];
-    r["seed"] = seed;
-    wire::FuzzRequest params;
-    params.op = op.op;
-    params.kernel = op.kernel_spec();
-    params.options = op.fuzz_options(dtype);
-    params.seed = seed;
-    params.iterations = piece.end - piece.start;
-    params.fail_fast = false;
-    params.minimize = cfg->ci_minimize;
-    params.diagnose_limit = 1;
-    params.repro_prefix = op.repro_prefix({dtype});
-    params.client = {{"name", "gpuemu-ci"}, {"version", GPUEMU_VERSION_STRING}};
-    params.start_index = piece.start;
-    if (custom) params.custom_op = custom->spec();
-    if (!op.envelope.empty()) {
-      params.envelope = Json::object();
-      for (const auto& [dt, v] : op.envelope) params.envelope[dt] = v;
-    }
-    try {
-      const Json rep =
-          call_daemon_with_progress(*client, params, r["name"].get<std::string>(), bars);
-      const Json failures = rep.value("failures", Json::array());
-      r["cases"] = rep.value("total", 0);
-      r["failed_cases"] = rep.value("failed", 0);
-      r["elapsed"] = rep.value("elapsed", 0.0);
-      r["status"] = failures.empty() ? "passed" : "failed";
-      if (!failures.empty()) r["failure"] = failure_of(failures.front());
-      if (rep.contains("run_id")) r["run_id"] = rep["run_id"];
-      if (rep.contains("envelope") && rep["envelope"].contains(dtype))
-        r["envelope"] = rep["envelope"][dtype];
-    } catch (const GpuemuException& e) {
-      r["status"] = "error";
-      r["error"] = e.error().message;
-    }
-    results.push_back(r);
+  return pieces;
+}
+
+// One piece's fuzz run through the daemon, as its result row.
+Json run_ci_piece(const ProjectConfig& cfg, const CiPlan& plan, const ShardPiece& piece,
+                  bool sharded, const DaemonAddress& daemon, DaemonClient& client, bool bars) {
+  const ProjectOp& op = cfg.ops[plan.units[piece.unit].entry];
+  const std::string& dtype = plan.units[piece.unit].dtype;
+  const CustomOp* custom = cfg.custom_op(op.op);
+  Json r = plan.rows[piece.unit];
+  const bool whole = piece.start == 0 && piece.end == plan.units[piece.unit].cases;
+  if (!whole)
+    r["name"] = r["name"].get<std::string>() + " cases " + std::to_string(piece.start) + "-" +
+                std::to_string(piece.end - 1);
+  if (sharded) r["cases_range"] = {piece.start, piece.end};
+  const std::uint64_t seed = plan.seeds[piece.unit];
+  r["seed"] = seed;
+  wire::FuzzRequest params;
+  params.op = op.op;
+  params.kernel = op.kernel_spec();
+  params.options = op.fuzz_options(dtype);
+  params.seed = seed;
+  params.iterations = piece.end - piece.start;
+  params.fail_fast = false;
+  params.minimize = cfg.ci_minimize;
+  params.diagnose_limit = 1;
+  params.repro_prefix = op.repro_prefix({dtype});
+  params.client = {{"name", "gpuemu-ci"}, {"version", GPUEMU_VERSION_STRING}};
+  params.start_index = piece.start;
+  if (custom) params.custom_op = custom->spec();
+  if (!op.envelope.empty()) {
+    params.envelope = Json::object();
+    for (const auto& [dt, v] : op.envelope) params.envelope[dt] = v;
   }
-  if (!cfg->lint_paths.empty() && (!shard || shard->index == 0))  // the lint: the first shard's
-    for (const auto& r : lint_results(*cfg, client.get())) results.push_back(r);
+  try {
+    const Json rep =
+        call_daemon_with_progress(daemon, client, params, r["name"].get<std::string>(), bars);
+    const Json failures = rep.value("failures", Json::array());
+    r["cases"] = rep.value("total", 0);
+    r["failed_cases"] = rep.value("failed", 0);
+    r["elapsed"] = rep.value("elapsed", 0.0);
+    r["status"] = failures.empty() ? "passed" : "failed";
+    if (!failures.empty()) r["failure"] = failure_of(failures.front());
+    if (rep.contains("run_id")) r["run_id"] = rep["run_id"];
+    if (rep.contains("envelope") && rep["envelope"].contains(dtype))
+      r["envelope"] = rep["envelope"][dtype];
+  } catch (const GpuemuException& e) {
+    r["status"] = "error";
+    r["error"] = e.error().message;
+  }
+  return r;
+}
+
+// The run's report document (`gpuemu ci --json`).
+Json ci_document(const ProjectConfig& cfg, const std::string& preset_name, const Json& results,
+                 const CiPlan& plan, const std::vector<ShardPiece>& pieces,
+                 const std::optional<ShardSpec>& shard) {
   Json doc = {{"tool", "gpuemu"},
               {"version", GPUEMU_VERSION_STRING},
               {"kind", "ci"},
               {"generated_ms", now_ms()},
-              {"project", cfg->name},
-              {"config", cfg->file.string()},
-              {"srcroot", cfg->file.parent_path().string()},
+              {"project", cfg.name},
+              {"config", cfg.file.string()},
+              {"srcroot", cfg.file.parent_path().string()},
               {"preset", preset_name},
               {"results", results},
               {"summary", summarize(results)},
@@ -330,16 +356,23 @@ int run_ci(const CiOptions& o) {
               {"first_failures", first_failures_from_results(results)},
               {"runs", Json::array()}};
   if (shard)
-    doc["shard"] = {{"index", shard->index},
-                    {"count", shard->count},
-                    {"plan", plan_digest(units, shard->count)},
-                    {"pieces", std::count_if(pieces.begin(), pieces.end(),
-                                             [&](const ShardPiece& p) { return p.shard == shard->index; })}};
+    doc["shard"] = {
+        {"index", shard->index},
+        {"count", shard->count},
+        {"plan", plan_digest(plan.units, shard->count)},
+        {"pieces", std::count_if(pieces.begin(), pieces.end(),
+                                 [&](const ShardPiece& p) { return p.shard == shard->index; })}};
+  return doc;
+}
+
+// The run recorded in this home's history, its reports written, printed; returns the exit code.
+int finish_ci(const CiOptions& o, const ProjectConfig& cfg, const std::string& preset_name,
+              const Json& doc, std::ostream& out) {
   const Json& s = doc["summary"];
   record_run({{"time_ms", doc["generated_ms"]},
-              {"project", cfg->name},
-              {"config", cfg->file.string()},
-              {"srcroot", cfg->file.parent_path().string()},
+              {"project", cfg.name},
+              {"config", cfg.file.string()},
+              {"srcroot", cfg.file.parent_path().string()},
               {"preset", preset_name},
               {"total", s["total"]},
               {"passed", s["passed"]},
@@ -348,12 +381,40 @@ int run_ci(const CiOptions& o) {
   if (!o.junit.empty()) write_text(o.junit, report_junit(doc));
   if (!o.sarif.empty()) write_text(o.sarif, report_sarif(doc));
   if (o.json)
-    std::cout << doc.dump(2) << "\n";
+    out << doc.dump(2) << "\n";
   else
-    std::cout << report_text(doc);
+    out << report_text(doc);
   if (s["errors"].get<int>() > 0) return k_exit_usage;
   return s["failed"].get<int>() > 0 ? k_exit_failed : k_exit_ok;
 }
+
+}  // namespace
+
+int run_ci(const CiOptions& o, const DaemonAddress& daemon, std::ostream& out) {
+  auto cfg = load_project_config(o.config);
+  if (!cfg) throw GpuemuException(cfg.error());
+  const std::string preset_name = ci_preset_name(o, *cfg);
+  const CiPreset preset = cfg->presets[preset_name];
+  if (cfg->ops.empty() && cfg->lint_paths.empty())
+    throw GpuemuException(
+        make_error(ErrorCode::invalid_argument, cfg->file.string() + ": no [[op]] to run"));
+  const std::optional<ShardSpec> shard = ci_shard(o, *cfg);
+  auto client = connect_daemon(daemon);
+  const bool bars = progress_enabled(o.json);
+  Json results = Json::array();
+  const CiPlan plan = plan_ci(o, *cfg, preset, shard, *client, results);
+  const std::vector<ShardPiece> pieces = ci_pieces(plan, shard);
+  for (const ShardPiece& piece : pieces) {
+    if (shard && piece.shard != shard->index) continue;
+    results.push_back(run_ci_piece(*cfg, plan, piece, shard.has_value(), daemon, *client, bars));
+  }
+  if (!cfg->lint_paths.empty() && (!shard || shard->index == 0))  // the lint: the first shard's
+    for (const auto& r : lint_results(*cfg, client.get())) results.push_back(r);
+  const Json doc = ci_document(*cfg, preset_name, results, plan, pieces, shard);
+  return finish_ci(o, *cfg, preset_name, doc, out);
+}
+
+namespace {
 
 // The daemon store's run history (the `runs` request), newest first, as report rows.
 Json daemon_runs(DaemonClient& client, const std::string& op, std::size_t limit) {
@@ -391,9 +452,9 @@ constexpr std::size_t k_stats_runs = 1000;
 
 // The report document of the failures stored by the daemon, and the recent runs: `runs` = "ci"
 // (gpuemu ci's client-side history), "daemon" (the store's run records) or "all".
-Json stored_failures_report(const std::string& op, std::size_t limit, const std::string& runs,
-                            std::size_t runs_limit) {
-  auto client = connect_daemon();
+Json stored_failures_report(const DaemonAddress& daemon, const std::string& op, std::size_t limit,
+                            const std::string& runs, std::size_t runs_limit) {
+  auto client = connect_daemon(daemon);
   const Json list = call_daemon(*client, wire::failures_list(op, limit));
   Json results = Json::array();
   for (const auto& item : list.value("failures", Json::array())) {
@@ -456,7 +517,6 @@ Json stored_failures_report(const std::string& op, std::size_t limit, const std:
           {"daemon_runs",
            runs == "ci" ? Json::array() : daemon_runs(*client, op, runs_limit)}};
 }
-
 
 // The shards of one sharded `gpuemu ci` (their --json documents) as one report: every shard of the
 // plan present once, their results together (in the plan's order: [[op]], dtype, cases), the
@@ -537,131 +597,161 @@ Json merge_shards(const std::vector<std::string>& files) {
   return doc;
 }
 
-
-// A rendered report to stdout, or to `path` (signed next to it, FILE.sig, when `sign`).
-void emit_report(const std::string& text, const std::string& path, bool sign) {
+// A rendered report to `out`, or to `path` (signed next to it, FILE.sig, when `sign`).
+void emit_report(const std::string& text, const std::string& path, bool sign, std::ostream& out) {
   if (path.empty()) {
-    std::cout << text;
+    out << text;
     return;
   }
   write_text(path, text);
   if (!sign) return;
   auto s = sign_report_file(path);
   if (!s) throw GpuemuException(s.error());
-  std::cout << "signed " << path << " -> " << path << ".sig (public key " << s->public_key << ")\n";
+  out << "signed " << path << " -> " << path << ".sig (public key " << s->public_key << ")\n";
+}
+
+Error sign_needs_output() {
+  return make_error(ErrorCode::invalid_argument,
+                    "--sign needs -o FILE (the signature goes to FILE.sig)");
+}
+
+}  // namespace
+
+int run_init(const InitOptions& o, std::ostream& out) {
+  std::error_code ec;
+  if (fs::exists(o.path, ec) && !o.force)
+    throw GpuemuException(
+        make_error(ErrorCode::conflict, o.path + " exists: pass --force to overwrite it"));
+  write_text(o.path, project::example_project_config());
+  out << "wrote " << o.path << " (gpuemu ci runs it; docs/ci.md lists every key)\n";
+  return k_exit_ok;
+}
+
+int run_report(const ReportOptions& o, const DaemonAddress& daemon, std::ostream& out) {
+  if (o.sign && o.output.empty()) throw GpuemuException(sign_needs_output());
+  // A signed report is the JSON document unless another format is asked for explicitly.
+  const std::string format = o.sign && !o.format_given ? "json" : o.format;
+  const Json doc = stored_failures_report(daemon, o.op, o.limit, o.runs, o.runs_limit);
+  emit_report(render_report(doc, format), o.output, o.sign, out);
+  return k_exit_ok;
+}
+
+int run_report_merge(const ReportMergeOptions& o, std::ostream& out) {
+  if (o.sign && o.output.empty()) throw GpuemuException(sign_needs_output());
+  const Json doc = merge_shards(o.files);
+  const std::string format = o.sign && !o.format_given ? "json" : o.format;
+  emit_report(render_report(doc, format), o.output, o.sign, out);
+  const Json& sm = doc["summary"];
+  return sm["errors"].get<int>() > 0   ? k_exit_usage
+         : sm["failed"].get<int>() > 0 ? k_exit_failed
+                                       : k_exit_ok;
+}
+
+int run_report_verify(const ReportVerifyOptions& o, std::ostream& out) {
+  auto v = verify_report_file(o.file, o.key);
+  if (!v) throw GpuemuException(v.error());
+  if (o.json)
+    out << Json{{"valid", v->valid},
+                {"public_key", v->public_key},
+                {"key_pinned", v->key_pinned},
+                {"reason", v->reason}}
+               .dump(2)
+        << "\n";
+  else if (v->valid)
+    out << "valid: " << o.file << " signed by " << v->public_key
+        << (v->key_pinned ? "" : " (the key in the .sig file; pin it with --key)") << "\n";
+  else
+    std::cerr << "gpuemu: error: invalid signature: " << v->reason << "\n";
+  return v->valid ? k_exit_ok : k_exit_failed;
+}
+
+namespace {
+
+void register_init_command(CLI::App& app, CliContext& ctx) {
+  auto* init = app.add_subcommand("init", "Write a commented gpuemu.toml in this directory");
+  auto o = std::make_shared<InitOptions>();
+  init->add_flag("--force", o->force, "overwrite an existing file");
+  init->add_option("--config", o->path, "where to write it (default ./gpuemu.toml)");
+  init->callback([&ctx, o] { ctx.exit_code = run_init(*o, std::cout); });
+}
+
+void register_ci_command(CLI::App& app, CliContext& ctx) {
+  auto* ci = app.add_subcommand("ci", "Fuzz every [[op]] of gpuemu.toml; exit 1 when any fails");
+  auto o = std::make_shared<CiOptions>();
+  ci->add_option("--config", o->config, "the gpuemu.toml (default: search upward)");
+  auto* quick = ci->add_flag("--quick", o->quick, "preset: iterations / 4, at least 10");
+  auto* thorough = ci->add_flag("--thorough", o->thorough, "preset: iterations x 4");
+  auto* preset = ci->add_option("--preset", o->preset, "a preset of [ci.presets]");
+  quick->excludes(thorough);
+  preset->excludes(quick)->excludes(thorough);
+  ci->add_option("--junit", o->junit, "write JUnit XML here");
+  ci->add_option("--sarif", o->sarif, "write SARIF 2.1.0 here");
+  ci->add_flag("--json", o->json, "JSON output");
+  ci->add_option("--shard", o->shard,
+                 "run one shard of the work: I/N (0 <= I < N), or auto (from GPUEMU_SHARD_INDEX/"
+                 "COUNT, a Slurm array, a Kubernetes indexed Job; docs/ci.md)");
+  ci->add_option("--shard-count", o->shard_count,
+                 "the number of shards, for --shard auto where the environment lacks it")
+      ->check(CLI::Range(1, 100000));
+  ci->add_option("--seed", o->seed,
+                 "the seed of every [[op]] that sets none (a sharded run needs one)");
+  ci->callback([&ctx, o] { ctx.exit_code = run_ci(*o, ctx.daemon, std::cout); });
+}
+
+CLI::App* register_report_merge(CLI::App& report, CliContext& ctx) {
+  auto* merge = report.add_subcommand(
+      "merge", "Combine the --json documents of a sharded gpuemu ci into one report");
+  auto o = std::make_shared<ReportMergeOptions>();
+  merge->add_option("FILES", o->files, "every shard's `gpuemu ci --shard I/N --json` output")
+      ->required();
+  merge->add_option("--format", o->format, "text | json | junit | sarif | html")
+      ->check(CLI::IsMember({"text", "json", "junit", "sarif", "html"}));
+  merge->add_option("-o,--output", o->output, "write to FILE instead of stdout");
+  merge->add_flag("--sign", o->sign, "sign it (ed25519): writes FILE.sig next to -o FILE");
+  merge->callback([&ctx, o, merge] {
+    o->format_given = merge->count("--format") > 0;
+    ctx.exit_code = run_report_merge(*o, std::cout);
+  });
+  return merge;
+}
+
+CLI::App* register_report_verify(CLI::App& report, CliContext& ctx) {
+  auto* verify = report.add_subcommand("verify", "Check a signed report offline");
+  auto o = std::make_shared<ReportVerifyOptions>();
+  verify->add_option("FILE", o->file, "the report (FILE.sig next to it)")->required();
+  verify->add_option("--key", o->key, "the signer's public key (base64) to pin");
+  verify->add_flag("--json", o->json, "JSON output");
+  verify->callback([&ctx, o] { ctx.exit_code = run_report_verify(*o, std::cout); });
+  return verify;
+}
+
+void register_report_command(CLI::App& app, CliContext& ctx) {
+  auto* report = app.add_subcommand("report", "A report of the stored failures and recent runs");
+  auto o = std::make_shared<ReportOptions>();
+  report->add_option("--format", o->format, "text | json | junit | sarif | html")
+      ->check(CLI::IsMember({"text", "json", "junit", "sarif", "html"}));
+  report->add_option("--op", o->op, "only this op");
+  report->add_option("--limit", o->limit, "at most N failures (newest first)");
+  report->add_option("--runs", o->runs, "run history: ci (gpuemu ci's), daemon (the store's), all")
+      ->check(CLI::IsMember({"ci", "daemon", "all"}));
+  report->add_option("--runs-limit", o->runs_limit, "at most N runs of each history (default 20)");
+  report->add_option("-o,--output", o->output, "write to FILE instead of stdout");
+  report->add_flag("--sign", o->sign, "sign it (ed25519): writes FILE.sig next to -o FILE");
+  CLI::App* merge = register_report_merge(*report, ctx);
+  CLI::App* verify = register_report_verify(*report, ctx);
+  report->callback([&ctx, o, report, verify, merge] {
+    if (verify->parsed() || merge->parsed()) return;
+    o->format_given = report->count("--format") > 0;
+    ctx.exit_code = run_report(*o, ctx.daemon, std::cout);
+  });
 }
 
 }  // namespace
 
 void register_project_commands(CLI::App& app, CliContext& ctx) {
-  auto* init = app.add_subcommand("init", "Write a commented gpuemu.toml in this directory");
-  static bool force = false;
-  static std::string init_path = "gpuemu.toml";
-  init->add_flag("--force", force, "overwrite an existing file");
-  init->add_option("--config", init_path, "where to write it (default ./gpuemu.toml)");
-  init->callback([&ctx] {
-    std::error_code ec;
-    if (fs::exists(init_path, ec) && !force)
-      throw GpuemuException(
-          make_error(ErrorCode::conflict, init_path + " exists: pass --force to overwrite it"));
-    write_text(init_path, project::example_project_config());
-    std::cout << "wrote " << init_path << " (gpuemu ci runs it; docs/ci.md lists every key)\n";
-    ctx.exit_code = k_exit_ok;
-  });
-
-  auto* ci = app.add_subcommand("ci", "Fuzz every [[op]] of gpuemu.toml; exit 1 when any fails");
-  static CiOptions ci_opts;
-  ci->add_option("--config", ci_opts.config, "the gpuemu.toml (default: search upward)");
-  auto* quick = ci->add_flag("--quick", ci_opts.quick, "preset: iterations / 4, at least 10");
-  auto* thorough = ci->add_flag("--thorough", ci_opts.thorough, "preset: iterations x 4");
-  auto* preset = ci->add_option("--preset", ci_opts.preset, "a preset of [ci.presets]");
-  quick->excludes(thorough);
-  preset->excludes(quick)->excludes(thorough);
-  ci->add_option("--junit", ci_opts.junit, "write JUnit XML here");
-  ci->add_option("--sarif", ci_opts.sarif, "write SARIF 2.1.0 here");
-  ci->add_flag("--json", ci_opts.json, "JSON output");
-  ci->add_option("--shard", ci_opts.shard,
-                 "run one shard of the work: I/N (0 <= I < N), or auto (from GPUEMU_SHARD_INDEX/"
-                 "COUNT, a Slurm array, a Kubernetes indexed Job; docs/ci.md)");
-  ci->add_option("--shard-count", ci_opts.shard_count,
-                 "the number of shards, for --shard auto where the environment lacks it")
-      ->check(CLI::Range(1, 100000));
-  ci->add_option("--seed", ci_opts.seed,
-                 "the seed of every [[op]] that sets none (a sharded run needs one)");
-  ci->callback([&ctx] { ctx.exit_code = run_ci(ci_opts); });
-
-  auto* report = app.add_subcommand("report", "A report of the stored failures and recent runs");
-  static std::string format = "text", report_op, out_path;
-  static std::size_t report_limit = 100, runs_limit = 20;
-  static std::string runs_source = "ci";
-  static bool sign = false;
-  report->add_option("--format", format, "text | json | junit | sarif | html")
-      ->check(CLI::IsMember({"text", "json", "junit", "sarif", "html"}));
-  report->add_option("--op", report_op, "only this op");
-  report->add_option("--limit", report_limit, "at most N failures (newest first)");
-  report->add_option("--runs", runs_source,
-                     "run history: ci (gpuemu ci's), daemon (the store's), all")
-      ->check(CLI::IsMember({"ci", "daemon", "all"}));
-  report->add_option("--runs-limit", runs_limit, "at most N runs of each history (default 20)");
-  report->add_option("-o,--output", out_path, "write to FILE instead of stdout");
-  report->add_flag("--sign", sign, "sign it (ed25519): writes FILE.sig next to -o FILE");
-  auto* merge = report->add_subcommand(
-      "merge", "Combine the --json documents of a sharded gpuemu ci into one report");
-  static std::vector<std::string> merge_files;
-  static std::string merge_format = "text", merge_out;
-  static bool merge_sign = false;
-  merge->add_option("FILES", merge_files, "every shard's `gpuemu ci --shard I/N --json` output")
-      ->required();
-  merge->add_option("--format", merge_format, "text | json | junit | sarif | html")
-      ->check(CLI::IsMember({"text", "json", "junit", "sarif", "html"}));
-  merge->add_option("-o,--output", merge_out, "write to FILE instead of stdout");
-  merge->add_flag("--sign", merge_sign, "sign it (ed25519): writes FILE.sig next to -o FILE");
-  merge->callback([&ctx, merge] {
-    if (merge_sign && merge_out.empty())
-      throw GpuemuException(make_error(ErrorCode::invalid_argument,
-                                       "--sign needs -o FILE (the signature goes to FILE.sig)"));
-    const Json doc = merge_shards(merge_files);
-    const std::string fmt = merge_sign && merge->count("--format") == 0 ? "json" : merge_format;
-    emit_report(render_report(doc, fmt), merge_out, merge_sign);
-    const Json& sm = doc["summary"];
-    ctx.exit_code = sm["errors"].get<int>() > 0  ? k_exit_usage
-                    : sm["failed"].get<int>() > 0 ? k_exit_failed
-                                                  : k_exit_ok;
-  });
-  auto* verify = report->add_subcommand("verify", "Check a signed report offline");
-  static std::string verify_file, verify_key;
-  static bool verify_json = false;
-  verify->add_option("FILE", verify_file, "the report (FILE.sig next to it)")->required();
-  verify->add_option("--key", verify_key, "the signer's public key (base64) to pin");
-  verify->add_flag("--json", verify_json, "JSON output");
-  verify->callback([&ctx] {
-    auto v = verify_report_file(verify_file, verify_key);
-    if (!v) throw GpuemuException(v.error());
-    if (verify_json)
-      std::cout << Json{{"valid", v->valid},
-                        {"public_key", v->public_key},
-                        {"key_pinned", v->key_pinned},
-                        {"reason", v->reason}}
-                       .dump(2)
-                << "\n";
-    else if (v->valid)
-      std::cout << "valid: " << verify_file << " signed by " << v->public_key
-                << (v->key_pinned ? "" : " (the key in the .sig file; pin it with --key)") << "\n";
-    else
-      std::cerr << "gpuemu: error: invalid signature: " << v->reason << "\n";
-    ctx.exit_code = v->valid ? k_exit_ok : k_exit_failed;
-  });
-  report->callback([&ctx, report, verify, merge] {
-    if (verify->parsed() || merge->parsed()) return;
-    if (sign && out_path.empty())
-      throw GpuemuException(make_error(ErrorCode::invalid_argument,
-                                       "--sign needs -o FILE (the signature goes to FILE.sig)"));
-    // A signed report is the JSON document unless another format is asked for explicitly.
-    const std::string fmt = sign && report->count("--format") == 0 ? "json" : format;
-    const Json doc = stored_failures_report(report_op, report_limit, runs_source, runs_limit);
-    emit_report(render_report(doc, fmt), out_path, sign);
-    ctx.exit_code = k_exit_ok;
-  });
+  register_init_command(app, ctx);
+  register_ci_command(app, ctx);
+  register_report_command(app, ctx);
 }
 
 }  // namespace gpuemu::cli

@@ -12,16 +12,11 @@
 
 namespace gpuemu::cli {
 
-DaemonAddress& daemon_address() {
-  static DaemonAddress a;
-  return a;
-}
-
-std::unique_ptr<DaemonClient> connect_daemon(bool autostart) {
+std::unique_ptr<DaemonClient> connect_daemon(const DaemonAddress& where, bool autostart) {
   ClientOptions o;
   o.autostart = autostart;
-  o.url = daemon_address().url;
-  o.token_file = daemon_address().token_file;
+  o.url = where.url;
+  o.token_file = where.token_file;
   o.timeout = std::chrono::milliseconds(0);  // fuzz runs may be long: no per-call limit by default
   if (const char* t = std::getenv("GPUEMU_TIMEOUT_S"))
     o.timeout = std::chrono::milliseconds(static_cast<long>(std::atof(t) * 1000));
@@ -59,14 +54,14 @@ std::string read_input_file(const std::string& path) {
 }
 
 void write_export(const std::string& path, const std::string& text, std::size_t count,
-                  const std::string& what) {
+                  const std::string& what, std::ostream& out) {
   if (path.empty()) {
-    std::cout << text;
+    out << text;
     return;
   }
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw GpuemuException(make_error(ErrorCode::io_error, "cannot write " + path));
+  std::ofstream file(path);
+  file << text;
+  if (!file) throw GpuemuException(make_error(ErrorCode::io_error, "cannot write " + path));
   std::cerr << "exported " << count << " " << what << " to " << path << "\n";
 }
 
@@ -96,72 +91,74 @@ std::string layouts_text(const Json& layouts) {
 
 }  // namespace
 
-void print_failure_json(const Json& f, const Json* minimized) {
-  std::cout << "\n"
-            << red("FAIL") << " case " << f.value("index", Json()).dump() << "  seed "
-            << f.value("seed", Json()).dump() << "  " << f.value("dtype", "") << "  "
-            << dims_text(f.value("dims", Json::object()))
-            << "  layouts: " << layouts_text(f.value("layouts", Json::object())) << "\n";
+void print_failure_json(const Json& f, const Json* minimized, std::ostream& out) {
+  out << "\n"
+      << red("FAIL") << " case " << f.value("index", Json()).dump() << "  seed "
+      << f.value("seed", Json()).dump() << "  " << f.value("dtype", "") << "  "
+      << dims_text(f.value("dims", Json::object()))
+      << "  layouts: " << layouts_text(f.value("layouts", Json::object())) << "\n";
   if (f.contains("attrs") && !f["attrs"].empty())
-    std::cout << "  attrs:      " << f["attrs"].dump() << "\n";
-  std::cout << "  verdict:    " << f.value("message", "") << "\n";
+    out << "  attrs:      " << f["attrs"].dump() << "\n";
+  out << "  verdict:    " << f.value("message", "") << "\n";
   const Json verdict = f.value("verdict", Json::object());
   for (const auto& o : verdict.value("outputs", Json::array())) {
     if (o.value("passed", true) || o.value("worst_index", -1) < 0) continue;
     std::string coords;
     for (const auto& x : o["worst_coords"]) coords += (coords.empty() ? "" : ", ") + x.dump();
-    std::cout << "  worst:      " << o.value("name", "") << "[" << coords << "] got "
-              << fmt_number(o["worst_out"]) << ", expected " << fmt_number(o["worst_ref"])
-              << " (error " << fmt_number(o["max_error"]) << " vs envelope "
-              << fmt_number(verdict.value("envelope", Json())) << ", " << o.value("failing", 0)
-              << " failing elements)\n";
+    out << "  worst:      " << o.value("name", "") << "[" << coords << "] got "
+        << fmt_number(o["worst_out"]) << ", expected " << fmt_number(o["worst_ref"]) << " (error "
+        << fmt_number(o["max_error"]) << " vs envelope "
+        << fmt_number(verdict.value("envelope", Json())) << ", " << o.value("failing", 0)
+        << " failing elements)\n";
   }
   const Json d = f.value("diagnosis", Json::object());
-  std::cout << "  diagnosis:  " << d.value("bug_class", "") << ": " << d.value("summary", "")
-            << "\n";
+  out << "  diagnosis:  " << d.value("bug_class", "") << ": " << d.value("summary", "") << "\n";
   for (const auto& e : d.value("evidence", Json::array()))
-    std::cout << "              - " << e.get<std::string>() << "\n";
-  if (minimized) std::cout << "  minimized:  " << minimized->value("summary", "") << "\n";
-  if (f.contains("id")) std::cout << "  stored:     " << f["id"].get<std::string>() << "\n";
-  std::cout << "  repro:      " << f.value("repro", "") << "\n";
-  if (f.contains("replay")) std::cout << "  replay:     " << f["replay"].get<std::string>() << "\n";
+    out << "              - " << e.get<std::string>() << "\n";
+  if (minimized) out << "  minimized:  " << minimized->value("summary", "") << "\n";
+  if (f.contains("id")) out << "  stored:     " << f["id"].get<std::string>() << "\n";
+  out << "  repro:      " << f.value("repro", "") << "\n";
+  if (f.contains("replay")) out << "  replay:     " << f["replay"].get<std::string>() << "\n";
 }
 
-int print_fuzz_report(const Json& r, bool json, const std::string& op, const std::string& kernel_label,
-                      const std::string& strategy, std::uint64_t seed, bool stored) {
+int print_fuzz_report(const Json& r, bool json, const std::string& op,
+                      const std::string& kernel_label, const std::string& strategy,
+                      std::uint64_t seed, bool stored, std::ostream& out) {
   const auto failures = r.value("failures", Json::array());
   if (json) {
-    std::cout << r.dump(2) << "\n";
+    out << r.dump(2) << "\n";
     return failures.empty() ? k_exit_ok : k_exit_failed;
   }
-  std::cout << "gpuemu fuzz " << op << "  kernel " << kernel_label << "  strategy " << strategy
-            << "  seed " << seed << "  cases " << r.value("total", 0) << "\n";
+  out << "gpuemu fuzz " << op << "  kernel " << kernel_label << "  strategy " << strategy
+      << "  seed " << seed << "  cases " << r.value("total", 0) << "\n";
   if (failures.empty()) {
-    std::cout << green("PASSED") << " " << r.value("passed", 0) << "/" << r.value("total", 0)
-              << " cases in " << fmt_number(r.value("elapsed", Json(0.0))) << " s\n";
+    out << green("PASSED") << " " << r.value("passed", 0) << "/" << r.value("total", 0)
+        << " cases in " << fmt_number(r.value("elapsed", Json(0.0))) << " s\n";
     return k_exit_ok;
   }
-  std::cout << red("FAILED") << " " << r.value("failed", 0) << "/" << r.value("total", 0)
-            << " cases (first failure at case " << r.value("first_failure", -1) << ") in "
-            << fmt_number(r.value("elapsed", Json(0.0))) << " s\n";
+  out << red("FAILED") << " " << r.value("failed", 0) << "/" << r.value("total", 0)
+      << " cases (first failure at case " << r.value("first_failure", -1) << ") in "
+      << fmt_number(r.value("elapsed", Json(0.0))) << " s\n";
   const Json* minimized = r.contains("minimized") ? &r["minimized"] : nullptr;
-  print_failure_json(failures.front(), minimized);
+  print_failure_json(failures.front(), minimized, out);
   if (failures.size() > 1) {
-    std::cout << "\n  other failing cases:";
+    out << "\n  other failing cases:";
     for (std::size_t i = 1; i < failures.size() && i < 12; ++i)
-      std::cout << " " << failures[i].value("index", Json()).dump();
-    if (failures.size() > 12) std::cout << " ...";
-    std::cout << "\n";
-    if (stored) std::cout << "  all stored: gpuemu failures list --op " << op << "\n";
+      out << " " << failures[i].value("index", Json()).dump();
+    if (failures.size() > 12) out << " ...";
+    out << "\n";
+    if (stored) out << "  all stored: gpuemu failures list --op " << op << "\n";
   }
   return k_exit_failed;
 }
 
-int fuzz_through_daemon(const wire::FuzzRequest& req, bool json, const std::string& kernel_label,
-                        const std::string& strategy) {
-  auto client = connect_daemon();
-  const Json r = call_daemon_with_progress(*client, req, req.op, progress_enabled(json));
-  return print_fuzz_report(r, json, req.op, kernel_label, strategy, req.seed.value_or(0), req.store);
+int fuzz_through_daemon(const DaemonAddress& where, const wire::FuzzRequest& req, bool json,
+                        const std::string& kernel_label, const std::string& strategy,
+                        std::ostream& out) {
+  auto client = connect_daemon(where);
+  const Json r = call_daemon_with_progress(where, *client, req, req.op, progress_enabled(json));
+  return print_fuzz_report(r, json, req.op, kernel_label, strategy, req.seed.value_or(0), req.store,
+                           out);
 }
 
 }  // namespace gpuemu::cli

@@ -12,17 +12,10 @@
 
 namespace gpuemu::cli {
 
-// Where the commands' daemon is: gpuemu's global --daemon ADDR and --token-file FILE (empty:
-// $GPUEMU_DAEMON when it is an address, $GPUEMU_TOKEN / $GPUEMU_TOKEN_FILE, else the local socket of
-// $GPUEMU_HOME; docs/protocol.md, "Remote clients").
-struct DaemonAddress {
-  std::string url, token_file;
-};
-DaemonAddress& daemon_address();
-
-// A client of the daemon (daemon_address(), else that of $GPUEMU_HOME); throws GpuemuException when
-// none answers (and, with autostart, none could be started: a remote daemon is never started).
-std::unique_ptr<DaemonClient> connect_daemon(bool autostart = true);
+// A client of the daemon at `where` (empty: that of the environment, $GPUEMU_HOME's); throws
+// GpuemuException when none answers (and, with autostart, none could be started: a remote daemon is
+// never started).
+std::unique_ptr<DaemonClient> connect_daemon(const DaemonAddress& where, bool autostart = true);
 // A request whose errors are thrown.
 Json call_daemon(DaemonClient& client, const std::string& method, Json params,
                  protocol::Frame* reply = nullptr);
@@ -32,18 +25,20 @@ Json call_daemon(DaemonClient& client, const Request& request, protocol::Frame* 
   return call_daemon(client, std::string(Request::k_method), to_json(request), reply);
 }
 
-// `gpuemu fuzz` through the daemon; returns the exit code.
-int fuzz_through_daemon(const wire::FuzzRequest& req, bool json, const std::string& kernel_label,
-                        const std::string& strategy);
+// `gpuemu fuzz` through the daemon at `where`, the report printed on `out`; returns the exit code.
+int fuzz_through_daemon(const DaemonAddress& where, const wire::FuzzRequest& req, bool json,
+                        const std::string& kernel_label, const std::string& strategy,
+                        std::ostream& out);
 
 // A fuzz run's report (the daemon's `fuzz` reply, or FuzzReport::to_json of a run in this process:
-// the same fields) as JSON or for a human; returns the exit code. `stored`: the failures went to
-// the daemon's store.
-int print_fuzz_report(const Json& report, bool json, const std::string& op, const std::string& kernel_label,
-                      const std::string& strategy, std::uint64_t seed, bool stored);
+// the same fields) as JSON or for a human, on `out`; returns the exit code. `stored`: the failures
+// went to the daemon's store.
+int print_fuzz_report(const Json& report, bool json, const std::string& op,
+                      const std::string& kernel_label, const std::string& strategy,
+                      std::uint64_t seed, bool stored, std::ostream& out);
 
-// One failing case (a failure JSON of the daemon) for a human.
-void print_failure_json(const Json& failure, const Json* minimized);
+// One failing case (a failure JSON of the daemon) for a human, on `out`.
+void print_failure_json(const Json& failure, const Json* minimized, std::ostream& out);
 
 bool use_color();
 std::string red(const std::string& s);
@@ -52,8 +47,8 @@ std::string fmt_number(const Json& v);
 
 // A command's input file ("-": stdin), whole; an unreadable file throws GpuemuException.
 std::string read_input_file(const std::string& path);
-// Writes an export to `path` (empty: stdout) and says on stderr what was written where.
+// Writes an export to `path` (empty: `out`) and says on stderr what was written where.
 void write_export(const std::string& path, const std::string& text, std::size_t count,
-                  const std::string& what);
+                  const std::string& what, std::ostream& out);
 
 }  // namespace gpuemu::cli

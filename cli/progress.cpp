@@ -38,8 +38,9 @@ std::string new_progress_token() {
   return "p" + std::to_string(rd()) + std::to_string(rd());
 }
 
-Json call_daemon_with_progress(DaemonClient& client, const std::string& method, Json params,
-                               const std::string& token, const std::string& label, bool enabled) {
+Json call_daemon_with_progress(const DaemonAddress& where, DaemonClient& client,
+                               const std::string& method, Json params, const std::string& token,
+                               const std::string& label, bool enabled) {
   if (!enabled) return call_daemon(client, method, std::move(params));
   const bool color = !std::getenv("NO_COLOR");
   std::mutex m;
@@ -49,7 +50,7 @@ Json call_daemon_with_progress(DaemonClient& client, const std::string& method, 
   std::thread poller([&] {
     std::unique_ptr<DaemonClient> watcher;
     try {
-      watcher = connect_daemon(false);
+      watcher = connect_daemon(where, false);
     } catch (const GpuemuException&) {
       return;  // no bar, the run goes on
     }

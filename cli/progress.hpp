@@ -19,19 +19,21 @@ bool progress_enabled(bool json);
 std::string progress_line(const std::string& label, std::int64_t done, std::int64_t total,
                           bool color);
 
-// `request` (wire::FuzzRequest, wire::CalibrateRequest) on `client`, drawing a bar labelled
-// `label` while it runs when `enabled` (the request then carries a progress_token, polled with
-// `progress` from a second connection). Errors are thrown, as call_daemon's.
+// `request` (wire::FuzzRequest, wire::CalibrateRequest) on `client` (a client of the daemon at
+// `where`), drawing a bar labelled `label` while it runs when `enabled` (the request then carries a
+// progress_token, polled with `progress` from a second connection to `where`). Errors are thrown,
+// as call_daemon's.
 std::string new_progress_token();
-Json call_daemon_with_progress(DaemonClient& client, const std::string& method, Json params,
-                               const std::string& token, const std::string& label, bool enabled);
+Json call_daemon_with_progress(const DaemonAddress& where, DaemonClient& client,
+                               const std::string& method, Json params, const std::string& token,
+                               const std::string& label, bool enabled);
 template <class Request>
-Json call_daemon_with_progress(DaemonClient& client, Request request, const std::string& label,
-                               bool enabled) {
+Json call_daemon_with_progress(const DaemonAddress& where, DaemonClient& client, Request request,
+                               const std::string& label, bool enabled) {
   if (enabled) request.progress_token = new_progress_token();
   const std::string token = request.progress_token;
-  return call_daemon_with_progress(client, std::string(Request::k_method), to_json(request), token,
-                                   label, enabled);
+  return call_daemon_with_progress(where, client, std::string(Request::k_method), to_json(request),
+                                   token, label, enabled);
 }
 
 }  // namespace gpuemu::cli

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-from . import errors
+from . import _core, errors
 from . import _frameworks as _fw
 from ._client_cases import _round_bits
 from ._client_state import _HandedOutCase
