@@ -44,6 +44,11 @@ def launch(x, residual, weight, eps, bf16_acc=False):
 
 EXPECT = "fail"
 BUG = "low_precision_accumulator"
+# In bfloat16 this bug is no bug at this problem's shape: dim is fixed at 1200 by the weight, five
+# 256-wide tiles, so the total is rounded five times, and the output lands within 2.03 u_bf16 |ref|
+# where the problem's own Model run in bfloat16 reaches 4.02 (evidence/kernelbench/cuda.md,
+# evidence/kernelbench/bf16_accumulator.py). It is expected to fail in float32 (1,408 over).
+DTYPES = ["float32"]
 
 
 class ModelNew(nn.Module):
