@@ -5,7 +5,6 @@ check), the outputs each case expects from the op's schema. gpuemu.client.Client
 
 from __future__ import annotations
 
-import threading
 import traceback
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -99,7 +98,6 @@ class _Cases:
 
     _catalogue: _OpCatalogue  # schemas, torch ops, in-process engines (_client_state.py)
     _cases: _HandedOut  # the cases get_test_batch handed out (_client_state.py)
-    _opened: threading.local  # .run_id: the run this thread's last _batch(run=...) opened
 
     @staticmethod
     def _options(dtypes, value_distribution, dims, attrs, layouts, present=None, precision=None,
@@ -174,21 +172,6 @@ class _Cases:
         for spec in self._schema(op).get("inputs", []):
             args.setdefault(spec["name"], None)
         return args
-
-    def _batch(self, op, options, seed, start, count, framework, device, keep_wire: bool = False,
-               prefetch: int = 0, digests: bool = True, run: Optional[Dict[str, Any]] = None):
-        """[(case json, {name: _fw.Input})] and the master seed: :meth:`_fetch_batch`'s, for
-        callers that open no run (a run opened here has its id in ``self._run_id``, for this
-        thread, until its next such call; runs keep theirs: ``_ClientRun.run_id``)."""
-        b = self._fetch_batch(op, options, seed, start, count, framework, device, keep_wire, prefetch, digests, run)
-        if run is not None:
-            self._opened.run_id = b.run_id
-        return b.cases, b.master_seed
-
-    @property
-    def _run_id(self) -> Optional[str]:
-        """The id of the run this thread's last ``_batch(..., run=...)`` opened (tests read it)."""
-        return getattr(self._opened, "run_id", None)
 
     def _fetch_batch(self, op, options, seed, start, count, framework, device, keep_wire: bool = False,
                      prefetch: int = 0, digests: bool = True, run: Optional[Dict[str, Any]] = None) -> _Batch:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
@@ -88,7 +87,6 @@ class Client(_Runs, _Gradients, _Services, _Cases):
         # What the Client keeps between calls (_client_state.py); what a run keeps is the run's.
         self._catalogue = _OpCatalogue()  # schemas, torch ops, in-process engines
         self._cases = _HandedOut()  # the cases get_test_batch handed out, for submit_output
-        self._opened = threading.local()  # the run this thread's last _batch(run=...) opened (tests)
 
     def close(self) -> None:
         """Closes this connection (the daemon goes on serving others). Idempotent; a request on a

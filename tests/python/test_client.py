@@ -480,10 +480,10 @@ def test_a_client_side_run_stops_where_fail_fast_says_and_refuses_other_options(
     assert rec.methods() == ["get_test_batch", "submit_outputs"]
     assert "next" in rec.calls[1][1]  # asked for, but not handed out by the reply that closed the run
     # a run fuzzes one op under one set of options
-    batch, _ = client._batch("softmax", {"dtypes": ["float32"]}, 3, 0, 1, "numpy", None,
-                             run={"iterations": 5})
-    rid = client._run_id
-    case, inputs = batch[0]
+    opened = client._fetch_batch("softmax", {"dtypes": ["float32"]}, 3, 0, 1, "numpy", None,
+                                 run={"iterations": 5})
+    rid = opened.run_id
+    case, inputs = opened.cases[0]
     item, t = client._run_item("softmax", lambda a: np_softmax(a["x"], a["dim"]), case, inputs, 0, False, None)
     with pytest.raises(gpuemu.ValidationError, match="other options"):
         client.request("submit_outputs", {"op": "softmax", "options": {"dtypes": ["float16"]}, "items": [item],
@@ -492,7 +492,7 @@ def test_a_client_side_run_stops_where_fail_fast_says_and_refuses_other_options(
                                                "items": [item], "run_id": rid}, t)
     assert res["run"]["total"] == 1 and res["run"]["passed"] == 1 and res["run"]["done"] is False
     with pytest.raises(gpuemu.ValidationError, match="iterations"):
-        client._batch("softmax", {"dtypes": ["float32"]}, 3, 0, 1, "numpy", None, run={"iterations": 0})
+        client._fetch_batch("softmax", {"dtypes": ["float32"]}, 3, 0, 1, "numpy", None, run={"iterations": 0})
 
 
 def test_held_submission_by_id_is_checked(daemon):
